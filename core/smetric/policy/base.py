@@ -1,0 +1,85 @@
+"""The policy extension point: one small interface, frozen inputs, a frozen decision."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from smetric.core.costmodel import CostModel
+from smetric.core.presets import PRESETS
+from smetric.core.slo import SloConfig
+from smetric.core.views import EndpointSnapshot, RequestView
+
+Mode = Literal["colocated", "disaggregated"]
+
+_DEFAULT_PRESET = PRESETS["qwen3-30b-h20"]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeStepModel:
+    """Linear estimate of one colocated engine step, for the TPOT guard.
+
+    ``step_s = base_s + per_kv_token_s * active_kv_tokens + cost(prefill chunk)``; ``base_s`` is the
+    time to stream the weights once (plus launch overhead), ``per_kv_token_s`` the time to stream one
+    token's KV -- both from the roofline of :mod:`smetric.core.presets`.
+    """
+
+    base_s: float
+    per_kv_token_s: float
+
+    @staticmethod
+    def from_preset_name(name: str) -> DecodeStepModel:
+        p = PRESETS[name]
+        bw = p.hbm_bytes_s * p.hbm_efficiency
+        # MoE decode touches only the active experts' weights at small batch; use active params.
+        weight_bytes = p.model.active_params_b * 1e9 * p.model.weight_bytes_per_param
+        return DecodeStepModel(
+            base_s=weight_bytes / bw + p.step_overhead_s,
+            per_kv_token_s=p.model.kv_bytes_per_token / bw,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyParams:
+    """Every tunable of every policy, with the paper's defaults."""
+
+    mode: Mode = "colocated"
+    slack: float = 1.0
+    hit_ratio: float = 0.5
+    overload: float = 2.0
+    bailian_lambda: float = 0.7
+    preble_hit_fraction: float = 0.5
+    preble_imbalance_guard: int = 8
+    slo: SloConfig = field(default_factory=lambda: _DEFAULT_PRESET.slo)
+    cost_model: CostModel = field(default_factory=lambda: _DEFAULT_PRESET.cost_model)
+    decode_step: DecodeStepModel = field(
+        default_factory=lambda: DecodeStepModel.from_preset_name("qwen3-30b-h20")
+    )
+    chunk_tokens: int = 8192
+    block_tokens: int = 16
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A routing decision. ``target`` and ``fallbacks`` index the endpoint sequence given to
+    :meth:`Policy.pick`; ``scores`` are per endpoint, lower is better, ``inf`` = not a candidate."""
+
+    target: int
+    reason: str
+    scores: tuple[float, ...] = ()
+    fallbacks: tuple[int, ...] = ()
+
+
+class Policy(Protocol):
+    """Pick one endpoint for a request. Implementations keep no I/O; a baseline that needs
+    memory (round-robin counter, llm-d session table) keeps it inside the instance."""
+
+    name: str
+
+    def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision: ...
+
+    def on_dispatch(self, request: RequestView, endpoint: str) -> None:
+        """Told where the request finally went (after framework filtering); default no-op."""
+        ...
