@@ -1,0 +1,178 @@
+"""Tokenizers shared by the picker's precise prefix index and the emulator.
+
+* :class:`HFTokenizer` wraps a HuggingFace ``tokenizers`` fast tokenizer loaded from a local
+  ``tokenizer.json`` (or a model directory holding one); the optional ``tokenizer_config.json`` chat
+  template is rendered with ``jinja2`` when both are present. Both packages are optional.
+* :class:`FallbackTokenizer` needs nothing: regex word pieces (runs of word characters cut to at most
+  ``max_piece_chars``, single punctuation marks, whitespace runs) mapped to ids by CRC-32 modulo the
+  vocabulary size. It is deterministic across processes and Python versions, so the picker and the
+  emulator agree on token ids and therefore on block hashes, and gives roughly 1 token per 3-4
+  characters of English or code (the chars/4 rule of thumb).
+
+Without a chat template, chat messages are rendered as the raw concatenation of their text contents
+in order (see :func:`concat_messages`): prefixes still line up turn over turn, only the absolute token
+counts differ from the engine's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+_PIECE_RE = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
+
+
+class Tokenizer(Protocol):
+    """Text -> token ids, plus the chat rendering that goes with it."""
+
+    @property
+    def name(self) -> str: ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens (vLLM tokenizes rendered chats that way)."""
+        ...
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        """The prompt text the engine caches for ``messages`` (chat template or raw concatenation)."""
+        ...
+
+
+def message_text(content: Any) -> str:
+    """The text of an OpenAI/Anthropic message ``content`` (a string or a list of typed parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping):
+                text = part.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+                elif "content" in part:
+                    parts.append(message_text(part["content"]))
+        return "".join(parts)
+    return ""
+
+
+def concat_messages(messages: Sequence[Mapping[str, Any]]) -> str:
+    """Raw concatenation of the messages' text contents (the documented no-template rendering)."""
+    return "".join(message_text(m.get("content", "")) for m in messages)
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackTokenizer:
+    """Dependency-free deterministic tokenizer (regex word pieces -> CRC-32 ids)."""
+
+    vocab_size: int = 32_000
+    max_piece_chars: int = 4
+    _cache: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    _cache_limit: int = field(default=200_000, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.vocab_size <= 0 or self.max_piece_chars <= 0:
+            raise ValueError("vocab_size and max_piece_chars must be positive")
+
+    @property
+    def name(self) -> str:
+        return f"fallback-crc32-v{self.vocab_size}-p{self.max_piece_chars}"
+
+    def pieces(self, text: str) -> list[str]:
+        n = self.max_piece_chars
+        out: list[str] = []
+        for piece in _PIECE_RE.findall(text):
+            if len(piece) <= n:
+                out.append(piece)
+            else:
+                out.extend(piece[i : i + n] for i in range(0, len(piece), n))
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        cache = self._cache
+        vocab = self.vocab_size
+        ids: list[int] = []
+        append = ids.append
+        for piece in self.pieces(text):
+            tok = cache.get(piece)
+            if tok is None:
+                tok = zlib.crc32(piece.encode("utf-8")) % vocab
+                if len(cache) < self._cache_limit:
+                    cache[piece] = tok
+            append(tok)
+        return ids
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        return concat_messages(messages)
+
+
+class HFTokenizer:
+    """A HuggingFace fast tokenizer from local files (``tokenizers`` package; ``jinja2`` for templates)."""
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            from tokenizers import Tokenizer as _HFTokenizer
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise RuntimeError(
+                "the 'tokenizers' package is needed for a real tokenizer (pip install tokenizers)"
+            ) from exc
+        p = Path(path)
+        file = p / "tokenizer.json" if p.is_dir() else p
+        if not file.is_file():
+            raise FileNotFoundError(f"no tokenizer.json at {p}")
+        self._tok = _HFTokenizer.from_file(str(file))
+        self._name = str(p)
+        self._template: Any = None
+        self._special: dict[str, str] = {}
+        config = file.parent / "tokenizer_config.json"
+        if config.is_file():
+            self._load_template(json.loads(config.read_text(encoding="utf-8")))
+
+    def _load_template(self, config: Mapping[str, Any]) -> None:
+        source = config.get("chat_template")
+        if isinstance(source, list):  # named templates: take "default"
+            source = next((t.get("template") for t in source if t.get("name") == "default"), None)
+        if not isinstance(source, str):
+            return
+        try:
+            import jinja2
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        except ImportError:
+            return  # documented fallback: raw concatenation
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.Undefined)
+        self._template = env.from_string(source)
+        for key in ("bos_token", "eos_token"):
+            value = config.get(key)
+            if isinstance(value, Mapping):
+                value = value.get("content")
+            if isinstance(value, str):
+                self._special[key] = value
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self._template is not None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        if self._template is None:
+            return concat_messages(messages)
+        rendered = self._template.render(messages=list(messages), add_generation_prompt=True, **self._special)
+        return str(rendered)
+
+
+def load_tokenizer(spec: str) -> Tokenizer:
+    """``""`` -> :class:`FallbackTokenizer`; otherwise a local tokenizer.json file or model directory."""
+    if not spec:
+        return FallbackTokenizer()
+    return HFTokenizer(spec)
