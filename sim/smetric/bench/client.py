@@ -1,0 +1,123 @@
+"""Streaming OpenAI chat client (aiohttp) that measures what a coding agent would feel.
+
+TTFT is the time from sending the request to the first SSE chunk carrying content; end-to-end
+latency is until ``[DONE]`` (or the stream's end). Output tokens come from the final usage chunk
+(``stream_options.include_usage``), else from the number of content chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+from smetric.bench.replay import Outcome, SendSpec
+
+SESSION_HEADER = "x-session-token"  # llm-d's session-affinity header: carries the true session id
+SERVED_HEADERS = ("x-gateway-destination-endpoint-served", "x-served-by", "x-smetric-instance")
+
+
+class ChatClient:
+    """One ``aiohttp`` session for a whole replay; ``send`` never raises for HTTP/stream errors."""
+
+    def __init__(self, base_url: str, model: str, timeout_s: float = 600.0, max_connections: int = 0) -> None:
+        self.url = base_url.rstrip("/") + "/v1/chat/completions"
+        self.model = model
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=10.0)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ChatClient:
+        connector = aiohttp.TCPConnector(limit=self._max_connections, force_close=False)
+        self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def body(self, spec: SendSpec) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "messages": list(spec.messages),
+            "max_tokens": spec.max_tokens,
+            "min_tokens": spec.max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+
+    async def send(self, spec: SendSpec) -> Outcome:
+        if self._session is None:
+            raise RuntimeError("ChatClient used outside 'async with'")
+        headers = {
+            "content-type": "application/json",
+            "x-request-id": spec.request_id,
+            SESSION_HEADER: spec.session_id,
+        }
+        payload = orjson.dumps(self.body(spec))
+        start = time.perf_counter()
+        try:
+            async with self._session.post(self.url, data=payload, headers=headers) as resp:
+                served = next((resp.headers[h] for h in SERVED_HEADERS if h in resp.headers), "")
+                if resp.status != 200:
+                    text = (await resp.text())[:300]
+                    return Outcome(ok=False, status=resp.status, error=text.strip(), served_by=served)
+                return await _read_stream(resp, start, served)
+        except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, start: float, served: str) -> Outcome:
+    ttft = float("nan")
+    parts: list[str] = []
+    chunks = 0
+    usage: dict[str, Any] = {}
+    buf = b""
+    done = False
+    async for data in resp.content.iter_any():
+        buf += data
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            for line in event.splitlines():
+                if not line.startswith(b"data:"):
+                    continue
+                value = line[5:].strip()
+                if value == b"[DONE]":
+                    done = True
+                    continue
+                try:
+                    obj = orjson.loads(value)
+                except orjson.JSONDecodeError:
+                    return Outcome(
+                        ok=False, status=200, error=f"bad SSE data: {value[:80]!r}", served_by=served
+                    )
+                if isinstance(obj.get("usage"), dict):
+                    usage = obj["usage"]
+                for choice in obj.get("choices") or ():
+                    content = (choice.get("delta") or {}).get("content")
+                    if content:
+                        if chunks == 0:
+                            ttft = time.perf_counter() - start
+                        chunks += 1
+                        parts.append(content)
+    e2e = time.perf_counter() - start
+    if not done and chunks == 0:
+        return Outcome(ok=False, status=200, error="stream ended without data", served_by=served)
+    details = usage.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Outcome(
+        ok=True,
+        status=200,
+        ttft_s=ttft if chunks else e2e,
+        e2e_s=e2e,
+        output_tokens=int(usage.get("completion_tokens") or chunks),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        cached_tokens=int(cached) if isinstance(cached, int) else -1,
+        text="".join(parts),
+        served_by=served,
+    )

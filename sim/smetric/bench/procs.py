@@ -1,0 +1,187 @@
+"""Process supervision for the bench: start children in their own process groups, wait for health,
+stop every group on exit (also on Ctrl-C and on failure), pick free ports.
+
+Each child gets its own session (``start_new_session=True``) so stopping it signals the whole group
+(Envoy's hot-restart wrapper, uvicorn workers, ...). Output goes to one log file per child; an error
+about a child that died quotes the end of its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import aiohttp
+
+
+class BenchError(RuntimeError):
+    """A failure the bench reports to the user as one clear line (no traceback)."""
+
+
+@dataclass(slots=True)
+class Child:
+    name: str
+    argv: tuple[str, ...]
+    proc: asyncio.subprocess.Process
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    def log_tail(self, n_chars: int = 1500) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return text[-n_chars:]
+
+
+class Supervisor:
+    """Owns every process the bench starts; ``async with`` guarantees they are all stopped."""
+
+    def __init__(self, log_dir: Path, stop_timeout_s: float = 5.0) -> None:
+        self.log_dir = log_dir
+        self.stop_timeout_s = stop_timeout_s
+        self._children: dict[str, Child] = {}
+
+    async def __aenter__(self) -> Supervisor:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # Shield: a cancelled run (Ctrl-C) must still reap every child.
+        await asyncio.shield(self.stop_all())
+
+    @property
+    def children(self) -> Mapping[str, Child]:
+        return dict(self._children)
+
+    async def start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Child:
+        if name in self._children and self._children[name].alive():
+            raise BenchError(f"{name} is already running (pid {self._children[name].pid})")
+        log_path = self.log_dir / f"{name}.log"
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        with log_path.open("ab") as log:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=full_env,
+                    start_new_session=True,
+                )
+            except FileNotFoundError as exc:
+                raise BenchError(f"cannot start {name}: {argv[0]!r} not found") from exc
+            except PermissionError as exc:
+                raise BenchError(f"cannot start {name}: {argv[0]!r} is not executable") from exc
+        child = Child(name, tuple(argv), proc, log_path)
+        self._children[name] = child
+        return child
+
+    def check_alive(self) -> None:
+        """Raise :class:`BenchError` naming the first child that exited unexpectedly."""
+        for child in self._children.values():
+            if not child.alive():
+                raise BenchError(
+                    f"{child.name} exited with code {child.proc.returncode}; "
+                    f"end of {child.log_path}:\n{child.log_tail()}"
+                )
+
+    async def stop(self, name: str) -> None:
+        child = self._children.pop(name, None)
+        if child is not None:
+            await _stop_group(child, self.stop_timeout_s)
+
+    async def stop_all(self) -> None:
+        names = list(self._children)[::-1]  # reverse start order: routers before backends
+        for name in names:
+            await self.stop(name)
+
+
+async def _stop_group(child: Child, timeout_s: float) -> None:
+    if not child.alive():
+        await child.proc.wait()
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, sig)  # the child is its group's leader (start_new_session)
+        try:
+            await asyncio.wait_for(child.proc.wait(), timeout_s)
+            break
+        except TimeoutError:
+            continue
+    # Whatever the leader left behind in its group goes too.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def free_port_range(count: int, host: str = "127.0.0.1", start: int = 20000, stop: int = 60000) -> int:
+    """First port ``p`` in ``[start, stop)`` with ``p .. p+count-1`` all free (bindable now)."""
+    if count < 1:
+        raise ValueError("count must be >= 1")
+    port = start
+    while port + count <= stop:
+        bad = next((p for p in range(port, port + count) if not port_is_free(p, host)), None)
+        if bad is None:
+            return port
+        port = bad + 1
+    raise BenchError(f"no {count} consecutive free ports in [{start}, {stop}) on {host}")
+
+
+def require_free(ports: Sequence[int], what: str, host: str = "127.0.0.1") -> None:
+    taken = [p for p in ports if not port_is_free(p, host)]
+    if taken:
+        raise BenchError(f"{what}: port(s) {', '.join(map(str, taken))} on {host} already in use")
+
+
+async def wait_http_ok(
+    url: str, supervisor: Supervisor, timeout_s: float, what: str, interval_s: float = 0.2
+) -> None:
+    """Poll ``url`` until it answers 200; fail fast if a supervised child dies meanwhile."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    last = "no answer"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
+        while loop.time() < deadline:
+            supervisor.check_alive()
+            try:
+                async with session.get(url) as resp:
+                    if resp.status == 200:
+                        return
+                    last = f"HTTP {resp.status}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                last = type(exc).__name__
+            await asyncio.sleep(interval_s)
+    raise BenchError(f"{what} not healthy at {url} after {timeout_s:.0f} s ({last})")

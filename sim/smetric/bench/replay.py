@@ -1,0 +1,162 @@
+"""Closed-loop replay: one task per session, each request sent only after the previous response of
+that session finished plus the recorded think time (both on the wall clock = model seconds x
+``time_scale``). A session's first request goes at its family's start plus its recorded offset on
+the family clock, so sub-agents start where the trace put them relative to their parent.
+
+Requests whose send time would fall after the replay window (``duration_s``) are not sent and
+counted as ``not_sent``; requests in flight at the window's end are allowed to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from smetric.bench.plan import PlannedFamily, PlannedSession, ReplayPlan
+from smetric.bench.synth import Conversation, Message, TokenCount
+
+
+@dataclass(frozen=True, slots=True)
+class SendSpec:
+    request_id: str
+    session_id: str
+    family_id: str
+    turn: int
+    messages: tuple[Message, ...]
+    max_tokens: int
+    prompt_tokens: int  # measured on the synthesised messages
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the client observed for one request (times in wall seconds)."""
+
+    ok: bool
+    status: int = 0
+    error: str = ""
+    ttft_s: float = float("nan")
+    e2e_s: float = float("nan")
+    output_tokens: int = 0
+    prompt_tokens: int = 0  # from the server's usage (0 when not reported)
+    cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens (-1 when not reported)
+    text: str = ""
+    served_by: str = ""  # endpoint that served it, when the server says so
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    session_id: str
+    family_id: str
+    turn: int
+    scheduled_s: float  # wall seconds since the replay started
+    sent_s: float
+    prompt_tokens: int  # the server's count when reported, else the synthesised count
+    max_tokens: int
+    outcome: Outcome
+
+    @property
+    def tpot_s(self) -> float:
+        o = self.outcome
+        if not o.ok or o.output_tokens < 2:
+            return 0.0
+        return (o.e2e_s - o.ttft_s) / (o.output_tokens - 1)
+
+
+SendFn = Callable[[SendSpec], Awaitable[Outcome]]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    records: tuple[RequestRecord, ...]
+    not_sent: int
+    wall_s: float
+
+
+class ClosedLoopReplay:
+    def __init__(
+        self,
+        plan: ReplayPlan,
+        send: SendFn,
+        count: TokenCount,
+        time_scale: float,
+        duration_s: float = 0.0,
+        seed: int = 0,
+        shared_system_key: str = "",
+        on_record: Callable[[RequestRecord], None] | None = None,
+    ) -> None:
+        if not time_scale > 0:
+            raise ValueError("time_scale must be > 0")
+        self.plan = plan
+        self.send = send
+        self.count = count
+        self.time_scale = time_scale
+        self.duration_s = duration_s
+        self.seed = seed
+        self.shared_system_key = shared_system_key
+        self.on_record = on_record
+        self._records: list[RequestRecord] = []
+        self._not_sent = 0
+
+    async def run(self) -> ReplayResult:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        deadline = t0 + self.duration_s * self.time_scale if self.duration_s > 0 else float("inf")
+        tasks = [
+            asyncio.create_task(self._session(family, session, t0, deadline), name=session.session_id)
+            for family in self.plan.families
+            for session in family.sessions
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        records = tuple(sorted(self._records, key=lambda r: r.sent_s))
+        return ReplayResult(records, self._not_sent, loop.time() - t0)
+
+    async def _session(
+        self, family: PlannedFamily, session: PlannedSession, t0: float, deadline: float
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        ts = self.time_scale
+        conv = Conversation(session.session_id, self.seed, self.count, self.shared_system_key)
+        send_at = t0 + (family.start_s + session.start_offset_s) * ts
+        for i, req in enumerate(session.requests):
+            if send_at > deadline:
+                self._not_sent += len(session.requests) - i
+                return
+            delay = send_at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            turn = conv.next_turn(req.prompt_tokens, req.system_tokens, req.force_reset)
+            spec = SendSpec(
+                request_id=f"{session.session_id}#{req.turn}",
+                session_id=session.session_id,
+                family_id=family.family_id,
+                turn=req.turn,
+                messages=turn.messages,
+                max_tokens=req.output_tokens,
+                prompt_tokens=turn.prompt_tokens,
+            )
+            sent = loop.time()
+            outcome = await self.send(spec)
+            finished = loop.time()
+            if outcome.ok:
+                conv.add_answer(outcome.text)
+            record = RequestRecord(
+                session_id=session.session_id,
+                family_id=family.family_id,
+                turn=req.turn,
+                scheduled_s=send_at - t0,
+                sent_s=sent - t0,
+                prompt_tokens=outcome.prompt_tokens or turn.prompt_tokens,
+                max_tokens=req.output_tokens,
+                outcome=outcome,
+            )
+            self._records.append(record)
+            if self.on_record is not None:
+                self.on_record(record)
+            if i + 1 < len(session.requests):
+                send_at = finished + session.requests[i + 1].think_time_s * ts
