@@ -1,5 +1,22 @@
 """Trace loading: one typed request/session model for every supported trace format."""
 
+from smetric.trace.agentic import load_agentic
+from smetric.trace.errors import TraceFormatError
 from smetric.trace.model import Trace, TraceRequest
+from smetric.trace.workload import (
+    closed_loop_send_time,
+    family_start_times,
+    recorded_family_start_times,
+    subsample_families,
+)
 
-__all__ = ["Trace", "TraceRequest"]
+__all__ = [
+    "Trace",
+    "TraceFormatError",
+    "TraceRequest",
+    "closed_loop_send_time",
+    "family_start_times",
+    "load_agentic",
+    "recorded_family_start_times",
+    "subsample_families",
+]

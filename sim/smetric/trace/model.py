@@ -58,6 +58,7 @@ class TraceRequest:
     prev_index: int = -1
     est_hit_tokens: int = 0
     system_blocks: int = 0  # leading blocks that are system prompt + tools (first requests only)
+    model: str = ""  # the recorded model name where the format has one (agentic), else ""
 
     @property
     def n_blocks(self) -> int:
@@ -67,6 +68,11 @@ class TraceRequest:
 
     def block_hashes(self) -> npt.NDArray[np.int64]:
         return expand_ranges(self.hash_ranges)
+
+    def block_token_counts(self, block_tokens: int) -> npt.NDArray[np.int64]:
+        """Tokens each hashed block covers: ``block_tokens``, except a partial last block."""
+        starts = np.arange(self.n_blocks, dtype=np.int64) * block_tokens
+        return np.clip(self.prompt_tokens - starts, 0, block_tokens)
 
 
 @dataclass(slots=True)
@@ -81,6 +87,13 @@ class Trace:
     has_hashes: bool = True
     notes: list[str] = field(default_factory=list)
     dropped_over_context: int = 0
+    # Lines skipped as malformed (only with ``on_error="skip"``; the default raises instead).
+    skipped_malformed: int = 0
+    # The loader's format name: "agentic", "mooncake", "bailian" or "azure".
+    format: str = ""
+    # family_id -> recorded start (s since the trace's first request) for formats with a global
+    # clock; empty for the agentic trace, whose replay picks family start times itself.
+    recorded_family_starts_s: dict[str, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.requests)

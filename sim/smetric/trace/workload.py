@@ -1,0 +1,110 @@
+"""Workload arrivals for replaying a trace: family start times and family-level subsampling.
+
+A replay sends each request at
+
+    send_time = max(family_start + offset_s, prev_completion + think_time_s)
+
+where ``family_start`` comes from :func:`family_start_times` (seeded Poisson arrivals) or
+:func:`recorded_family_start_times` (formats with a global clock), ``offset_s`` is the request's
+recorded offset within its family, and ``prev_completion`` is when the *simulated/benchmarked*
+completion of the same session's previous request (``prev_index``) happened (first turns: no
+second term). This closed loop is enforced by the consumer (simulator, bench), not here, because
+only the consumer knows completion times; :func:`closed_loop_send_time` is the rule as code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from smetric.trace.model import Trace, TraceRequest
+
+# Stream key mixed into the seed so the workload's random numbers never coincide with another
+# subsystem's Generator seeded with the same integer.
+_ARRIVALS_STREAM = 0x5E55
+_SUBSAMPLE_STREAM = 0xFA11
+
+
+def family_order(trace: Trace) -> list[str]:
+    """Family ids in order of first appearance in the trace."""
+    return list(dict.fromkeys(r.family_id for r in trace.requests))
+
+
+def family_start_times(trace: Trace, rate_per_s: float, seed: int) -> dict[str, float]:
+    """Poisson arrivals of session families at ``rate_per_s`` families per second.
+
+    Families are taken in file order; the k-th starts at the sum of k+1 exponential gaps of mean
+    ``1 / rate_per_s`` (a Poisson process started at time 0), drawn from a Generator of its own.
+    """
+    if not (math.isfinite(rate_per_s) and rate_per_s > 0):
+        raise ValueError(f"rate_per_s must be a positive finite number, got {rate_per_s}")
+    families = family_order(trace)
+    rng = np.random.default_rng([seed, _ARRIVALS_STREAM])
+    starts = np.cumsum(rng.exponential(1.0 / rate_per_s, size=len(families)))
+    return dict(zip(families, starts.tolist(), strict=True))
+
+
+def recorded_family_start_times(trace: Trace) -> dict[str, float]:
+    """The trace's own family start times (seconds since its first request)."""
+    if not trace.recorded_family_starts_s:
+        raise ValueError(
+            f"trace {trace.name!r} ({trace.format or 'unknown format'}) has no global clock; "
+            "use family_start_times(trace, rate_per_s, seed)"
+        )
+    return dict(trace.recorded_family_starts_s)
+
+
+def closed_loop_send_time(
+    family_start_s: float, offset_s: float, prev_completion_s: float | None, think_time_s: float
+) -> float:
+    """``max(family_start + offset, prev_completion + think_time)``; first turns pass None."""
+    open_loop = family_start_s + offset_s
+    if prev_completion_s is None:
+        return open_loop
+    return max(open_loop, prev_completion_s + think_time_s)
+
+
+def subsample_families(trace: Trace, fraction: float, seed: int) -> Trace:
+    """Keep a seeded random ``fraction`` of whole session families (every request of a kept family).
+
+    At least one family is kept when the trace has any. Requests keep file order and are
+    renumbered; ``prev_index`` links stay within their (kept) session.
+    """
+    if not (0 < fraction <= 1):
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    families = family_order(trace)
+    n_keep = max(1, round(fraction * len(families))) if families else 0
+    rng = np.random.default_rng([seed, _SUBSAMPLE_STREAM])
+    chosen = {families[i] for i in rng.choice(len(families), size=n_keep, replace=False).tolist()}
+    new_index: dict[int, int] = {}
+    requests: list[TraceRequest] = []
+    for r in trace.requests:
+        if r.family_id not in chosen:
+            continue
+        new_index[r.index] = len(requests)
+        prev = new_index[r.prev_index] if r.prev_index >= 0 else -1
+        requests.append(_renumbered(r, len(requests), prev))
+    return Trace(
+        name=trace.name,
+        block_tokens=trace.block_tokens,
+        requests=requests,
+        sessions_inferred=trace.sessions_inferred,
+        has_sessions=trace.has_sessions,
+        has_hashes=trace.has_hashes,
+        notes=[
+            *trace.notes,
+            f"subsampled {n_keep} of {len(families)} session families (fraction {fraction}, seed {seed})",
+        ],
+        dropped_over_context=trace.dropped_over_context,
+        skipped_malformed=trace.skipped_malformed,
+        format=trace.format,
+        recorded_family_starts_s={f: s for f, s in trace.recorded_family_starts_s.items() if f in chosen},
+    )
+
+
+def _renumbered(r: TraceRequest, index: int, prev_index: int) -> TraceRequest:
+    if r.index == index and r.prev_index == prev_index:
+        return r
+    return dataclasses.replace(r, index=index, prev_index=prev_index)
