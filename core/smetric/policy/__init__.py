@@ -1,5 +1,22 @@
-"""Routing policies: pure code, no I/O. The picker and the simulator import exactly this."""
+"""Routing policies: pure code, no I/O. The picker and the simulator import exactly this.
 
-from smetric.policy.base import Decision, Policy, PolicyParams
+Call policies through :class:`Router` (stale handling, validation, fallbacks) and build them
+with :func:`make_policy` / :func:`params_from_mapping`.
+"""
 
-__all__ = ["Decision", "Policy", "PolicyParams"]
+from smetric.policy.base import Decision, DecodeStepModel, Policy, PolicyParams
+from smetric.policy.framework import InvalidDecisionError, NoEndpointError, PolicyError, Router
+from smetric.policy.registry import known_policies, make_policy
+
+__all__ = [
+    "Decision",
+    "DecodeStepModel",
+    "InvalidDecisionError",
+    "NoEndpointError",
+    "Policy",
+    "PolicyError",
+    "PolicyParams",
+    "Router",
+    "known_policies",
+    "make_policy",
+]

@@ -64,12 +64,17 @@ class PolicyParams:
 @dataclass(frozen=True, slots=True)
 class Decision:
     """A routing decision. ``target`` and ``fallbacks`` index the endpoint sequence given to
-    :meth:`Policy.pick`; ``scores`` are per endpoint, lower is better, ``inf`` = not a candidate."""
+    :meth:`Policy.pick`; ``scores`` are per endpoint, lower is better, ``inf`` = not a candidate.
+
+    ``saturated`` is set by :class:`smetric.policy.framework.Router` when every endpoint was
+    stale and the decision was taken among saturated endpoints (the picker may shed a
+    sheddable request with 429 instead of dispatching it)."""
 
     target: int
     reason: str
     scores: tuple[float, ...] = ()
     fallbacks: tuple[int, ...] = ()
+    saturated: bool = False
 
 
 class Policy(Protocol):

@@ -1,0 +1,91 @@
+"""The session-centric template shared by SMetric and its ablations (paper Fig. 13).
+
+Every variant runs the same skeleton and differs only in *which endpoints may keep or take a
+follow-up request* (:meth:`SessionCentric.eligible`):
+
+```
+prev   = argmax_i c[i]                       # ties: least balance score, then round-robin
+cached = c[prev] > HIT_RATIO * est_hit
+turn == 0            -> balance   (argmin balance score, ties round-robin)
+not cached           -> evicted   (same as balance)
+eligible is None     -> stick     (basic: stick unconditionally)
+eligible[prev]       -> stick
+no endpoint eligible -> stick     (nobody meets: keep local reuse, add the least new load)
+otherwise            -> migrate   (argmin balance score among eligible endpoints)
+```
+
+Balance score (Fig. 13 (c), Appendix B): ``t[i] = (q[i] + cost(L - c[i], L)) / rate[i]``
+disaggregated; ``t[i] * (b[i] + 1)`` colocated. It subtracts the local hit, so a first turn
+prefers an endpoint that holds its system prompt.
+
+Reconstruction notes: (1) the score is divided by ``rate[i]`` so it is the same wall-time
+estimate the SLO check uses (identical to the paper's cost units when all rates are 1.0);
+(2) a migration chooses among the *eligible* endpoints: literally ``argmin`` over all, which
+in disaggregated mode is the same endpoint (the least time meets the SLO whenever anyone
+does), while in colocated mode the ``(b+1)`` product could otherwise send the session to an
+endpoint that misses the SLO it is migrating to meet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from smetric.core.names import REASON_BALANCE, REASON_EVICTED, REASON_MIGRATE, REASON_STICK
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy.base import Decision, PolicyParams
+from smetric.policy.estimates import batch, local_hit, prefill_time_s
+from smetric.policy.select import RoundRobinTies
+
+
+class SessionCentric:
+    """Base of the SMetric family; subclasses override :meth:`eligible` (and set ``name``)."""
+
+    name = "session-centric"
+
+    def __init__(self, params: PolicyParams) -> None:
+        self._params = params
+        self._ties = RoundRobinTies()
+
+    @property
+    def params(self) -> PolicyParams:
+        return self._params
+
+    def balance_scores(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> list[float]:
+        cm = self._params.cost_model
+        if self._params.mode == "colocated":
+            return [prefill_time_s(request, ep, cm) * (batch(ep) + 1) for ep in endpoints]
+        return [prefill_time_s(request, ep, cm) for ep in endpoints]
+
+    def eligible(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], prev: int
+    ) -> list[bool] | None:
+        """Which endpoints may serve the follow-up request; ``None`` = stick unconditionally."""
+        return None
+
+    def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:
+        scores = self.balance_scores(request, endpoints)
+        frozen = tuple(scores)
+        if request.turn <= 0:
+            return Decision(self._ties.argmin(scores), REASON_BALANCE, frozen)
+        prev = self._previous(request, endpoints, scores)
+        if not local_hit(request, endpoints[prev]) > self._params.hit_ratio * max(0, request.est_hit_tokens):
+            return Decision(self._ties.argmin(scores), REASON_EVICTED, frozen)
+        ok = self.eligible(request, endpoints, prev)
+        if ok is None or ok[prev] or not any(ok):
+            return Decision(prev, REASON_STICK, frozen)
+        masked = [s if ok[i] else math.inf for i, s in enumerate(scores)]
+        return Decision(self._ties.argmin(masked), REASON_MIGRATE, frozen)
+
+    def _previous(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], scores: Sequence[float]
+    ) -> int:
+        """The endpoint that most likely served the previous turn: the highest local hit; among
+        equal hits the least loaded (lowest balance score), then round-robin."""
+        hits = [local_hit(request, ep) for ep in endpoints]
+        top = max(hits)
+        masked = [s if hits[i] == top else math.inf for i, s in enumerate(scores)]
+        return self._ties.argmin(masked)
+
+    def on_dispatch(self, request: RequestView, endpoint: str) -> None:
+        """Stateless across requests (beyond the tie counter)."""
