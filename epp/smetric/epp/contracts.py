@@ -73,3 +73,13 @@ class PrefixIndex(Protocol):
     def on_routed(self, key: PromptKey, address: str) -> None:
         """The request was sent to ``address`` (the approximate index learns from this)."""
         ...
+
+
+class EventGapSink(Protocol):
+    """Told about each KV-event sequence gap (lost events) so the picker can count it.
+
+    The picker passes an implementation (``smetric.epp.obs.metrics.KvEventGapCounter``) to the
+    KV-event subscriber; the subscriber calls ``on_gap`` once per gap it detects.
+    """
+
+    def on_gap(self, address: str) -> None: ...

@@ -1,0 +1,115 @@
+"""The picker's policy config file (YAML), validated at the trust boundary with pydantic.
+
+Shape (the operator renders exactly the ``policy`` block)::
+
+    policy:
+      name: smetric               # one of smetric.core.names.POLICY_NAMES
+      parameters: {slack: 1.0}    # PolicyParams fields, parsed by smetric.policy.params_from_mapping
+    pdDisaggregation:
+      enabled: false
+    saturation:                   # when an endpoint counts as saturated (429 for sheddable requests)
+      queueDepthThreshold: 5      # GIE saturation detector defaults
+      kvCacheUtilThreshold: 0.8
+    servedModels: []              # empty = accept any model (the engine answers 404 itself)
+
+An empty path gives the defaults: SMetric with the paper's parameters, colocated, no PD.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from smetric.core.names import POLICY_NAMES
+from smetric.policy.base import PolicyParams
+
+
+class ConfigError(ValueError):
+    """A bad config file; the message names the file and the offending field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PolicySection(_Strict):
+    name: str = "smetric"
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {v!r}; expected one of {', '.join(POLICY_NAMES)}")
+        return v
+
+
+class PdSection(_Strict):
+    enabled: bool = False
+
+
+class SaturationSection(_Strict):
+    queueDepthThreshold: int = Field(default=5, ge=0)
+    kvCacheUtilThreshold: float = Field(default=0.8, ge=0.0, le=1.0)
+
+
+class PickerConfig(_Strict):
+    policy: PolicySection = Field(default_factory=PolicySection)
+    pdDisaggregation: PdSection = Field(default_factory=PdSection)
+    saturation: SaturationSection = Field(default_factory=SaturationSection)
+    servedModels: tuple[str, ...] = ()
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def parse_config(doc: object, source: str = "<config>") -> PickerConfig:
+    if doc is None:
+        return PickerConfig()
+    try:
+        return PickerConfig.model_validate(doc)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc)}") from None
+
+
+def load_config(path: str | Path | None) -> PickerConfig:
+    """Read and validate a config file; ``None`` or ``""`` gives the defaults."""
+    if not path:
+        return PickerConfig()
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    return parse_config(doc, str(p))
+
+
+def policy_params(cfg: PickerConfig) -> PolicyParams:
+    """The policy's parameters: the policies' own mapping parser, so the picker, the operator and
+    the simulator read ``parameters`` identically. Bad parameters raise :class:`ConfigError`."""
+    from smetric import policy as policy_pkg
+
+    parse = getattr(policy_pkg, "params_from_mapping", None)
+    try:
+        if parse is not None:
+            params: PolicyParams = parse(cfg.policy.parameters)
+        else:  # the policies package predates params_from_mapping: plain scalar fields only
+            params = PolicyParams(**cfg.policy.parameters)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ConfigError(f"policy.parameters: {exc}") from None
+    return params
+
+
+def with_mode(params: PolicyParams, mode: str) -> PolicyParams:
+    return dataclasses.replace(params, mode=mode)  # type: ignore[arg-type]

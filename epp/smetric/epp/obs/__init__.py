@@ -1,0 +1,1 @@
+"""Picker observability: Prometheus metrics, grpc.health.v1, structured logs."""

@@ -1,0 +1,96 @@
+"""Prometheus metrics of the picker, registered on a registry the caller passes (no global state).
+
+The data-source side reports KV-event sequence gaps through :class:`KvEventGapCounter` (it
+satisfies :class:`smetric.epp.contracts.EventGapSink`).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# 50 us .. 1 s: the decision itself is sub-millisecond; the tail shows GC / event-loop stalls.
+LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
+
+
+class PickerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.decisions = Counter(
+            "smetric_epp_decisions",
+            "Routing decisions by policy and reason (stick/migrate/balance/evicted)",
+            ["policy", "reason"],
+            registry=registry,
+        )
+        self.decision_latency = Histogram(
+            "smetric_epp_decision_latency_seconds",
+            "Time from complete request body to routing decision (parse + policy)",
+            buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.immediate_responses = Counter(
+            "smetric_epp_immediate_responses",
+            "Requests answered by the picker itself, by HTTP status",
+            ["code"],
+            registry=registry,
+        )
+        self.endpoint_local_hit = Gauge(
+            "smetric_epp_endpoint_local_hit_tokens",
+            "Estimated local prefix hit of the last routed request, per endpoint",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.endpoint_queued_prefill = Gauge(
+            "smetric_epp_endpoint_queued_prefill_seconds",
+            "Dispatch ledger: cost-model seconds of prefill dispatched but not yet first-tokened",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.endpoint_prefill_speed = Gauge(
+            "smetric_epp_endpoint_prefill_speed",
+            "Online prefill speed estimate (cost seconds per wall second; 1.0 until 8 samples)",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.endpoint_errors = Counter(
+            "smetric_epp_endpoint_errors",
+            "Responses with a status other than 200, per endpoint",
+            ["endpoint", "code"],
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "smetric_epp_ttft_seconds",
+            "Time from dispatch to first response body chunk (streaming responses)",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
+            registry=registry,
+        )
+        self.usage_tokens = Counter(
+            "smetric_epp_usage_tokens",
+            "Token usage reported by the model servers (kind = prompt | completion | cached)",
+            ["kind"],
+            registry=registry,
+        )
+        self.ready_endpoints = Gauge("smetric_epp_ready_endpoints", "Ready endpoints", registry=registry)
+        self.stale_endpoints = Gauge(
+            "smetric_epp_stale_endpoints",
+            "Ready endpoints whose metrics are older than the staleness threshold",
+            registry=registry,
+        )
+        self.kv_event_gaps = Counter(
+            "smetric_epp_kv_event_gaps",
+            "KV-event sequence gaps (lost events; that endpoint's index is resynchronised)",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.active_streams = Gauge("smetric_epp_active_streams", "Open ext_proc streams", registry=registry)
+
+
+class KvEventGapCounter:
+    """Callback object handed to the KV-event subscriber: ``on_gap(address)`` per detected gap."""
+
+    __slots__ = ("_counter",)
+
+    def __init__(self, metrics: PickerMetrics) -> None:
+        self._counter = metrics.kv_event_gaps
+
+    def on_gap(self, address: str) -> None:
+        self._counter.labels(endpoint=address).inc()

@@ -1,0 +1,200 @@
+"""Decision assembly: endpoints + metrics + prefix hits + ledger -> snapshots -> policy -> :class:`Pick`.
+
+Synchronous and allocation-light: it runs on the event loop between two gRPC messages, so it
+never awaits. Saturation (GIE's detector): an endpoint has capacity when its metrics are fresh,
+``waiting <= queueDepthThreshold`` and ``kv_usage <= kvCacheUtilThreshold``; when none has
+capacity a sheddable request gets 429 and any other request is routed as usual.
+
+PD disaggregation (llm-d convention): when the pool has both ``prefill`` and ``decode`` pods the
+prefill pod is chosen by the policy in ``disaggregated`` mode over the prefill pods, the decode
+pod by least load (``running + waiting``, then KV usage, then address) over the decode pods; the
+destination is the decode pod and the prefill pod goes in ``x-prefiller-host-port``. A pool
+without both roles is routed colocated over all endpoints (documented fallback).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from smetric.core.costmodel import CostModel
+from smetric.core.names import ROLE_DECODE, ROLE_PREFILL
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex
+from smetric.epp.parse.errors import RequestError
+from smetric.epp.server.ledger import DispatchLedger
+from smetric.epp.server.prefill_rate import PrefillRateEstimator
+from smetric.policy.framework import NoEndpointError, Router
+
+
+@dataclass(frozen=True, slots=True)
+class Saturation:
+    queue_depth: int = 5
+    kv_util: float = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """Where one request goes. ``prefill`` is the PD prefill pod ("" when colocated);
+    ``ledger_address`` is where its prefill work was queued (the prefill pod, else the destination)."""
+
+    destination: str
+    fallbacks: tuple[str, ...]
+    reason: str
+    policy: str
+    prefill: str
+    ledger_address: str
+    local_hit_tokens: int
+    uncached_tokens: int
+    cost_s: float
+
+
+class Picker:
+    """One per picker replica; holds the ledger and the rate estimate, everything else is read."""
+
+    def __init__(
+        self,
+        source: EndpointSource,
+        index: PrefixIndex,
+        router: Router,
+        cost_model: CostModel,
+        *,
+        pd_router: Router | None = None,
+        ledger: DispatchLedger | None = None,
+        rates: PrefillRateEstimator | None = None,
+        saturation: Saturation | None = None,
+        staleness_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.index = index
+        self.router = router
+        self.pd_router = pd_router
+        self.cost_model = cost_model
+        self.ledger = ledger if ledger is not None else DispatchLedger()
+        self.rates = rates if rates is not None else PrefillRateEstimator()
+        self.saturation = saturation if saturation is not None else Saturation()
+        self.staleness_s = staleness_s
+        self.clock = clock
+
+    def snapshots(self, endpoints: Sequence[EndpointInfo], hits: dict[str, int]) -> list[EndpointSnapshot]:
+        now = self.clock()
+        out: list[EndpointSnapshot] = []
+        for ep in endpoints:
+            a = ep.address
+            m = self.source.metrics(a)
+            if m is None:
+                out.append(
+                    EndpointSnapshot(
+                        name=a,
+                        local_hit_tokens=hits.get(a, 0),
+                        queued_prefill_tokens=self.ledger.queued_tokens(a),
+                        queued_prefill_cost=self.ledger.queued_cost_s(a),
+                        prefill_speed=self.rates.speed(a),
+                        stale=True,
+                    )
+                )
+                continue
+            out.append(
+                EndpointSnapshot(
+                    name=a,
+                    local_hit_tokens=hits.get(a, 0),
+                    queued_prefill_tokens=self.ledger.queued_tokens(a),
+                    queued_prefill_cost=self.ledger.queued_cost_s(a),
+                    running=m.running,
+                    waiting=m.waiting,
+                    kv_usage=m.kv_usage,
+                    kv_capacity_tokens=m.kv_capacity_tokens,
+                    prefill_speed=self.rates.speed(a),
+                    stale=now - m.scraped_at_s > self.staleness_s,
+                )
+            )
+        return out
+
+    def has_capacity(self, s: EndpointSnapshot) -> bool:
+        return (
+            not s.stale and s.waiting <= self.saturation.queue_depth and s.kv_usage <= self.saturation.kv_util
+        )
+
+    def pick(
+        self,
+        request: RequestView,
+        prompt_text: str,
+        token_ids: Sequence[int] = (),
+        subset_ips: frozenset[str] | None = None,
+    ) -> Pick:
+        """Choose endpoints and record the dispatch in the ledger. Raises :class:`RequestError`
+        (503 no endpoint, 429 shed)."""
+        endpoints: Sequence[EndpointInfo] = self.source.ready_endpoints()
+        if subset_ips is not None:
+            endpoints = [ep for ep in endpoints if ep.ip.strip("[]") in subset_ips]
+        if not endpoints:
+            raise RequestError(
+                503, "no ready endpoint" + (" in the subset hint" if subset_ips is not None else "")
+            )
+        key = self.index.key(prompt_text, token_ids or None)
+        hits = self.index.local_hits(key, [ep.address for ep in endpoints])
+        snaps = self.snapshots(endpoints, hits)
+        if request.sheddable and not any(self.has_capacity(s) for s in snaps):
+            raise RequestError(429, "all endpoints are saturated and the request is sheddable")
+        if self.pd_router is not None:
+            pick = self._pick_pd(request, endpoints, snaps)
+        else:
+            pick = self._pick_colocated(request, snaps)
+        if pick is None:
+            raise RequestError(503, "no ready endpoint")
+        self.ledger.add(request.request_id, pick.ledger_address, pick.uncached_tokens, pick.cost_s)
+        self.index.on_routed(key, pick.ledger_address)
+        return pick
+
+    def _work(self, request: RequestView, s: EndpointSnapshot) -> tuple[int, int, float]:
+        L = request.prompt_tokens
+        hit = min(s.local_hit_tokens, L)
+        return hit, L - hit, self.cost_model.cost(L - hit, L)
+
+    def _pick_colocated(self, request: RequestView, snaps: list[EndpointSnapshot]) -> Pick | None:
+        try:
+            d = self.router.pick(request, snaps)
+        except NoEndpointError:
+            return None
+        target = snaps[d.target]
+        hit, uncached, cost = self._work(request, target)
+        return Pick(
+            destination=target.name,
+            fallbacks=tuple(snaps[i].name for i in d.fallbacks),
+            reason=d.reason,
+            policy=self.router.name,
+            prefill="",
+            ledger_address=target.name,
+            local_hit_tokens=hit,
+            uncached_tokens=uncached,
+            cost_s=cost,
+        )
+
+    def _pick_pd(
+        self, request: RequestView, endpoints: Sequence[EndpointInfo], snaps: list[EndpointSnapshot]
+    ) -> Pick | None:
+        assert self.pd_router is not None
+        prefill = [s for ep, s in zip(endpoints, snaps, strict=True) if ep.role == ROLE_PREFILL]
+        decode = [s for ep, s in zip(endpoints, snaps, strict=True) if ep.role == ROLE_DECODE]
+        if not prefill or not decode:
+            return self._pick_colocated(request, snaps)
+        try:
+            d = self.pd_router.pick(request, prefill)
+        except NoEndpointError:
+            return None
+        p = prefill[d.target]
+        ranked = sorted(decode, key=lambda s: (s.stale, s.batch_size, s.kv_usage, s.name))
+        hit, uncached, cost = self._work(request, p)
+        return Pick(
+            destination=ranked[0].name,
+            fallbacks=tuple(s.name for s in ranked[1:]),
+            reason=d.reason,
+            policy=self.pd_router.name,
+            prefill=p.name,
+            ledger_address=p.name,
+            local_hit_tokens=hit,
+            uncached_tokens=uncached,
+            cost_s=cost,
+        )

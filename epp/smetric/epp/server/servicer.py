@@ -1,0 +1,315 @@
+"""The ``envoy.service.ext_proc.v3.ExternalProcessor`` servicer (grpc.aio).
+
+Request path: headers -> body (FULL_DUPLEX_STREAMED chunks, or one BUFFERED message) -> parse ->
+:class:`~smetric.epp.server.decide.Picker` -> routing reply (deferred HeadersResponse + streamed
+body echo, or BodyResponse with the header mutation) or an ImmediateResponse for a request the
+picker refuses. Response path: headers, body and trailers pass through unchanged; the status, the
+first body chunk (TTFT of a streaming response) and the usage feed the dispatch ledger and the
+online prefill-rate estimate. A bad request ends only its own stream: any exception becomes a 500
+ImmediateResponse on the request path, and is logged and ignored on the response path.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+
+from smetric.core.views import RequestView
+from smetric.epp.obs.metrics import PickerMetrics
+from smetric.epp.parse.body import ParsedBody, parse_body
+from smetric.epp.parse.errors import RequestError
+from smetric.epp.parse.headers import HDR_REQUEST_ID, parse_headers
+from smetric.epp.parse.usage import Usage, UsageReader
+from smetric.epp.server import messages as msgs
+from smetric.epp.server.decide import Pick, Picker
+from smetric.epp.server.stream import StreamState
+
+log = logging.getLogger("smetric.epp")
+
+Responses = Sequence[ep.ProcessingResponse]
+_NOTHING: Responses = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ServicerSettings:
+    max_body_bytes: int = 16 * 1024 * 1024
+    served_models: frozenset[str] = frozenset()  # empty: accept any model
+
+
+class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
+    def __init__(
+        self,
+        picker: Picker,
+        metrics: PickerMetrics,
+        settings: ServicerSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.picker = picker
+        self.metrics = metrics
+        self.settings = settings if settings is not None else ServicerSettings()
+        self.clock = clock
+
+    async def Process(
+        self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[ep.ProcessingResponse]:
+        st = StreamState()
+        self.metrics.active_streams.inc()
+        try:
+            async for message in request_iterator:
+                closed = False
+                try:
+                    out = self.handle(st, message)
+                except RequestError as exc:
+                    out, closed = (self._refuse(st, exc.status, exc.message),), True
+                except Exception:
+                    log.exception("internal error on request %s", st.request_id)
+                    out, closed = (self._refuse(st, 500, "internal error in the endpoint picker"),), True
+                for response in out:
+                    yield response
+                if closed:
+                    return
+        finally:
+            self._finish(st)
+            self.metrics.active_streams.dec()
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    def handle(self, st: StreamState, m: ep.ProcessingRequest) -> Responses:
+        kind = m.WhichOneof("request")
+        if kind == "request_body":
+            return self._request_body(st, m.request_body)
+        if kind == "response_body":
+            return self._guarded(self._response_body, st, m.response_body)
+        if kind == "request_headers":
+            return self._request_headers(st, m)
+        if kind == "response_headers":
+            return self._guarded(self._response_headers, st, m.response_headers)
+        if kind == "request_trailers":
+            return self._request_trailers(st)
+        if kind == "response_trailers":
+            self._complete(st)
+            return (msgs.CONTINUE_RESPONSE_TRAILERS,)
+        raise RequestError(400, f"unexpected ext_proc message {kind!r}")
+
+    def _guarded(
+        self, fn: Callable[[StreamState, object], Responses], st: StreamState, part: object
+    ) -> Responses:
+        """Response path: never refuse; on a bug log and pass the data through unchanged."""
+        try:
+            return fn(st, part)
+        except Exception:
+            log.exception("response-path error on request %s (passed through)", st.request_id)
+            if isinstance(part, ep.HttpBody):
+                if st.resp_mode == msgs.MODE_FULL_DUPLEX:
+                    return msgs.streamed_chunks(part.body, part.end_of_stream, response=True)
+                return (msgs.CONTINUE_RESPONSE_BODY,)
+            return (msgs.CONTINUE_RESPONSE_HEADERS,)
+
+    # -- request path ---------------------------------------------------------------------------
+
+    def _request_headers(self, st: StreamState, m: ep.ProcessingRequest) -> Responses:
+        if m.HasField("protocol_config"):
+            st.req_mode = m.protocol_config.request_body_mode
+            st.resp_mode = m.protocol_config.response_body_mode
+        raw = msgs.header_map(m.request_headers.headers)
+        st.headers = parse_headers(raw)
+        st.generated_id = HDR_REQUEST_ID not in raw
+        st.subset = msgs.subset_ips(m.metadata_context)
+        if m.request_headers.end_of_stream or st.req_mode not in (msgs.MODE_FULL_DUPLEX, msgs.MODE_BUFFERED):
+            # No body will reach the picker (GET, or a body mode it does not take): route on headers.
+            pick = self._decide(st, None)
+            return (msgs.route_headers(self._route_header_values(st, pick, None), self._addresses(pick)),)
+        if st.req_mode == msgs.MODE_BUFFERED:
+            return (msgs.CONTINUE_REQUEST_HEADERS,)
+        return _NOTHING  # FULL_DUPLEX_STREAMED: the headers reply waits for the whole body
+
+    def _request_body(self, st: StreamState, b: ep.HttpBody) -> Responses:
+        if st.pick is not None:  # routed on headers already: pass the body through
+            if st.req_mode == msgs.MODE_FULL_DUPLEX:
+                return msgs.streamed_chunks(b.body, b.end_of_stream)
+            return (msgs.CONTINUE_REQUEST_BODY,)
+        if len(st.body) + len(b.body) > self.settings.max_body_bytes:
+            st.body = bytearray()  # stop buffering
+            raise RequestError(413, f"request body exceeds {self.settings.max_body_bytes} bytes")
+        st.body += b.body
+        if st.req_mode == msgs.MODE_BUFFERED:  # the one buffered message is the whole body
+            pick = self._decide(st, st.body)
+            return (
+                msgs.route_buffered_body(
+                    self._route_header_values(st, pick, len(st.body)), self._addresses(pick)
+                ),
+            )
+        if not b.end_of_stream:
+            return _NOTHING
+        return self._release(st, end_of_stream=True)
+
+    def _request_trailers(self, st: StreamState) -> Responses:
+        if st.pick is not None or st.req_mode != msgs.MODE_FULL_DUPLEX:
+            return (msgs.CONTINUE_REQUEST_TRAILERS,)
+        return (*self._release(st, end_of_stream=False), msgs.CONTINUE_REQUEST_TRAILERS)
+
+    def _release(self, st: StreamState, end_of_stream: bool) -> Responses:
+        """FULL_DUPLEX_STREAMED: decide, then the headers reply and the echoed body."""
+        pick = self._decide(st, st.body)
+        out = [msgs.route_headers(self._route_header_values(st, pick, len(st.body)), self._addresses(pick))]
+        out.extend(msgs.streamed_chunks(st.body, end_of_stream))
+        st.body = bytearray()
+        return out
+
+    def _decide(self, st: StreamState, body: bytearray | None) -> Pick:
+        t0 = time.perf_counter()
+        h = st.headers
+        if h is None:
+            raise RequestError(400, "request body before request headers")
+        parsed = parse_body(body, h.path) if body is not None else None
+        if (
+            parsed is not None
+            and self.settings.served_models
+            and parsed.model not in self.settings.served_models
+        ):
+            raise RequestError(404, f"model {parsed.model!r} is not served by this pool")
+        view = RequestView(
+            request_id=h.request_id,
+            prompt_tokens=parsed.prompt_tokens if parsed else 0,
+            turn=parsed.turn if parsed else 0,
+            est_hit_tokens=parsed.est_hit_tokens if parsed else 0,
+            session_id=h.session_token,
+            ttft_slo_s=h.ttft_slo_s,
+            tpot_slo_s=h.tpot_slo_s,
+            sheddable=h.sheddable,
+        )
+        pick = self.picker.pick(
+            view, parsed.prompt_text if parsed else "", parsed.token_ids if parsed else (), st.subset
+        )
+        st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
+        m = self.metrics
+        m.decision_latency.observe(time.perf_counter() - t0)
+        m.decisions.labels(policy=pick.policy, reason=pick.reason).inc()
+        m.endpoint_local_hit.labels(endpoint=pick.ledger_address).set(pick.local_hit_tokens)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "routed",
+                extra={
+                    "request_id": h.request_id,
+                    "destination": pick.destination,
+                    "prefill": pick.prefill,
+                    "reason": pick.reason,
+                    "prompt_tokens": view.prompt_tokens,
+                    "turn": view.turn,
+                    "local_hit_tokens": pick.local_hit_tokens,
+                },
+            )
+        return pick
+
+    def _route_header_values(self, st: StreamState, pick: Pick, body_len: int | None) -> dict[str, str]:
+        values = {msgs.DEST_HEADER: pick.destination}
+        if body_len is not None:
+            values["content-length"] = str(body_len)
+        if pick.prefill:
+            values[msgs.PREFILLER_HEADER] = pick.prefill
+        if st.generated_id and st.headers is not None:
+            values[HDR_REQUEST_ID] = st.headers.request_id
+        return values
+
+    @staticmethod
+    def _addresses(pick: Pick) -> tuple[str, ...]:
+        return (pick.destination, *pick.fallbacks)
+
+    def _refuse(self, st: StreamState, status: int, message: str) -> ep.ProcessingResponse:
+        self.metrics.immediate_responses.labels(code=str(status)).inc()
+        if status >= 500:
+            log.warning("refused request %s with %d: %s", st.request_id, status, message)
+        else:
+            log.info("refused request %s with %d: %s", st.request_id, status, message)
+        return msgs.immediate(status, message)
+
+    # -- response path --------------------------------------------------------------------------
+
+    def _response_headers(self, st: StreamState, part: object) -> Responses:
+        assert isinstance(part, ep.HttpHeaders)
+        raw = msgs.header_map(part.headers)
+        try:
+            st.resp_status = int(raw.get(":status", "0"))
+        except ValueError:
+            st.resp_status = 0
+        st.resp_sse = raw.get("content-type", "").startswith("text/event-stream")
+        st.usage = UsageReader(st.resp_sse)
+        if st.pick is not None and st.resp_status != 200:
+            self.metrics.endpoint_errors.labels(endpoint=st.pick.destination, code=str(st.resp_status)).inc()
+        if not st.resp_sse:  # a JSON answer comes after the whole generation: prefill is long done
+            self._prefill_done(st)
+        if part.end_of_stream:
+            self._complete(st)
+        return (msgs.CONTINUE_RESPONSE_HEADERS,)
+
+    def _response_body(self, st: StreamState, part: object) -> Responses:
+        assert isinstance(part, ep.HttpBody)
+        if st.first_byte_at is None:
+            st.first_byte_at = self.clock()
+            self._prefill_done(st)
+        if st.usage is not None:
+            st.usage.feed(part.body)
+        if part.end_of_stream:
+            self._complete(st)
+        if st.resp_mode == msgs.MODE_FULL_DUPLEX:
+            return msgs.streamed_chunks(part.body, part.end_of_stream, response=True)
+        return (msgs.CONTINUE_RESPONSE_BODY,)
+
+    def _prefill_done(self, st: StreamState) -> None:
+        if st.pick is not None and self.picker.ledger.remove(st.request_id) is not None:
+            self.metrics.endpoint_queued_prefill.labels(endpoint=st.pick.ledger_address).set(
+                self.picker.ledger.queued_cost_s(st.pick.ledger_address)
+            )
+
+    def _complete(self, st: StreamState) -> None:
+        """The response ended: usage and the TTFT sample feed the metrics and the rate estimate."""
+        if st.completed:
+            return
+        st.completed = True
+        self._prefill_done(st)
+        pick = st.pick
+        usage = st.usage.result() if st.usage is not None else None
+        if usage is not None:
+            m = self.metrics.usage_tokens
+            for kind, value in (
+                ("prompt", usage.prompt_tokens),
+                ("completion", usage.completion_tokens),
+                ("cached", usage.cached_tokens),
+            ):
+                if value:
+                    m.labels(kind=kind).inc(value)
+        if pick is None or st.first_byte_at is None or not st.resp_sse or st.resp_status != 200:
+            return
+        ttft_s = st.first_byte_at - st.dispatched_at
+        self.metrics.ttft.observe(ttft_s)
+        cost_s = self._observed_cost(st.parsed, pick, usage)
+        rates = self.picker.rates
+        if rates.observe(pick.ledger_address, cost_s, ttft_s):
+            self.metrics.endpoint_prefill_speed.labels(endpoint=pick.ledger_address).set(
+                rates.speed(pick.ledger_address)
+            )
+
+    def _observed_cost(self, parsed: ParsedBody | None, pick: Pick, usage: Usage | None) -> float:
+        """Cost of the prefill as it happened, in the picker's own token units (chars/4), so the
+        learned speed converts the picker's cost estimates: the engine's reported cached share
+        (``cached_tokens / prompt_tokens``) replaces the estimated hit when known."""
+        if parsed is None:
+            return pick.cost_s
+        if usage is not None and usage.prompt_tokens and usage.cached_tokens is not None:
+            L = parsed.prompt_tokens
+            uncached = L * (1.0 - min(usage.cached_tokens, usage.prompt_tokens) / usage.prompt_tokens)
+            return self.picker.cost_model.cost(uncached, L)
+        return pick.cost_s
+
+    def _finish(self, st: StreamState) -> None:
+        """Stream over (normally, on error or cancel): the ledger entry must not outlive it."""
+        if st.pick is not None:
+            if st.first_byte_at is not None or st.resp_status:
+                self._complete(st)
+            self._prefill_done(st)

@@ -1,0 +1,48 @@
+"""Per-stream state of one ext_proc stream (one HTTP request through Envoy)."""
+
+from __future__ import annotations
+
+from smetric.epp.parse.body import ParsedBody
+from smetric.epp.parse.headers import RequestHeaders
+from smetric.epp.parse.usage import UsageReader
+from smetric.epp.server.decide import Pick
+from smetric.epp.server.messages import MODE_FULL_DUPLEX
+
+
+class StreamState:
+    __slots__ = (
+        "body",
+        "completed",
+        "dispatched_at",
+        "first_byte_at",
+        "generated_id",
+        "headers",
+        "parsed",
+        "pick",
+        "req_mode",
+        "resp_mode",
+        "resp_sse",
+        "resp_status",
+        "subset",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self.headers: RequestHeaders | None = None
+        self.req_mode: int = MODE_FULL_DUPLEX
+        self.resp_mode: int = MODE_FULL_DUPLEX
+        self.subset: frozenset[str] | None = None
+        self.body = bytearray()
+        self.parsed: ParsedBody | None = None
+        self.pick: Pick | None = None
+        self.dispatched_at = 0.0
+        self.first_byte_at: float | None = None
+        self.resp_status = 0
+        self.resp_sse = False
+        self.usage: UsageReader | None = None
+        self.completed = False
+        self.generated_id = False
+
+    @property
+    def request_id(self) -> str:
+        return self.headers.request_id if self.headers is not None else ""
