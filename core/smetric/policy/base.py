@@ -59,6 +59,7 @@ class PolicyParams:
     chunk_tokens: int = 8192
     block_tokens: int = 16
     seed: int = 0
+    session_table_size: int = 65_536  # llmd-session: LRU bound on its session -> endpoint table
 
 
 @dataclass(frozen=True, slots=True)

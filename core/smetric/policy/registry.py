@@ -11,16 +11,38 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from smetric.core.names import POLICY_NAMES
+from smetric.policy.bailian import Bailian
 from smetric.policy.base import Policy, PolicyParams
+from smetric.policy.dynamo import Dynamo
+from smetric.policy.llmd_session import LlmdSession
+from smetric.policy.llmd_slo import LlmdSlo
 from smetric.policy.lmetric import LMetric
+from smetric.policy.load_balance import LoadBalance
+from smetric.policy.preble import Preble
+from smetric.policy.random_pick import RandomPick
+from smetric.policy.round_robin import RoundRobin
 from smetric.policy.smetric import SMetric
+from smetric.policy.smetric_basic import SMetricBasic
+from smetric.policy.smetric_overload import SMetricOverload
+from smetric.policy.smetric_slo_tokens import SMetricSloTokens
 
 Factory = Callable[[PolicyParams], Policy]
 
 FACTORIES: Mapping[str, Factory] = MappingProxyType(
     {
         "smetric": SMetric,
+        "smetric-basic": SMetricBasic,
+        "smetric-overload": SMetricOverload,
+        "smetric-slo-tokens": SMetricSloTokens,
         "lmetric": LMetric,
+        "bailian": Bailian,
+        "load-balance": LoadBalance,
+        "llmd-session": LlmdSession,
+        "llmd-slo": LlmdSlo,
+        "preble": Preble,
+        "dynamo": Dynamo,
+        "round-robin": RoundRobin,
+        "random": RandomPick,
     }
 )
 

@@ -1,0 +1,27 @@
+"""Ablation 3, SLO-aware migration with token counts as cost (paper §5.4).
+
+SMetric's ``meets`` rule with the Eq. 1 cost model replaced by token counts:
+``time[i] = (q_tokens[i] + L - c[i]) * c_lin / rate[i] <= SLACK * ttft_slo(L)``. The balance
+branch is SMetric's (Fig. 13 (c)); the TPOT guard of the full colocated variant is not part of
+this ablation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy.estimates import prefill_time_tokens_s, prompt_tokens, request_slo
+from smetric.policy.sessioncentric import SessionCentric
+
+
+class SMetricSloTokens(SessionCentric):
+    name = "smetric-slo-tokens"
+
+    def eligible(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], prev: int
+    ) -> list[bool] | None:
+        p = self.params
+        deadline_s = p.slack * request_slo(request, p).ttft_slo_s(prompt_tokens(request))
+        c_lin = p.cost_model.c_lin_s
+        return [prefill_time_tokens_s(request, ep, c_lin) <= deadline_s for ep in endpoints]
