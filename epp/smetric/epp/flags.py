@@ -33,6 +33,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("staleness-threshold-ms", int, 2000, "metrics older than this mark an endpoint stale (saturated)"),
     Flag("max-body-bytes", int, 16 * 1024 * 1024, "requests larger than this get 413"),
     Flag("hash-seed", str, "0", "PYTHONHASHSEED shared with the engines (precise block hashes)"),
+    Flag(
+        "hash-algo",
+        str,
+        "sha256",
+        "engines' --prefix-caching-hash-algo: sha256 | sha256_cbor (precise index)",
+    ),
     Flag("block-size", int, 16, "engine KV block size in tokens (precise index)"),
     Flag("log-level", str, "info", "debug | info | warning | error"),
 )
