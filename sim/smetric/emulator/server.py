@@ -1,0 +1,198 @@
+"""aiohttp front end of one emulated instance: vLLM's OpenAI routes, ``/health``, ``/metrics``,
+and the test-only ``/admin/fault``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, Literal
+
+import orjson
+from aiohttp import web
+
+from smetric.emulator import sse
+from smetric.emulator.faults import FaultState
+from smetric.emulator.instance import EmulatedInstance, RequestHandle
+from smetric.emulator.metrics import CONTENT_TYPE
+from smetric.emulator.prompt import PreparedPrompt, Prompter
+from smetric.emulator.protocol import ApiError, ChatRequest, CompletionRequest, ResponseShaper, parse_request
+
+_JSON = "application/json"
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type=_JSON)
+
+
+def _error(exc: ApiError) -> web.Response:
+    return _json(exc.body(), exc.status)
+
+
+class InstanceServer:
+    """HTTP routes of one instance. The instance's driver task runs the engine; this only
+    validates, submits, and relays tokens as they are produced."""
+
+    def __init__(
+        self, instance: EmulatedInstance, prompter: Prompter, model: str, context_tokens: int
+    ) -> None:
+        self.instance = instance
+        self.prompter = prompter
+        self.model = model
+        self.context_tokens = context_tokens
+        self.faults: FaultState = instance.faults
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/admin/fault", self.get_fault)
+        app.router.add_post("/admin/fault", self.set_fault)
+        return app
+
+    # ------------------------------------------------------------------ small routes
+    async def health(self, _: web.Request) -> web.Response:
+        if self.faults.dead:
+            return web.Response(status=503)
+        return web.Response(status=200)
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        return web.Response(body=self.instance.render_metrics(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def models(self, _: web.Request) -> web.Response:
+        if self.faults.dead:
+            return _error(ApiError(503, "engine is dead"))
+        card = {
+            "id": self.model,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "vllm",
+            "root": self.model,
+            "parent": None,
+            "max_model_len": self.context_tokens,
+            "permission": [],
+        }
+        return _json({"object": "list", "data": [card]})
+
+    async def get_fault(self, _: web.Request) -> web.Response:
+        return _json(self.faults.as_dict())
+
+    async def set_fault(self, request: web.Request) -> web.Response:
+        try:
+            self.faults.apply(orjson.loads(await request.read()))
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            return _error(ApiError(400, f"bad fault spec: {exc}"))
+        if self.faults.dead:
+            self.instance.abort_all()
+        return _json(self.faults.as_dict())
+
+    # ------------------------------------------------------------------ generation
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completion")
+
+    def _prepare(self, req: ChatRequest | CompletionRequest) -> PreparedPrompt:
+        if req.model and req.model != self.model:
+            raise ApiError(404, f"The model `{req.model}` does not exist.", "model")
+        if isinstance(req, ChatRequest):
+            prompt = self.prompter.chat([m.model_dump() for m in req.messages])
+        else:
+            raw = req.prompt[0] if isinstance(req.prompt, list) and req.prompt and isinstance(
+                req.prompt[0], str) else req.prompt  # fmt: skip
+            prompt = self.prompter.completion(raw)  # type: ignore[arg-type]
+        total = prompt.num_tokens + req.output_tokens
+        if prompt.num_tokens == 0:
+            raise ApiError(400, "the prompt is empty", "messages" if isinstance(req, ChatRequest) else "prompt")
+        if total > self.context_tokens:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {self.context_tokens} tokens. However, you "
+                f"requested {total} tokens ({prompt.num_tokens} in the messages, "
+                f"{req.output_tokens} in the completion). Please reduce the length of the messages "
+                "or completion.",
+            )
+        self.instance.check_fits(prompt.num_tokens + req.output_tokens)
+        return prompt
+
+    async def _generate(self, request: web.Request, kind: Literal["chat", "completion"]) -> web.StreamResponse:
+        try:
+            if self.faults.dead:
+                raise ApiError(503, "engine is dead")
+            try:
+                body = orjson.loads(await request.read())
+            except orjson.JSONDecodeError as exc:
+                raise ApiError(400, f"malformed JSON body: {exc}") from None
+            req = parse_request(kind, body)
+            prompt = self._prepare(req)
+            request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+            handle = self.instance.submit(prompt, req.output_tokens, request_id)
+        except ApiError as exc:
+            return _error(exc)
+        shaper = ResponseShaper(kind, handle.request_id, self.model)
+        try:
+            if req.stream:
+                return await self._stream(request, handle, shaper, req.include_usage)
+            return await self._full(handle, shaper)
+        finally:
+            # Normal completion is a no-op; a client disconnect (handler cancelled, or a write to a
+            # closed transport) aborts the request and releases its KV blocks.
+            self.instance.abort(handle)
+
+    async def _full(self, handle: RequestHandle, shaper: ResponseShaper) -> web.Response:
+        n = await self._drain(handle)
+        if n < handle.output_tokens:
+            return _error(ApiError(503, "request aborted: the engine stopped serving it"))
+        text = self.prompter.filler_text(n)
+        return _json(shaper.full(text, handle.prompt.num_tokens, n, handle.cached_tokens))
+
+    async def _drain(self, handle: RequestHandle) -> int:
+        n = 0
+        while await handle.tokens.get() is not None:
+            n += 1
+        return n
+
+    async def _stream(
+        self, request: web.Request, handle: RequestHandle, shaper: ResponseShaper, include_usage: bool
+    ) -> web.StreamResponse:
+        first = await handle.tokens.get()  # headers go out with the first token, as vLLM's do
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        n, k = 0, first
+        while k is not None:
+            n += 1
+            last = n == handle.output_tokens
+            piece = self.prompter.filler_piece(k)
+            await resp.write(sse.frame(shaper.chunk(piece, "length" if last else None, first=n == 1)))
+            k = await handle.tokens.get()
+        if n < handle.output_tokens:  # aborted by the engine (instance turned dead)
+            await resp.write(sse.frame(ApiError(503, "request aborted").body()))
+        elif include_usage:
+            await resp.write(sse.frame(shaper.usage_chunk(handle.prompt.num_tokens, n, handle.cached_tokens)))
+        await resp.write(sse.DONE)
+        await resp.write_eof()
+        return resp
+
+
+async def start_servers(
+    servers: list[tuple[InstanceServer, str, int]],
+) -> list[web.AppRunner]:
+    """Start one aiohttp site per instance; handler cancellation on disconnect is enabled so an
+    abandoned request is aborted at once."""
+    runners: list[web.AppRunner] = []
+    for server, host, port in servers:
+        runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, host, port, reuse_address=True).start()
+        runners.append(runner)
+    return runners
+
+
+async def stop_servers(runners: list[web.AppRunner]) -> None:
+    await asyncio.gather(*(r.cleanup() for r in runners), return_exceptions=True)
