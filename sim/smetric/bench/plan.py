@@ -35,6 +35,7 @@ class PlannedSession:
     family_id: str
     parent_session_id: str | None
     requests: tuple[PlannedRequest, ...]
+    model: str = ""  # the trace's model name (keys the optional shared system prompt)
 
     @property
     def start_offset_s(self) -> float:
@@ -109,7 +110,7 @@ def build_plan(
             if max_turns > 0:
                 reqs = reqs[:max_turns]
             items = tuple(_planned(r, trace.block_tokens, token_scale) for r in reqs)
-            sessions.append(PlannedSession(sid, fid, reqs[0].parent_session_id, items))
+            sessions.append(PlannedSession(sid, fid, reqs[0].parent_session_id, items, reqs[0].model))
         sessions.sort(key=lambda s: (s.start_offset_s, s.session_id))
         planned.append(PlannedFamily(fid, float(start_times_s[fid]), tuple(sessions)))
     planned.sort(key=lambda f: (f.start_s, f.family_id))

@@ -1,7 +1,9 @@
-"""Closed-loop replay: one task per session, each request sent only after the previous response of
-that session finished plus the recorded think time (both on the wall clock = model seconds x
-``time_scale``). A session's first request goes at its family's start plus its recorded offset on
-the family clock, so sub-agents start where the trace put them relative to their parent.
+"""Closed-loop replay: one task per session. A request is sent at
+``max(family start + recorded offset, previous response of the session done + think time)`` on the
+model clock (the simulator's rule, :func:`smetric.trace.workload.closed_loop_send_time`), and the
+wall clock is the model clock times ``time_scale``. A session's first request goes at its family's
+start plus its recorded offset, so sub-agents start where the trace put them relative to their
+parent.
 
 Requests whose send time would fall after the replay window (``duration_s``) are not sent and
 counted as ``not_sent``; requests in flight at the window's end are allowed to finish.
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 from smetric.bench.plan import PlannedFamily, PlannedSession, ReplayPlan
 from smetric.bench.synth import Conversation, Message, TokenCount
+from smetric.trace.workload import closed_loop_send_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,7 @@ class ClosedLoopReplay:
         time_scale: float,
         duration_s: float = 0.0,
         seed: int = 0,
-        shared_system_key: str = "",
+        shared_system_prompt: bool = False,
         on_record: Callable[[RequestRecord], None] | None = None,
     ) -> None:
         if not time_scale > 0:
@@ -93,7 +96,7 @@ class ClosedLoopReplay:
         self.time_scale = time_scale
         self.duration_s = duration_s
         self.seed = seed
-        self.shared_system_key = shared_system_key
+        self.shared_system_prompt = shared_system_prompt
         self.on_record = on_record
         self._records: list[RequestRecord] = []
         self._not_sent = 0
@@ -121,9 +124,16 @@ class ClosedLoopReplay:
     ) -> None:
         loop = asyncio.get_running_loop()
         ts = self.time_scale
-        conv = Conversation(session.session_id, self.seed, self.count, self.shared_system_key)
-        send_at = t0 + (family.start_s + session.start_offset_s) * ts
+        # Shared: one system prompt per model (the trace hashes families apart; see docs/bench.md).
+        key = (session.model or "model") if self.shared_system_prompt else ""
+        conv = Conversation(session.session_id, self.seed, self.count, key)
+        prev_done_model_s: float | None = None
         for i, req in enumerate(session.requests):
+            # The simulator's rule, on the model clock: max(family start + offset, prev done + think).
+            at_model_s = closed_loop_send_time(
+                family.start_s, req.offset_s, prev_done_model_s, req.think_time_s
+            )
+            send_at = t0 + at_model_s * ts
             if send_at > deadline:
                 self._not_sent += len(session.requests) - i
                 return
@@ -142,7 +152,7 @@ class ClosedLoopReplay:
             )
             sent = loop.time()
             outcome = await self.send(spec)
-            finished = loop.time()
+            prev_done_model_s = (loop.time() - t0) / ts
             if outcome.ok:
                 conv.add_answer(outcome.text)
             record = RequestRecord(
@@ -158,5 +168,3 @@ class ClosedLoopReplay:
             self._records.append(record)
             if self.on_record is not None:
                 self.on_record(record)
-            if i + 1 < len(session.requests):
-                send_at = finished + session.requests[i + 1].think_time_s * ts

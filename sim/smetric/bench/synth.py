@@ -53,21 +53,20 @@ def synth_text(n_tokens: int, seed: int, count: TokenCount) -> str:
     k = max(1, (target - 1) // 2)
     pool = _words(rng, k + 64)
     text = ""
-    for _ in range(8):
-        k = max(1, min(k, len(pool)))
+    for _ in range(12):
+        if k + 1 > len(pool):
+            pool += _words(rng, k + 1 - len(pool) + 64)
         text = "#" + " ".join(pool[:k]) + "."
         got = count(text)
         if got == target:
             return text
-        if got < target and target - got == 1 and k >= 1:
+        if target - got == 1:
             # one token short: lengthen the last word into two 4-letter pieces
             longer = "#" + " ".join([*pool[: k - 1], pool[k - 1] + pool[k]]) + "."
             if count(longer) == target:
                 return longer
-        step = (target - got) // 2 or (1 if got < target else -1)
-        k += step
-        if k > len(pool):
-            pool += _words(rng, k - len(pool) + 64)
+        per_word = max(got / k, 0.5)
+        k = max(1, k + (round((target - got) / per_word) or (1 if got < target else -1)))
     return text  # closest found; the request records its true prompt size from the server's usage
 
 
