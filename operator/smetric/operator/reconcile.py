@@ -1,0 +1,100 @@
+"""One reconciliation of an SMetricPool: render, apply what changed, prune leftovers, write status.
+
+Idempotent and level-triggered: create, update, resume and any child event all run the same
+function, so the result converges whatever the starting state (missing children are re-created,
+children whose rendered manifest changed are re-applied, children no longer rendered are deleted).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from smetric.operator.client import PLURALS, KubeClient
+from smetric.operator.meta import (
+    API_VERSION,
+    FIELD_MANAGER,
+    KIND,
+    MANAGED_BY_LABEL,
+    POOL_LABEL,
+    SPEC_HASH_ANNOTATION,
+    Manifest,
+    PoolRef,
+    key_of,
+)
+from smetric.operator.render import render_children
+from smetric.operator.spec import InvalidSpecError, parse_spec
+from smetric.operator.status import invalid_status, now_rfc3339, pool_status
+
+CHILD_KINDS: tuple[tuple[str, str], ...] = tuple(k for k in PLURALS if k != (API_VERSION, KIND))
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    applied: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    status: Mapping[str, Any] = field(default_factory=dict)
+    invalid: str | None = None
+
+
+def _owned_by(obj: Manifest, uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in obj.get("metadata", {}).get("ownerReferences") or [])
+
+
+def _hash(obj: Manifest | None) -> str | None:
+    if obj is None:
+        return None
+    value = (obj.get("metadata", {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    return value if isinstance(value, str) else None
+
+
+async def reconcile(
+    api: KubeClient, body: Mapping[str, Any], log: logging.Logger | logging.LoggerAdapter[Any]
+) -> Outcome:
+    meta = body["metadata"]
+    pool = PoolRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    generation = int(meta.get("generation") or 0)
+    old_status: Mapping[str, Any] = body.get("status") or {}
+    previous = old_status.get("conditions") or []
+    try:
+        spec = parse_spec(body.get("spec"))
+    except InvalidSpecError as exc:
+        status = invalid_status(str(exc), generation, previous, now_rfc3339())
+        if status != dict(old_status):
+            await api.patch_status(API_VERSION, KIND, pool.namespace, pool.name, status)
+        log.warning("SMetricPool %s/%s: invalid spec, nothing applied: %s", pool.namespace, pool.name, exc)
+        return Outcome(status=status, invalid=str(exc))
+
+    rendered = render_children(pool, spec)
+    selector = f"{POOL_LABEL}={pool.name},{MANAGED_BY_LABEL}={FIELD_MANAGER}"
+    live: dict[tuple[str, str, str], Manifest] = {}
+    for api_version, kind in CHILD_KINDS:
+        for obj in await api.list(api_version, kind, pool.namespace, selector):
+            if _owned_by(obj, pool.uid or ""):
+                live[key_of(obj)] = obj
+
+    applied: list[str] = []
+    observed: dict[str, Manifest | None] = {}
+    for child in rendered:
+        key = key_of(child)
+        current = live.get(key)
+        if current is None or _hash(current) != _hash(child):
+            current = await api.apply(child)
+            applied.append(f"{key[1]}/{key[2]}")
+        if key[1] == "Deployment":
+            observed[key[2]] = current
+
+    wanted = {key_of(child) for child in rendered}
+    deleted: list[str] = []
+    for key in sorted(set(live) - wanted):
+        await api.delete(key[0], key[1], pool.namespace, key[2])
+        deleted.append(f"{key[1]}/{key[2]}")
+
+    status = pool_status(pool.name, rendered, observed, generation, previous, now_rfc3339())
+    if status != dict(old_status):
+        await api.patch_status(API_VERSION, KIND, pool.namespace, pool.name, status)
+    if applied or deleted:
+        log.info("SMetricPool %s/%s: applied %s; deleted %s", pool.namespace, pool.name, applied, deleted)
+    return Outcome(applied=tuple(applied), deleted=tuple(deleted), status=status)
