@@ -2,6 +2,7 @@
 
 from smetric.trace.agentic import load_agentic
 from smetric.trace.errors import TraceFormatError
+from smetric.trace.formats import FORMATS, detect_format, load_trace
 from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.workload import (
     closed_loop_send_time,
@@ -11,12 +12,15 @@ from smetric.trace.workload import (
 )
 
 __all__ = [
+    "FORMATS",
     "Trace",
     "TraceFormatError",
     "TraceRequest",
     "closed_loop_send_time",
+    "detect_format",
     "family_start_times",
     "load_agentic",
+    "load_trace",
     "recorded_family_start_times",
     "subsample_families",
 ]
