@@ -5,6 +5,7 @@ with :func:`make_policy` / :func:`params_from_mapping`.
 """
 
 from smetric.policy.base import Decision, DecodeStepModel, Policy, PolicyParams
+from smetric.policy.config import params_from_mapping
 from smetric.policy.framework import InvalidDecisionError, NoEndpointError, PolicyError, Router
 from smetric.policy.registry import known_policies, make_policy
 
@@ -19,4 +20,5 @@ __all__ = [
     "Router",
     "known_policies",
     "make_policy",
+    "params_from_mapping",
 ]

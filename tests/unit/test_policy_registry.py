@@ -1,0 +1,125 @@
+"""Registry (make_policy) and params_from_mapping (the YAML/CRD trust boundary)."""
+
+from __future__ import annotations
+
+import pytest
+
+from smetric.core.costmodel import CostModel
+from smetric.core.names import POLICY_NAMES
+from smetric.core.presets import PRESETS
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy import PolicyParams, Router, known_policies, make_policy, params_from_mapping
+from smetric.policy.base import DecodeStepModel
+
+
+def test_every_catalogued_name_is_registered_and_named() -> None:
+    assert known_policies() == POLICY_NAMES
+    for name in POLICY_NAMES:
+        assert make_policy(name, PolicyParams()).name == name
+
+
+def test_unknown_policy_lists_known_names() -> None:
+    with pytest.raises(ValueError, match=r"unknown routing policy 'nope'.*smetric.*round-robin"):
+        make_policy("nope", PolicyParams())
+
+
+def test_make_policy_returns_fresh_instances() -> None:
+    a, b = make_policy("round-robin"), make_policy("round-robin")
+    eps = [EndpointSnapshot("x"), EndpointSnapshot("y")]
+    r = RequestView("r", 10)
+    assert a.pick(r, eps).target == 0
+    assert b.pick(r, eps).target == 0
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_every_policy_runs_under_the_router(name: str) -> None:
+    eps = [
+        EndpointSnapshot("a", running=2, local_hit_tokens=300),
+        EndpointSnapshot("b", stale=True),
+        EndpointSnapshot("c"),
+    ]
+    r = RequestView("r", prompt_tokens=500, turn=1, est_hit_tokens=400, session_id="s")
+    d = Router(make_policy(name)).pick(r, eps)
+    assert d.target in (0, 2)
+    assert 1 not in d.fallbacks
+
+
+def test_defaults() -> None:
+    assert params_from_mapping(None) == PolicyParams()
+    assert params_from_mapping({}) == PolicyParams()
+
+
+def test_camel_and_snake_keys() -> None:
+    p = params_from_mapping(
+        {
+            "slack": 1.5,
+            "hitRatio": 0.3,
+            "overload": 3,
+            "lambda": 0.5,
+            "ttftSloBaseS": 2.0,
+            "ttftSloPerKTokS": 0.1,
+            "tpotSloS": 0.05,
+            "costModel": {"cLinS": 1e-4, "cAttS": 1e-8},
+            "decodeStep": {"baseS": 0.004, "perKvTokenS": 1e-8},
+            "mode": "disaggregated",
+            "blockTokens": 32,
+            "chunkTokens": 2048,
+            "seed": 3,
+            "sessionTableSize": 10,
+            "prebleHitFraction": 0.6,
+            "prebleImbalanceGuard": 4,
+        }
+    )
+    assert (p.slack, p.hit_ratio, p.overload, p.bailian_lambda, p.mode) == (
+        1.5,
+        0.3,
+        3.0,
+        0.5,
+        "disaggregated",
+    )
+    assert (p.slo.ttft_base_s, p.slo.ttft_per_ktok_s, p.slo.tpot_s) == (2.0, 0.1, 0.05)
+    assert p.cost_model == CostModel(1e-4, 1e-8)
+    assert p.decode_step == DecodeStepModel(0.004, 1e-8)
+    assert (p.block_tokens, p.chunk_tokens, p.seed, p.session_table_size) == (32, 2048, 3, 10)
+    assert (p.preble_hit_fraction, p.preble_imbalance_guard) == (0.6, 4)
+    assert params_from_mapping({"hit_ratio": 0.3, "bailian_lambda": 0.1}).hit_ratio == 0.3
+
+
+def test_preset_derives_models_and_keys_override() -> None:
+    preset = PRESETS["qwen3-235b-4xh20"]
+    p = params_from_mapping({"preset": "qwen3-235b-4xh20", "tpotSloS": 0.05})
+    assert p.cost_model == preset.cost_model
+    assert p.decode_step == DecodeStepModel.from_preset_name("qwen3-235b-4xh20")
+    assert p.slo.ttft_base_s == preset.slo.ttft_base_s
+    assert p.slo.tpot_s == 0.05
+
+
+@pytest.mark.parametrize(
+    ("mapping", "match"),
+    [
+        ({"slack": 0}, "slack"),
+        ({"slack": -1.0}, "slack"),
+        ({"hitRatio": 0.0}, "hitRatio"),
+        ({"hitRatio": 1.0}, "hitRatio"),
+        ({"lambda": 1.2}, "lambda"),
+        ({"lambda": "0.7"}, "lambda"),
+        ({"overload": 0.9}, "overload"),
+        ({"slack": float("inf")}, "slack"),
+        ({"mode": "both"}, "mode"),
+        ({"costModel": {"cLinS": 0.0, "cAttS": 0.0}}, "cLinS"),
+        ({"costModel": {"cLinS": 1e-4}}, "cAttS"),
+        ({"costModel": 3}, "costModel"),
+        ({"seed": True}, "seed"),
+        ({"blockTokens": 0}, "blockTokens"),
+        ({"slak": 1.0}, "slak: unknown key"),
+        ({"preset": "h100"}, "preset.*known: qwen3"),
+    ],
+)
+def test_bad_values_name_the_key(mapping: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        params_from_mapping(mapping)
+
+
+def test_non_mapping_is_rejected() -> None:
+    with pytest.raises(ValueError, match="mapping"):
+        params_from_mapping([("slack", 1.0)])  # type: ignore[arg-type]
