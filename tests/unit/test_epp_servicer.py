@@ -1,0 +1,441 @@
+"""ext_proc servicer over a real grpc.aio channel with real protobuf messages (hermetic)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import grpc
+import orjson
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+from google.protobuf import struct_pb2
+from prometheus_client import CollectorRegistry
+
+from smetric.core.names import ROLE_DECODE, ROLE_PREFILL
+from smetric.epp.contracts import EndpointInfo, EngineMetrics, PromptKey
+from smetric.epp.obs.metrics import PickerMetrics
+from smetric.epp.server.decide import Picker
+from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
+from smetric.epp.server.static import StaticEndpointSource, idle_metrics
+from smetric.policy.base import PolicyParams
+from smetric.policy.framework import Router
+from smetric.policy.registry import make_policy
+
+FULL_DUPLEX = pm.ProcessingMode.FULL_DUPLEX_STREAMED
+BUFFERED = pm.ProcessingMode.BUFFERED
+EPS = ("10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000")
+
+
+class FakeIndex:
+    """Hits per address set by the test; records where requests were routed."""
+
+    def __init__(self) -> None:
+        self.hits: dict[str, int] = {}
+        self.routed: list[str] = []
+
+    def key(self, prompt_text: str, token_ids: Sequence[int] | None = None) -> PromptKey:
+        return PromptKey(prompt_text, (len(prompt_text) + 3) // 4)
+
+    def local_hits(self, key: PromptKey, addresses: Sequence[str]) -> dict[str, int]:
+        return {a: min(self.hits.get(a, 0), key.prompt_tokens) for a in addresses}
+
+    def on_routed(self, key: PromptKey, address: str) -> None:
+        self.routed.append(address)
+
+
+def build(
+    endpoints: Sequence[EndpointInfo | str] = EPS, *, pd: bool = False, max_body: int = 1 << 20
+) -> tuple[ExtProcServicer, StaticEndpointSource, FakeIndex, PickerMetrics]:
+    source = StaticEndpointSource(endpoints)
+    index = FakeIndex()
+    params = PolicyParams()
+    pd_router = Router(make_policy("smetric", PolicyParams(mode="disaggregated"))) if pd else None
+    picker = Picker(
+        source, index, Router(make_policy("smetric", params)), params.cost_model, pd_router=pd_router
+    )
+    metrics = PickerMetrics(CollectorRegistry())
+    return ExtProcServicer(picker, metrics, ServicerSettings(max_body_bytes=max_body)), source, index, metrics
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[object]:
+    servers: list[grpc.aio.Server] = []
+    channels: list[grpc.aio.Channel] = []
+
+    async def start(servicer: ExtProcServicer) -> ep_grpc.ExternalProcessorStub:
+        server = grpc.aio.server()
+        ep_grpc.add_ExternalProcessorServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        servers.append(server)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        channels.append(channel)
+        return ep_grpc.ExternalProcessorStub(channel)
+
+    yield start
+    for c in channels:
+        await c.close()
+    for s in servers:
+        await s.stop(None)
+
+
+def headers_msg(
+    headers: dict[str, str],
+    *,
+    eos: bool = False,
+    mode: int = FULL_DUPLEX,
+    subset: list[str] | None = None,
+) -> ep.ProcessingRequest:
+    hm = base_pb2.HeaderMap(
+        headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in headers.items()]
+    )
+    req = ep.ProcessingRequest(
+        request_headers=ep.HttpHeaders(headers=hm, end_of_stream=eos),
+        protocol_config=ep.ProtocolConfiguration(request_body_mode=mode, response_body_mode=FULL_DUPLEX),
+    )
+    if subset is not None:
+        s = struct_pb2.Struct()
+        s.update({"x-gateway-destination-endpoint-subset": subset})
+        req.metadata_context.filter_metadata["envoy.lb.subset_hint"].CopyFrom(s)
+    return req
+
+
+def body_msgs(body: bytes, n_chunks: int = 1) -> list[ep.ProcessingRequest]:
+    size = max(1, -(-len(body) // n_chunks))
+    parts = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
+    return [
+        ep.ProcessingRequest(request_body=ep.HttpBody(body=p, end_of_stream=i == len(parts) - 1))
+        for i, p in enumerate(parts)
+    ]
+
+
+def chat(model: str = "m", turns: int = 0, text: str = "hello") -> bytes:
+    messages: list[dict[str, str]] = [{"role": "system", "content": "sys " * 50}]
+    for t in range(turns):
+        messages += [{"role": "user", "content": f"q{t} {text}"}, {"role": "assistant", "content": f"a{t}"}]
+    messages.append({"role": "user", "content": text})
+    return orjson.dumps({"model": model, "messages": messages, "stream": True})
+
+
+BASE_HEADERS = {":method": "POST", ":path": "/v1/chat/completions", "x-request-id": "r1"}
+
+
+def set_headers(resp: ep.ProcessingResponse, which: str = "request_headers") -> dict[str, str]:
+    common = getattr(resp, which).response
+    return {h.header.key: h.header.raw_value.decode() for h in common.header_mutation.set_headers}
+
+
+async def exchange(
+    stub: ep_grpc.ExternalProcessorStub, msgs: list[ep.ProcessingRequest]
+) -> list[ep.ProcessingResponse]:
+    call = stub.Process()
+    for m in msgs:
+        await call.write(m)
+    await call.done_writing()
+    return [r async for r in call]
+
+
+async def test_full_duplex_streamed_body_in_chunks(serve: object) -> None:
+    servicer, _, index, metrics = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    body = chat() + b" " * 150_000  # trailing whitespace keeps the JSON valid and spans 3 chunks
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(body, 5)])
+    head, chunks = out[0], out[1:]
+    assert head.HasField("request_headers")
+    assert head.request_headers.response.clear_route_cache
+    hdrs = set_headers(head)
+    assert hdrs["x-gateway-destination-endpoint"] in EPS
+    assert hdrs["content-length"] == str(len(body))
+    lb = head.dynamic_metadata.fields["envoy.lb"].struct_value.fields["x-gateway-destination-endpoint"]
+    addrs = lb.string_value.split(",")
+    assert addrs[0] == hdrs["x-gateway-destination-endpoint"] and sorted(addrs) == sorted(EPS)
+    echoed = [c.request_body.response.body_mutation.streamed_response for c in chunks]
+    assert all(len(e.body) <= 62_000 for e in echoed)
+    assert b"".join(e.body for e in echoed) == body
+    assert [e.end_of_stream for e in echoed] == [False] * (len(echoed) - 1) + [True]
+    assert index.routed == [addrs[0]]
+    assert (
+        metrics.registry.get_sample_value(
+            "smetric_epp_decisions_total", {"policy": "smetric", "reason": "balance"}
+        )
+        == 1
+    )
+
+
+async def test_buffered_mode_routes_on_the_body_response(serve: object) -> None:
+    servicer, *_ = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    body = chat()
+    out = await exchange(stub, [headers_msg(BASE_HEADERS, mode=BUFFERED), *body_msgs(body)])
+    assert (
+        out[0].HasField("request_headers") and not out[0].request_headers.response.header_mutation.set_headers
+    )
+    assert out[1].HasField("request_body")
+    assert out[1].request_body.response.clear_route_cache
+    hdrs = set_headers(out[1], "request_body")
+    assert hdrs["x-gateway-destination-endpoint"] in EPS
+    assert hdrs["content-length"] == str(len(body))
+    assert not out[1].request_body.response.HasField("body_mutation")  # body passes unchanged
+    assert (
+        out[1]
+        .dynamic_metadata.fields["envoy.lb"]
+        .struct_value.fields["x-gateway-destination-endpoint"]
+        .string_value
+    )
+
+
+async def test_follow_up_turn_sticks_to_the_endpoint_holding_the_session(serve: object) -> None:
+    servicer, _, index, metrics = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    body = chat(turns=3)
+    index.hits = {EPS[2]: len(body) // 4 - 10}
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(body)])
+    assert set_headers(out[0])["x-gateway-destination-endpoint"] == EPS[2]
+    assert (
+        metrics.registry.get_sample_value(
+            "smetric_epp_decisions_total", {"policy": "smetric", "reason": "stick"}
+        )
+        == 1
+    )
+
+
+async def test_subset_hint_restricts_candidates_and_empty_subset_is_503(serve: object) -> None:
+    servicer, *_ = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    for _ in range(4):
+        out = await exchange(stub, [headers_msg(BASE_HEADERS, subset=["10.0.0.2:9999"]), *body_msgs(chat())])
+        assert set_headers(out[0])["x-gateway-destination-endpoint"] == EPS[1]  # matched on IP
+    out = await exchange(stub, [headers_msg(BASE_HEADERS, subset=[]), *body_msgs(chat())])
+    assert out[-1].immediate_response.status.code == 503
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"{not json", 400),
+        (b"[1, 2]", 400),
+        (orjson.dumps({"messages": [{"role": "user", "content": "x"}]}), 400),
+        (orjson.dumps({"model": "m", "what": 1}), 400),
+        (orjson.dumps({"model": "m", "messages": "nope"}), 400),
+    ],
+)
+async def test_bad_requests_get_400(serve: object, body: bytes, status: int) -> None:
+    servicer, *_ = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    out = await exchange(stub, [headers_msg({**BASE_HEADERS, ":path": "/v1/x"}), *body_msgs(body)])
+    assert len(out) == 1 and out[0].immediate_response.status.code == status
+    assert orjson.loads(out[0].immediate_response.body)["error"]["code"] == status
+
+
+async def test_body_over_limit_is_413_without_waiting_for_the_end(serve: object) -> None:
+    servicer, *_ = build(max_body=100_000)
+    stub = await serve(servicer)  # type: ignore[operator]
+    call = stub.Process()
+    await call.write(headers_msg(BASE_HEADERS))
+    await call.write(ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x" * 60_000)))
+    await call.write(ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x" * 60_000)))
+    reply = await call.read()
+    assert reply.immediate_response.status.code == 413
+    call.cancel()
+
+
+async def test_no_ready_endpoint_is_503(serve: object) -> None:
+    servicer, *_ = build(endpoints=())
+    stub = await serve(servicer)  # type: ignore[operator]
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+    assert out[-1].immediate_response.status.code == 503
+
+
+def saturated(now_s: float) -> EngineMetrics:
+    return EngineMetrics(8, 20, 0.95, 1000, 16, 0.0, 0.0, now_s)
+
+
+async def test_saturated_pool_sheds_only_sheddable_requests(serve: object) -> None:
+    servicer, source, *_ = build()
+    now = servicer.picker.clock()
+    for a in EPS:
+        source.set_metrics(a, saturated(now))
+    stub = await serve(servicer)  # type: ignore[operator]
+    out = await exchange(stub, [headers_msg({**BASE_HEADERS, "x-sheddable": "true"}), *body_msgs(chat())])
+    assert out[-1].immediate_response.status.code == 429
+    out = await exchange(
+        stub,
+        [headers_msg({**BASE_HEADERS, "x-gateway-inference-objective": "Sheddable"}), *body_msgs(chat())],
+    )
+    assert out[-1].immediate_response.status.code == 429
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+    assert set_headers(out[0])["x-gateway-destination-endpoint"] in EPS
+    source.set_metrics(EPS[0], idle_metrics(now))
+    out = await exchange(stub, [headers_msg({**BASE_HEADERS, "x-sheddable": "true"}), *body_msgs(chat())])
+    assert set_headers(out[0])["x-gateway-destination-endpoint"] == EPS[0]
+
+
+async def test_stale_endpoint_is_not_chosen_while_a_fresh_one_exists(serve: object) -> None:
+    servicer, source, *_ = build()
+    source.set_metrics(EPS[0], None)  # never scraped
+    source.set_metrics(EPS[1], idle_metrics(servicer.picker.clock() - 60.0))  # too old
+    stub = await serve(servicer)  # type: ignore[operator]
+    for i in range(3):
+        out = await exchange(
+            stub, [headers_msg({**BASE_HEADERS, "x-request-id": f"s{i}"}), *body_msgs(chat())]
+        )
+        assert set_headers(out[0])["x-gateway-destination-endpoint"] == EPS[2]
+
+
+async def test_bad_slo_header_is_400(serve: object) -> None:
+    servicer, *_ = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    out = await exchange(stub, [headers_msg({**BASE_HEADERS, "x-slo-ttft-ms": "soon"}), *body_msgs(chat())])
+    assert out[0].immediate_response.status.code == 400
+
+
+async def test_internal_error_is_500_and_the_server_keeps_serving(serve: object) -> None:
+    servicer, *_ = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    original = servicer.picker.pick
+
+    def boom(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("bug")
+
+    servicer.picker.pick = boom  # type: ignore[method-assign]
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+    assert out[-1].immediate_response.status.code == 500
+    servicer.picker.pick = original  # type: ignore[method-assign]
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+    assert set_headers(out[0])["x-gateway-destination-endpoint"] in EPS
+
+
+async def test_header_only_request_is_routed_at_headers(serve: object) -> None:
+    servicer, *_ = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    out = await exchange(stub, [headers_msg({":method": "GET", ":path": "/v1/models"}, eos=True)])
+    hdrs = set_headers(out[0])
+    assert hdrs["x-gateway-destination-endpoint"] in EPS
+    assert "x-request-id" in hdrs  # generated and forwarded
+
+
+def sse(*events: dict[str, object]) -> list[bytes]:
+    return [b"data: " + orjson.dumps(e) + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+
+
+async def test_response_path_passes_through_and_feeds_ledger_and_rate(serve: object) -> None:
+    servicer, *_ = build()
+    picker = servicer.picker
+    stub = await serve(servicer)  # type: ignore[operator]
+    usage = {"prompt_tokens": 500, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 100}}
+    chunks = sse({"choices": [{"delta": {"content": "a"}}]}, {"choices": [], "usage": usage})
+    for i in range(8):
+        call = stub.Process()
+        await call.write(headers_msg({**BASE_HEADERS, "x-request-id": f"q{i}"}))
+        for m in body_msgs(chat(text=f"hi {i}")):
+            await call.write(m)
+        head = await call.read()
+        dest = set_headers(head)["x-gateway-destination-endpoint"]
+        await call.read()  # echoed body
+        assert picker.ledger.queued_cost_s(dest) > 0
+        resp_headers = base_pb2.HeaderMap(
+            headers=[
+                base_pb2.HeaderValue(key=":status", raw_value=b"200"),
+                base_pb2.HeaderValue(key="content-type", raw_value=b"text/event-stream"),
+            ]
+        )
+        await call.write(ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=resp_headers)))
+        assert (await call.read()).HasField("response_headers")
+        assert picker.ledger.queued_cost_s(dest) > 0  # SSE headers come before the first token
+        echoed = b""
+        for k, c in enumerate(chunks):
+            await call.write(
+                ep.ProcessingRequest(response_body=ep.HttpBody(body=c, end_of_stream=k == len(chunks) - 1))
+            )
+            r = await call.read()
+            echoed += r.response_body.response.body_mutation.streamed_response.body
+            if k == 0:
+                assert picker.ledger.queued_cost_s(dest) == 0  # first token: prefill done
+        assert echoed == b"".join(chunks)
+        await call.done_writing()
+        assert await call.read() == grpc.aio.EOF
+    assert len(picker.ledger) == 0
+    assert sum(picker.rates.samples(a) for a in EPS) == 8
+    reg = servicer.metrics.registry
+    assert reg.get_sample_value("smetric_epp_usage_tokens_total", {"kind": "cached"}) == 800
+    assert reg.get_sample_value("smetric_epp_ttft_seconds_count") == 8
+
+
+async def test_error_status_counts_an_endpoint_error_and_clears_the_ledger(serve: object) -> None:
+    servicer, *_ = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    call = stub.Process()
+    await call.write(headers_msg(BASE_HEADERS))
+    for m in body_msgs(chat()):
+        await call.write(m)
+    dest = set_headers(await call.read())["x-gateway-destination-endpoint"]
+    await call.read()
+    hm = base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=":status", raw_value=b"503")])
+    await call.write(ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=hm)))
+    await call.read()
+    await call.write(
+        ep.ProcessingRequest(response_body=ep.HttpBody(body=b'{"error":"x"}', end_of_stream=True))
+    )
+    await call.read()
+    await call.done_writing()
+    assert await call.read() == grpc.aio.EOF
+    reg = servicer.metrics.registry
+    assert reg.get_sample_value("smetric_epp_endpoint_errors_total", {"endpoint": dest, "code": "503"}) == 1
+    assert len(servicer.picker.ledger) == 0
+    assert servicer.picker.rates.samples(dest) == 0
+
+
+async def test_cancelled_stream_releases_its_ledger_entry(serve: object) -> None:
+    servicer, *_ = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    call = stub.Process()
+    await call.write(headers_msg(BASE_HEADERS))
+    for m in body_msgs(chat()):
+        await call.write(m)
+    await call.read()
+    assert len(servicer.picker.ledger) == 1
+    call.cancel()
+    for _ in range(100):
+        if len(servicer.picker.ledger) == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert len(servicer.picker.ledger) == 0
+
+
+async def test_pd_disaggregation_sets_decode_destination_and_prefiller_header(serve: object) -> None:
+    eps = [
+        EndpointInfo("10.0.1.1:8000", role=ROLE_PREFILL),
+        EndpointInfo("10.0.1.2:8000", role=ROLE_PREFILL),
+        EndpointInfo("10.0.2.1:8000", role=ROLE_DECODE),
+        EndpointInfo("10.0.2.2:8000", role=ROLE_DECODE),
+    ]
+    servicer, source, index, _ = build(eps, pd=True)
+    now = servicer.picker.clock()
+    source.set_metrics("10.0.2.1:8000", EngineMetrics(6, 0, 0.3, 1000, 16, 0, 0, now))
+    stub = await serve(servicer)  # type: ignore[operator]
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+    hdrs = set_headers(out[0])
+    assert hdrs["x-gateway-destination-endpoint"] == "10.0.2.2:8000"  # least loaded decode pod
+    assert hdrs["x-prefiller-host-port"] in ("10.0.1.1:8000", "10.0.1.2:8000")
+    assert index.routed == [hdrs["x-prefiller-host-port"]]
+
+
+async def test_two_replicas_given_the_same_inputs_make_the_same_decisions(serve: object) -> None:
+    a, b = build(), build()
+    stubs = [await serve(a[0]), await serve(b[0])]  # type: ignore[operator]
+    decisions: list[list[str]] = [[], []]
+    for k, stub in enumerate(stubs):
+        index = (a, b)[k][2]
+        for i in range(12):
+            index.hits = {EPS[i % 3]: 40} if i % 4 else {}
+            body = chat(turns=i % 3, text=f"session {i}")
+            out = await exchange(
+                stub, [headers_msg({**BASE_HEADERS, "x-request-id": f"r{i}"}), *body_msgs(body, 2)]
+            )
+            decisions[k].append(set_headers(out[0])["x-gateway-destination-endpoint"])
+    assert decisions[0] == decisions[1]
+    assert len(set(decisions[0])) > 1
