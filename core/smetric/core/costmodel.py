@@ -12,8 +12,10 @@ Qwen3-235B-A22B 13.6k). See :mod:`smetric.engine.hardware` for the numbers and t
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -61,3 +63,34 @@ class CostModel:
         if c_lin <= 0 and c_att <= 0:
             raise ValueError("cost-model fit is degenerate (all-zero coefficients)")
         return CostModel(c_lin_s=c_lin, c_att_s=c_att)
+
+
+def read_samples_csv(path: str | Path) -> list[tuple[float, float, float]]:
+    """Prefill samples ``(n, L, seconds)`` from a CSV file with a header naming the columns
+    ``n``, ``L`` and ``seconds`` (other columns are ignored).
+
+    Each sample needs ``0 <= n <= L`` and ``seconds > 0``; a missing column, a non-numeric
+    value or an out-of-range row raises ``ValueError`` naming the file and line.
+    """
+    p = Path(path)
+    with p.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = {"n", "L", "seconds"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{p}: missing column(s) {', '.join(sorted(missing))} (need n, L, seconds)")
+        out: list[tuple[float, float, float]] = []
+        for row in reader:
+            where = f"{p}:{reader.line_num}"
+            try:
+                n, L, s = float(row["n"]), float(row["L"]), float(row["seconds"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}: n, L and seconds must be numbers, got {row!r}") from None
+            if not (0 <= n <= L and s > 0 and np.isfinite(L) and np.isfinite(s)):
+                raise ValueError(f"{where}: need 0 <= n <= L and seconds > 0, got n={n}, L={L}, seconds={s}")
+            out.append((n, L, s))
+    return out
+
+
+def fit_csv(path: str | Path) -> CostModel:
+    """:meth:`CostModel.fit` on the samples of :func:`read_samples_csv`."""
+    return CostModel.fit(read_samples_csv(path))
