@@ -51,27 +51,31 @@ class SessionCentric:
     def params(self) -> PolicyParams:
         return self._params
 
-    def balance_scores(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> list[float]:
-        cm = self._params.cost_model
-        if self._params.mode == "colocated":
-            return [prefill_time_s(request, ep, cm) * (batch(ep) + 1) for ep in endpoints]
-        return [prefill_time_s(request, ep, cm) for ep in endpoints]
-
     def eligible(
-        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], prev: int
+        self,
+        request: RequestView,
+        endpoints: Sequence[EndpointSnapshot],
+        prev: int,
+        times_s: Sequence[float],
     ) -> list[bool] | None:
-        """Which endpoints may serve the follow-up request; ``None`` = stick unconditionally."""
+        """Which endpoints may serve the follow-up request; ``None`` = stick unconditionally.
+        ``times_s`` are the cost-model prefill times ``(q[i] + cost(L - c[i], L)) / rate[i]``."""
         return None
 
     def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:
-        scores = self.balance_scores(request, endpoints)
+        cm = self._params.cost_model
+        times = [prefill_time_s(request, ep, cm) for ep in endpoints]
+        if self._params.mode == "colocated":
+            scores = [t * (batch(ep) + 1) for t, ep in zip(times, endpoints, strict=True)]
+        else:
+            scores = times
         frozen = tuple(scores)
         if request.turn <= 0:
             return Decision(self._ties.argmin(scores), REASON_BALANCE, frozen)
         prev = self._previous(request, endpoints, scores)
         if not local_hit(request, endpoints[prev]) > self._params.hit_ratio * max(0, request.est_hit_tokens):
             return Decision(self._ties.argmin(scores), REASON_EVICTED, frozen)
-        ok = self.eligible(request, endpoints, prev)
+        ok = self.eligible(request, endpoints, prev, times)
         if ok is None or ok[prev] or not any(ok):
             return Decision(prev, REASON_STICK, frozen)
         masked = [s if ok[i] else math.inf for i, s in enumerate(scores)]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.policy.estimates import prefill_time_s, prompt_tokens, request_slo, tpot_guard_ok
+from smetric.policy.estimates import prompt_tokens, request_slo, tpot_guard_ok
 from smetric.policy.sessioncentric import SessionCentric
 
 
@@ -28,15 +28,18 @@ class SMetric(SessionCentric):
     name = "smetric"
 
     def eligible(
-        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], prev: int
+        self,
+        request: RequestView,
+        endpoints: Sequence[EndpointSnapshot],
+        prev: int,
+        times_s: Sequence[float],
     ) -> list[bool] | None:
         p = self.params
         slo = request_slo(request, p)
         deadline_s = p.slack * slo.ttft_slo_s(prompt_tokens(request))
-        times = [prefill_time_s(request, ep, p.cost_model) for ep in endpoints]
         if p.mode != "colocated":
-            return [t <= deadline_s for t in times]
+            return [t <= deadline_s for t in times_s]
         return [
             t <= deadline_s and tpot_guard_ok(ep, t, deadline_s, slo.tpot_s, p.decode_step)
-            for t, ep in zip(times, endpoints, strict=True)
+            for t, ep in zip(times_s, endpoints, strict=True)
         ]

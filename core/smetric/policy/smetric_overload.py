@@ -20,7 +20,11 @@ class SMetricOverload(SessionCentric):
     name = "smetric-overload"
 
     def eligible(
-        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], prev: int
+        self,
+        request: RequestView,
+        endpoints: Sequence[EndpointSnapshot],
+        prev: int,
+        times_s: Sequence[float],
     ) -> list[bool] | None:
         loads = [nonneg(ep.queued_prefill_tokens) + decode_load_tokens(ep) for ep in endpoints]
         bound = self.params.overload * sum(loads) / len(loads)

@@ -19,7 +19,11 @@ class SMetricSloTokens(SessionCentric):
     name = "smetric-slo-tokens"
 
     def eligible(
-        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], prev: int
+        self,
+        request: RequestView,
+        endpoints: Sequence[EndpointSnapshot],
+        prev: int,
+        times_s: Sequence[float],
     ) -> list[bool] | None:
         p = self.params
         deadline_s = p.slack * request_slo(request, p).ttft_slo_s(prompt_tokens(request))
