@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from smetric.core.presets import InstancePreset, get_preset
+from smetric.engine import GLOBAL_TIER_KINDS
 
 DEFAULT_MAX_TOKENS = 16
 
@@ -32,6 +33,9 @@ class EmulatorConfig:
     kv_capacity_tokens: int = 0
     max_model_len: int = 0  # 0 = the preset model's context length
     fail_after: int = 0
+    tokenizer: str = ""  # "" = the shared deterministic fallback tokenizer; else a tokenizer.json path
+    global_tier: str = "none"  # none | small | full (shared by the process's instances)
+    stream_interval_s: float = 0.01
 
     def __post_init__(self) -> None:
         if self.instances < 1:
@@ -46,6 +50,10 @@ class EmulatorConfig:
             raise ValueError("--block-size must be >= 1")
         if self.kv_capacity_tokens < 0 or self.max_model_len < 0 or self.fail_after < 0:
             raise ValueError("--kv-capacity-tokens, --max-model-len and --fail-after must be >= 0")
+        if not self.stream_interval_s > 0:
+            raise ValueError("--stream-interval-ms must be > 0")
+        if self.global_tier not in GLOBAL_TIER_KINDS:
+            raise ValueError(f"--global-tier must be one of {', '.join(GLOBAL_TIER_KINDS)}")
         get_preset(self.preset_name)  # raises a clear ValueError for an unknown preset
 
     @property

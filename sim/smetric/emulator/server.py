@@ -107,7 +107,9 @@ class InstanceServer:
             prompt = self.prompter.completion(raw)  # type: ignore[arg-type]
         total = prompt.num_tokens + req.output_tokens
         if prompt.num_tokens == 0:
-            raise ApiError(400, "the prompt is empty", "messages" if isinstance(req, ChatRequest) else "prompt")
+            raise ApiError(
+                400, "the prompt is empty", "messages" if isinstance(req, ChatRequest) else "prompt"
+            )
         if total > self.context_tokens:
             raise ApiError(
                 400,
@@ -119,7 +121,9 @@ class InstanceServer:
         self.instance.check_fits(prompt.num_tokens + req.output_tokens)
         return prompt
 
-    async def _generate(self, request: web.Request, kind: Literal["chat", "completion"]) -> web.StreamResponse:
+    async def _generate(
+        self, request: web.Request, kind: Literal["chat", "completion"]
+    ) -> web.StreamResponse:
         try:
             if self.faults.dead:
                 raise ApiError(503, "engine is dead")
@@ -160,9 +164,7 @@ class InstanceServer:
         self, request: web.Request, handle: RequestHandle, shaper: ResponseShaper, include_usage: bool
     ) -> web.StreamResponse:
         first = await handle.tokens.get()  # headers go out with the first token, as vLLM's do
-        resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         n, k = 0, first
         while k is not None:

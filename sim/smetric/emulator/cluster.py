@@ -1,0 +1,105 @@
+"""Assemble N emulated instances (engines, metrics, KV publishers, HTTP servers) in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+import zmq.asyncio
+from aiohttp import web
+
+from smetric.core.blockhash import BlockHasher
+from smetric.core.tokenizer import load_tokenizer
+from smetric.emulator.blockmap import BlockMap
+from smetric.emulator.config import EmulatorConfig
+from smetric.emulator.engine_adapter import AbortableInstance
+from smetric.emulator.faults import FaultState
+from smetric.emulator.instance import EmulatedInstance, _KvEventCollector
+from smetric.emulator.kv_events import KvEventPublisher
+from smetric.emulator.metrics import InstanceMetrics
+from smetric.emulator.prompt import Prompter
+from smetric.emulator.server import InstanceServer, start_servers, stop_servers
+from smetric.engine import EngineConfig, StepModel, make_global_tier
+from smetric.engine.global_tier import instances_per_node
+
+log = logging.getLogger("smetric.emulator")
+
+
+def build_instances(config: EmulatorConfig, ctx: zmq.asyncio.Context | None) -> list[EmulatedInstance]:
+    """One engine per instance from the preset, sharing one prompter and (optionally) one global
+    tier; a KV publisher per instance when ``ctx`` is given and KV events are enabled."""
+    preset = config.preset
+    prompter = Prompter(load_tokenizer(config.tokenizer), BlockHasher(config.block_size, config.hash_seed))
+    step_model = StepModel.from_preset(preset)
+    tier = make_global_tier(config.global_tier, preset, config.instances, config.block_size)
+    per_node = instances_per_node(preset)
+    out: list[EmulatedInstance] = []
+    for i in range(config.instances):
+        blocks = BlockMap()
+        collector = _KvEventCollector(blocks, config.block_size)
+        engine_config = EngineConfig(
+            block_tokens=config.block_size,
+            capacity_blocks=config.num_gpu_blocks,
+            max_num_batched_tokens=preset.max_num_batched_tokens,
+            max_num_seqs=preset.max_num_seqs,
+            node=i // per_node,
+        )
+        name = f"{config.host}:{config.http_port(i)}"
+        engine = AbortableInstance(name, step_model, engine_config, tier, collector)
+        endpoint = config.kv_events_endpoint(i)
+        publisher = (
+            KvEventPublisher(ctx, endpoint, config.kv_topic(i)) if ctx is not None and endpoint else None
+        )
+        out.append(
+            EmulatedInstance(
+                name=name,
+                engine=engine,
+                blocks=blocks,
+                collector=collector,
+                prompter=prompter,
+                metrics=InstanceMetrics(config.model_name, config.block_size, config.num_gpu_blocks),
+                publisher=publisher,
+                faults=FaultState(fail_after=config.fail_after),
+                time_scale=config.time_scale,
+                stream_interval_s=config.stream_interval_s,
+            )
+        )
+    return out
+
+
+@dataclass
+class RunningCluster:
+    """Started instances: their driver tasks and HTTP runners (``stop`` tears all down)."""
+
+    instances: list[EmulatedInstance]
+    drivers: list[asyncio.Task[None]]
+    runners: list[web.AppRunner]
+    ctx: zmq.asyncio.Context | None
+
+    async def stop(self) -> None:
+        await stop_servers(self.runners)
+        for task in self.drivers:
+            task.cancel()
+        for task in self.drivers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for inst in self.instances:
+            if inst.publisher is not None:
+                inst.publisher.close()
+        if self.ctx is not None:
+            self.ctx.term()
+
+
+async def start_cluster(config: EmulatorConfig) -> RunningCluster:
+    ctx = zmq.asyncio.Context() if config.kv_events_port else None
+    instances = build_instances(config, ctx)
+    drivers = [asyncio.create_task(inst.run(), name=f"driver-{inst.name}") for inst in instances]
+    servers = [
+        (InstanceServer(inst, inst.prompter, config.model_name, config.context_tokens), config.host,
+         config.http_port(i))
+        for i, inst in enumerate(instances)
+    ]  # fmt: skip
+    runners = await start_servers(servers)
+    return RunningCluster(instances, drivers, runners, ctx)
