@@ -96,7 +96,11 @@ def metadata(
 def spec_hash(manifest: Manifest) -> str:
     """Stable hash of a rendered manifest, ignoring its own hash annotation."""
     body = json.loads(json.dumps(manifest))
-    body.get("metadata", {}).get("annotations", {}).pop(SPEC_HASH_ANNOTATION, None)
+    meta = body.get("metadata", {})
+    annotations = meta.get("annotations", {})
+    annotations.pop(SPEC_HASH_ANNOTATION, None)
+    if not annotations:
+        meta.pop("annotations", None)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 

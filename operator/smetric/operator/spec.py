@@ -8,6 +8,7 @@ a CR that reached the operator without the API server's validation (an older CRD
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -34,15 +35,12 @@ _QUANTITY_FACTORS: dict[str, int] = {
 
 def quantity_bytes(quantity: str) -> int:
     """``"32Gi" -> 34359738368``: a Kubernetes memory quantity (binary or decimal suffix) in bytes."""
-    text = quantity.strip()
-    number = text.rstrip("KMGTPik")
-    suffix = text[len(number) :]
-    if suffix not in _QUANTITY_FACTORS or not number:
+    match = re.fullmatch(QUANTITY_PATTERN, quantity.strip())
+    if match is None:
         raise ValueError(f"{quantity!r} is not a memory quantity like 32Gi or 500M")
-    try:
-        return int(float(number) * _QUANTITY_FACTORS[suffix])
-    except ValueError:
-        raise ValueError(f"{quantity!r} is not a memory quantity like 32Gi or 500M") from None
+    suffix = match.group(2) or ""
+    number = quantity.strip()[: len(quantity.strip()) - len(suffix)]
+    return int(float(number) * _QUANTITY_FACTORS[suffix])
 
 
 class _Spec(BaseModel):

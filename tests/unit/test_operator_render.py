@@ -1,0 +1,546 @@
+"""Renderer: every branch, every object valid (kubernetes-validate strict; jsonschema for CRD kinds)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from smetric.core.names import ROLE_BOTH, ROLE_DECODE, ROLE_LABEL, ROLE_PREFILL
+from smetric.epp.flags import build_parser
+from smetric.operator.meta import SPEC_HASH_ANNOTATION, PoolRef, spec_hash
+from smetric.operator.render import render_children, render_resource
+from smetric.operator.render_kv import lmcache_config_text
+from smetric.operator.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S_VERSION = "1.33.0"
+POOL = PoolRef(name="p", namespace="ns", uid="0c0ffee0-0000-4000-8000-000000000001")
+
+# Minimal schemas for the CRD kinds kubernetes-validate does not know, from protocols.md's facts
+# about InferencePool v1 and the Gateway API HTTPRoute v1 fields the renderer uses.
+_STR = {"type": "string", "minLength": 1}
+INFERENCE_POOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "inference.networking.k8s.io/v1"},
+        "kind": {"const": "InferencePool"},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["selector", "targetPorts", "endpointPickerRef"],
+            "properties": {
+                "selector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["matchLabels"],
+                    "properties": {
+                        "matchLabels": {
+                            "type": "object",
+                            "minProperties": 1,
+                            "maxProperties": 64,
+                            "additionalProperties": {"type": "string"},
+                        }
+                    },
+                },
+                "targetPorts": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 8,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["number"],
+                        "properties": {"number": {"type": "integer", "minimum": 1, "maximum": 65535}},
+                    },
+                },
+                "appProtocol": {"enum": ["http", "kubernetes.io/h2c"]},
+                "endpointPickerRef": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name", "port"],
+                    "properties": {
+                        "group": {"const": ""},
+                        "kind": {"const": "Service"},
+                        "name": _STR,
+                        "port": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["number"],
+                            "properties": {"number": {"type": "integer", "minimum": 1, "maximum": 65535}},
+                        },
+                        "failureMode": {"enum": ["FailOpen", "FailClose"]},
+                    },
+                },
+            },
+        },
+    },
+}
+HTTP_ROUTE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "gateway.networking.k8s.io/v1"},
+        "kind": {"const": "HTTPRoute"},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["parentRefs", "rules"],
+            "properties": {
+                "parentRefs": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name"],
+                        "properties": {
+                            "group": {"const": "gateway.networking.k8s.io"},
+                            "kind": {"const": "Gateway"},
+                            "name": _STR,
+                            "namespace": _STR,
+                        },
+                    },
+                },
+                "hostnames": {"type": "array", "items": _STR},
+                "rules": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "matches": {"type": "array"},
+                            "timeouts": {"type": "object"},
+                            "backendRefs": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["group", "kind", "name"],
+                                    "properties": {
+                                        "group": {"const": "inference.networking.k8s.io"},
+                                        "kind": {"const": "InferencePool"},
+                                        "name": _STR,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def validate(manifest: dict[str, Any]) -> None:
+    kind = manifest["kind"]
+    if kind == "InferencePool":
+        jsonschema.validate(manifest, INFERENCE_POOL_SCHEMA)
+    elif kind == "HTTPRoute":
+        jsonschema.validate(manifest, HTTP_ROUTE_SCHEMA)
+    else:
+        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+
+
+def spec(**over: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "model": {"name": "Qwen/Qwen3-Coder-30B-A3B-Instruct"},
+        "topology": {"replicas": 4},
+    }
+    raw.update(over)
+    return raw
+
+
+def render(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    return render_children(POOL, parse_spec(raw))
+
+
+def by_name(children: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name} rendered {len(found)} times"
+    return found[0]
+
+
+def container(deployment: dict[str, Any], name: str = "vllm") -> dict[str, Any]:
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = [c for c in pod["containers"] + pod.get("initContainers", []) if c["name"] == name]
+    return c
+
+
+def env(c: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "colocated": spec(),
+    "colocated-global-kv-rdma": spec(
+        globalKV={"enabled": True, "protocol": "rdma", "deviceNames": ["mlx5_0"]},
+        gpus={"countPerPod": 2, "rdma": {"resourceName": "rdma/ib"}},
+        gateway={"parentRef": {"name": "gw"}, "hostnames": ["llm.example.com"]},
+    ),
+    "disaggregated-nixl": spec(
+        topology={"mode": "disaggregated", "prefill": {"replicas": 2}, "decode": {"replicas": 3}}
+    ),
+    "disaggregated-mooncake-global-kv": spec(
+        topology={
+            "mode": "disaggregated",
+            "prefill": {"replicas": 1},
+            "decode": {"replicas": 1},
+            "pdConnector": "mooncake",
+        },
+        globalKV={"enabled": True},
+        router={"prefixIndex": "precise", "failureMode": "FailOpen", "resources": {"requests": {"cpu": "2"}}},
+    ),
+    "cpu-emulator": spec(
+        model={"name": "emu", "command": ["smetric", "emulate"], "extraArgs": ["--port=8000"]},
+        gpus={"countPerPod": 0, "products": []},
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_rendered_object_is_valid(variant: str) -> None:
+    children = render(VARIANTS[variant])
+    assert len({(c["kind"], c["metadata"]["name"]) for c in children}) == len(children)
+    for child in children:
+        validate(child)
+        meta = child["metadata"]
+        assert meta["namespace"] == "ns"
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "smetric.io/v1alpha1",
+                "kind": "SMetricPool",
+                "name": "p",
+                "uid": POOL.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "smetric-operator"
+        assert meta["annotations"][SPEC_HASH_ANNOTATION] == spec_hash(child)
+
+
+def test_colocated_engine_deployment() -> None:
+    children = render(spec())
+    kinds = sorted(c["kind"] for c in children)
+    assert kinds == sorted(
+        [
+            "ConfigMap",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Deployment",
+            "Service",
+            "Deployment",
+            "InferencePool",
+        ]
+    )
+    dep = by_name(children, "Deployment", "p-prefill-decode")
+    assert dep["spec"]["replicas"] == 4
+    assert dep["spec"]["template"]["metadata"]["labels"][ROLE_LABEL] == ROLE_BOTH
+    pod = dep["spec"]["template"]["spec"]
+    vllm = container(dep)
+    assert vllm["command"] == ["vllm", "serve"]
+    args = vllm["args"]
+    assert args[0] == "Qwen/Qwen3-Coder-30B-A3B-Instruct" and flag(args, "--port") == "8000"
+    assert flag(args, "--block-size") == "16" and "--kv-transfer-config" not in args
+    events = json.loads(flag(args, "--kv-events-config"))
+    assert events == {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": "tcp://*:5557",
+        "topic": "kv@$(POD_IP):8000@Qwen/Qwen3-Coder-30B-A3B-Instruct",
+    }
+    names = [e["name"] for e in vllm["env"]]
+    assert names.index("POD_IP") == 0  # declared before any $(POD_IP) reference
+    assert env(vllm)["PYTHONHASHSEED"] == "0"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert vllm[probe]["httpGet"] == {"path": "/health", "port": 8000}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
+    assert vllm["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]
+    assert term["matchExpressions"] == [
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H20", "NVIDIA-H20-3e"]}
+    ]
+    assert "securityContext" not in vllm and "initContainers" not in pod
+    assert not [c for c in children if c["kind"] == "HTTPRoute"]  # no gateway configured
+
+
+def test_global_kv_rdma_renders_master_lmcache_and_rdma() -> None:
+    children = render(VARIANTS["colocated-global-kv-rdma"])
+    master = by_name(children, "Deployment", "p-mooncake-master")
+    mc = container(master, "mooncake-master")
+    assert mc["command"] == ["mooncake_master"]
+    assert "--rpc_port=50051" in mc["args"] and "--eviction_high_watermark_ratio=0.9" in mc["args"]
+    assert "--rpc_address=$(POD_IP)" in mc["args"]
+    svc = by_name(children, "Service", "p-mooncake-master")
+    assert {(p["name"], p["port"]) for p in svc["spec"]["ports"]} == {
+        ("rpc", 50051),
+        ("http-metadata", 8080),
+        ("metrics", 9003),
+    }
+    vllm = container(by_name(children, "Deployment", "p-prefill-decode"))
+    assert vllm["command"][:2] == ["/bin/sh", "-c"]
+    assert vllm["args"][:2] == ["vllm", "serve"]
+    assert json.loads(flag(vllm["args"], "--kv-transfer-config")) == {
+        "kv_connector": "LMCacheConnectorV1",
+        "kv_role": "kv_both",
+    }
+    assert flag(vllm["args"], "--data-parallel-size") == "2"  # 2 GPUs per pod at TP 1
+    assert env(vllm)["LMCACHE_CONFIG_FILE"] == "/etc/lmcache/lmcache.yaml"
+    assert vllm["resources"]["limits"] == {"nvidia.com/gpu": 2, "rdma/ib": 1}
+    assert vllm["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    route = by_name(children, "HTTPRoute", "p")
+    assert route["spec"]["hostnames"] == ["llm.example.com"]
+    assert route["spec"]["parentRefs"] == [
+        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}
+    ]
+    assert route["spec"]["rules"][0]["backendRefs"] == [
+        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "p"}
+    ]
+
+
+def test_lmcache_file_is_rendered_by_the_shell_with_the_pod_ip() -> None:
+    """Run the container's launcher script in a real shell: the file gets the pod IP, argv is exec'd."""
+    import subprocess
+
+    children = render(VARIANTS["colocated-global-kv-rdma"])
+    vllm = container(by_name(children, "Deployment", "p-prefill-decode"))
+    script = vllm["command"][2].replace("/etc/lmcache", "$CONF_DIR")
+    proc = subprocess.run(
+        [
+            "/bin/sh",
+            "-c",
+            f"export CONF_DIR=$(mktemp -d); {script}",
+            "engine",
+            "sh",
+            "-c",
+            'cat "$CONF_DIR/lmcache.yaml"',
+        ],
+        env={"POD_IP": "10.1.2.3", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    config = yaml.safe_load(proc.stdout)
+    assert config["extra_config"]["local_hostname"] == "10.1.2.3"
+    assert config["remote_url"] == "mooncakestore://p-mooncake-master.ns.svc:50051/"
+    assert config["extra_config"]["metadata_server"] == "http://p-mooncake-master.ns.svc:8080/metadata"
+    assert config["extra_config"]["master_server_address"] == "p-mooncake-master.ns.svc:50051"
+    assert config["extra_config"]["protocol"] == "rdma" and config["extra_config"]["device_name"] == "mlx5_0"
+    assert config["extra_config"]["global_segment_size"] == 32 * 2**30
+    assert config["chunk_size"] == 256 and config["remote_serde"] == "naive" and config["local_cpu"] is False
+
+
+def test_lmcache_text_without_shell() -> None:
+    text = lmcache_config_text(POOL, parse_spec(spec(globalKV={"enabled": True})), pod_ip="10.0.0.9")
+    assert yaml.safe_load(text)["extra_config"]["local_hostname"] == "10.0.0.9"
+
+
+def test_disaggregated_nixl_roles_and_sidecar() -> None:
+    children = render(VARIANTS["disaggregated-nixl"])
+    prefill = by_name(children, "Deployment", "p-prefill")
+    decode = by_name(children, "Deployment", "p-decode")
+    assert prefill["spec"]["replicas"] == 2 and decode["spec"]["replicas"] == 3
+    assert prefill["spec"]["selector"]["matchLabels"][ROLE_LABEL] == ROLE_PREFILL
+    assert decode["spec"]["selector"]["matchLabels"][ROLE_LABEL] == ROLE_DECODE
+    for dep in (prefill, decode):
+        vllm = container(dep)
+        assert json.loads(flag(vllm["args"], "--kv-transfer-config")) == {
+            "kv_connector": "NixlConnector",
+            "kv_role": "kv_both",
+        }
+        assert env(vllm)["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "$(POD_IP)"
+    assert flag(container(prefill)["args"], "--port") == "8000"
+    assert flag(container(decode)["args"], "--port") == "8200"  # behind the sidecar
+    assert container(decode)["readinessProbe"]["httpGet"]["port"] == 8200
+    sidecar = container(decode, "routing-sidecar")
+    assert sidecar["image"] == "ghcr.io/llm-d/llm-d-routing-sidecar:latest"
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["args"] == ["--port=8000", "--vllm-port=8200", "--connector=nixlv2"]
+    assert "initContainers" not in prefill["spec"]["template"]["spec"]
+    assert not [c for c in children if c["metadata"]["name"] == "p-prefill-decode"]
+    config = yaml.safe_load(by_name(children, "ConfigMap", "p-epp-config")["data"]["config.yaml"])
+    assert config["policy"]["parameters"]["mode"] == "disaggregated"
+
+
+def test_disaggregated_mooncake_with_global_kv_uses_multiconnector() -> None:
+    children = render(VARIANTS["disaggregated-mooncake-global-kv"])
+    roles = {"p-prefill": "kv_producer", "p-decode": "kv_consumer"}
+    for name, role in roles.items():
+        vllm = container(by_name(children, "Deployment", name))
+        transfer = json.loads(flag(vllm["args"], "--kv-transfer-config"))
+        assert transfer == {
+            "kv_connector": "MultiConnector",
+            "kv_role": role,
+            "kv_connector_extra_config": {
+                "connectors": [
+                    {"kv_connector": "MooncakeConnector", "kv_role": role},
+                    {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"},
+                ]
+            },
+        }
+        assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in env(vllm)
+    pool = by_name(children, "InferencePool", "p")
+    assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailOpen"
+
+
+def test_picker_args_parse_with_the_pickers_own_parser() -> None:
+    children = render(VARIANTS["disaggregated-mooncake-global-kv"])
+    dep = by_name(children, "Deployment", "p-epp")
+    epp = container(dep, "epp")
+    parsed = build_parser().parse_args(epp["args"])
+    assert parsed.grpc_port == 9002 and parsed.grpc_health_port == 9003 and parsed.metrics_port == 9090
+    assert parsed.config == "/etc/smetric/config.yaml"
+    assert parsed.pool_name == "p" and parsed.pool_namespace == "ns"
+    assert parsed.prefix_index == "precise" and parsed.tokenizer == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+    assert parsed.hash_seed == "0" and parsed.block_size == 16 and parsed.kv_events_port == 5557
+    assert epp["readinessProbe"]["grpc"] == {"port": 9003, "service": ""}
+    assert epp["resources"] == {"requests": {"cpu": "2"}}
+    assert env(epp)["PYTHONHASHSEED"] == "0"
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "p-epp"
+    assert pod["volumes"] == [{"name": "config", "configMap": {"name": "p-epp-config"}}]
+    svc = by_name(children, "Service", "p-epp")
+    grpc = next(p for p in svc["spec"]["ports"] if p["port"] == 9002)
+    assert grpc["appProtocol"] == "kubernetes.io/h2c"
+    role = by_name(children, "Role", "p-epp")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["inference.networking.k8s.io"],
+            "resources": ["inferencepools"],
+            "verbs": ["get", "list", "watch"],
+        },
+    ]
+    assert "tokenizer" not in " ".join(
+        container(by_name(render(spec()), "Deployment", "p-epp"), "epp")["args"]
+    )
+
+
+def test_policy_config_map() -> None:
+    raw = spec(
+        router={
+            "policy": "lmetric",
+            "parameters": {
+                "slack": 2.0,
+                "hitRatio": 0.3,
+                "tpotSloS": 0.033,
+                "costModel": {"cLinS": 1e-4, "cAttS": 2e-8},
+            },
+        }
+    )
+    children = render(raw)
+    config = yaml.safe_load(by_name(children, "ConfigMap", "p-epp-config")["data"]["config.yaml"])
+    assert config == {
+        "policy": {
+            "name": "lmetric",
+            "parameters": {
+                "slack": 2.0,
+                "hitRatio": 0.3,
+                "mode": "colocated",
+                "ttftSloBaseS": 1.0,
+                "ttftSloPerKTokS": 0.0625,
+                "tpotSloS": 0.033,
+                "costModel": {"cLinS": 1e-4, "cAttS": 2e-8},
+            },
+        }
+    }
+    # A policy change rolls the picker pods (config hash in the pod template) ...
+    before = by_name(render(spec()), "Deployment", "p-epp")["spec"]["template"]["metadata"]["annotations"]
+    after = by_name(children, "Deployment", "p-epp")["spec"]["template"]["metadata"]["annotations"]
+    assert before != after
+
+
+def test_inference_pool() -> None:
+    pool = by_name(render(spec()), "InferencePool", "p")
+    assert pool["spec"] == {
+        "selector": {"matchLabels": {"smetric.io/pool": "p", "app.kubernetes.io/component": "model-server"}},
+        "targetPorts": [{"number": 8000}],
+        "appProtocol": "http",
+        "endpointPickerRef": {
+            "group": "",
+            "kind": "Service",
+            "name": "p-epp",
+            "port": {"number": 9002},
+            "failureMode": "FailClose",
+        },
+    }
+    # The pool selects every model-server pod, whatever its role.
+    for variant in ("colocated", "disaggregated-nixl"):
+        for child in render(VARIANTS[variant]):
+            labels = child["metadata"]["labels"]
+            if labels["app.kubernetes.io/component"] == "model-server":
+                template_labels = child["spec"]["template"]["metadata"]["labels"]
+                assert pool["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
+
+
+def test_custom_command_cpu_only() -> None:
+    children = render(VARIANTS["cpu-emulator"])
+    dep = by_name(children, "Deployment", "p-prefill-decode")
+    vllm = container(dep)
+    assert vllm["command"] == ["smetric", "emulate"] and vllm["args"] == ["--port=8000"]
+    assert "nvidia.com/gpu" not in json.dumps(vllm["resources"])
+    assert "affinity" not in dep["spec"]["template"]["spec"]
+
+
+def test_hash_changes_only_for_affected_children() -> None:
+    base = {
+        (c["kind"], c["metadata"]["name"]): c["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        for c in render(spec())
+    }
+    again = {
+        (c["kind"], c["metadata"]["name"]): c["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        for c in render(spec())
+    }
+    assert base == again  # deterministic
+    scaled = spec(topology={"replicas": 5})
+    changed = {
+        key
+        for c in render(scaled)
+        for key in [(c["kind"], c["metadata"]["name"])]
+        if base[key] != c["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+    }
+    assert changed == {("Deployment", "p-prefill-decode")}
+
+
+def test_render_resource_offline_has_no_owner_and_rejects_other_kinds() -> None:
+    doc = {
+        "apiVersion": "smetric.io/v1alpha1",
+        "kind": "SMetricPool",
+        "metadata": {"name": "x"},
+        "spec": spec(),
+    }
+    children = render_resource(doc, "team-a")
+    assert all("ownerReferences" not in c["metadata"] for c in children)
+    assert {c["metadata"]["namespace"] for c in children} == {"team-a"}
+    with pytest.raises(ValueError, match="expected kind SMetricPool"):
+        render_resource({"kind": "Deployment"})
+    with pytest.raises(ValueError, match=r"metadata\.name"):
+        render_resource({"kind": "SMetricPool", "metadata": {}, "spec": spec()})
+
+
+def test_shell_quoting_survives_model_names() -> None:
+    """Engine argv never passes through the shell: odd characters stay one argument."""
+    raw = spec(model={"name": "org/model with space"}, globalKV={"enabled": True})
+    vllm = container(by_name(render(raw), "Deployment", "p-prefill-decode"))
+    assert vllm["args"][2] == "org/model with space"
+    assert "org/model" not in vllm["command"][2]
+    assert shlex.split(shlex.join(vllm["args"]))[2] == "org/model with space"

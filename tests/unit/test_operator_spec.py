@@ -1,0 +1,201 @@
+"""SMetricPool spec: the CRD schema (OpenAPI + CEL) and the operator's pydantic model agree."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import celpy
+import jsonschema
+import pytest
+import yaml
+
+from smetric.core.names import POLICY_NAMES
+from smetric.operator.spec import InvalidSpecError, SMetricPoolSpec, parse_spec, quantity_bytes
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_PATH = ROOT / "crds" / "smetricpools.smetric.io.yaml"
+SAMPLES = sorted((ROOT / "manifests" / "samples").glob("*.yaml"))
+
+
+def _crd() -> dict[str, Any]:
+    return yaml.safe_load(CRD_PATH.read_text())
+
+
+def _version() -> dict[str, Any]:
+    (version,) = _crd()["spec"]["versions"]
+    return version
+
+
+def _spec_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = _version()["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return schema
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
+    """What the API server does with OpenAPI ``default``s (structural schema, objects and arrays)."""
+    if isinstance(value, dict) and "properties" in schema:
+        for name, sub in schema["properties"].items():
+            if name not in value and "default" in sub:
+                value[name] = copy.deepcopy(sub["default"])
+            if name in value:
+                value[name] = apply_defaults(sub, value[name])
+    if isinstance(value, list) and "items" in schema:
+        return [apply_defaults(schema["items"], item) for item in value]
+    return value
+
+
+def validate_with_crd(spec: dict[str, Any]) -> list[str]:
+    """OpenAPI validation + defaulting + CEL rules, as the API server would apply them."""
+    schema = _spec_schema()
+    errors = [e.message for e in jsonschema.Draft4Validator(schema).iter_errors(spec)]
+    if errors:
+        return errors
+    defaulted = apply_defaults(schema, copy.deepcopy(spec))
+    env = celpy.Environment()
+    activation = {"self": celpy.json_to_cel(defaulted)}
+    for rule in schema["x-kubernetes-validations"]:
+        if not env.program(env.compile(rule["rule"])).evaluate(activation):
+            errors.append(rule["message"])
+    return errors
+
+
+def minimal(**over: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "model": {"name": "Qwen/Qwen3-Coder-30B-A3B-Instruct"},
+        "topology": {"replicas": 2},
+    }
+    spec.update(over)
+    return spec
+
+
+def _walk(schema: dict[str, Any], path: str = "spec") -> list[tuple[str, dict[str, Any]]]:
+    out = [(path, schema)]
+    for name, sub in schema.get("properties", {}).items():
+        out += _walk(sub, f"{path}.{name}")
+    if "items" in schema:
+        out += _walk(schema["items"], f"{path}[]")
+    return out
+
+
+def test_crd_is_structural_with_status_and_printer_columns() -> None:
+    crd = _crd()
+    assert crd["spec"]["group"] == "smetric.io" and crd["spec"]["scope"] == "Namespaced"
+    version = _version()
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    columns = {c["name"] for c in version["additionalPrinterColumns"]}
+    assert {"Phase", "Policy", "Ready", "Desired", "Age"} <= columns
+    for path, node in _walk(version["schema"]["openAPIV3Schema"]["properties"]["spec"]):
+        assert "type" in node, f"{path} has no type (not structural)"
+
+
+def test_crd_policy_enum_is_policy_names() -> None:
+    assert tuple(_spec_schema()["properties"]["router"]["properties"]["policy"]["enum"]) == POLICY_NAMES
+
+
+def test_crd_defaults_equal_pydantic_defaults() -> None:
+    """A minimal CR defaulted by the CRD parses to the same spec as the minimal CR itself."""
+    raw = minimal(gateway={"parentRef": {"name": "gw"}}, gpus={"rdma": {"resourceName": "rdma/ib"}})
+    raw["router"] = {"parameters": {"costModel": {"cLinS": 1e-4, "cAttS": 1e-8}}}
+    defaulted = apply_defaults(_spec_schema(), copy.deepcopy(raw))
+    assert defaulted != raw  # the CRD did fill defaults in
+    assert parse_spec(defaulted) == parse_spec(raw)
+
+
+def test_every_crd_spec_field_is_known_to_the_model() -> None:
+    """No CRD field the operator would silently ignore (pydantic forbids unknown fields)."""
+    full = apply_defaults(_spec_schema(), minimal())
+    parse_spec(full)  # raises on any field the model lacks
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
+def test_samples_validate(sample: Path) -> None:
+    for doc in yaml.safe_load_all(sample.read_text()):
+        if doc["kind"] != "SMetricPool":
+            continue
+        assert validate_with_crd(doc["spec"]) == []
+        parse_spec(doc["spec"])
+
+
+BAD_SPECS: dict[str, tuple[dict[str, Any], str]] = {
+    "disaggregated-without-decode": (
+        minimal(topology={"mode": "disaggregated", "prefill": {"replicas": 2}}),
+        "requires topology.prefill.replicas and topology.decode.replicas",
+    ),
+    "colocated-without-replicas": (minimal(topology={"mode": "colocated"}), "requires topology.replicas"),
+    "colocated-with-roles": (
+        minimal(topology={"replicas": 1, "prefill": {"replicas": 1}, "decode": {"replicas": 1}}),
+        "only valid with mode=disaggregated",
+    ),
+    "tp-not-dividing-gpus": (
+        minimal(model={"name": "m", "tensorParallelSize": 3}, gpus={"countPerPod": 4}),
+        "tensorParallelSize",
+    ),
+    "rdma-without-devices": (minimal(globalKV={"enabled": True, "protocol": "rdma"}), "deviceNames"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_SPECS))
+def test_cross_field_rules_agree_between_cel_and_operator(name: str) -> None:
+    spec, fragment = BAD_SPECS[name]
+    assert any(fragment in message for message in validate_with_crd(spec)), validate_with_crd(spec)
+    with pytest.raises(InvalidSpecError, match=fragment.split()[0]):
+        parse_spec(spec)
+
+
+SCHEMA_ONLY_BAD: dict[str, dict[str, Any]] = {
+    "unknown-policy": minimal(router={"policy": "fastest"}),
+    "block-size-not-multiple-of-16": minimal(model={"name": "m", "blockSize": 24}),
+    "bad-failure-mode": minimal(router={"failureMode": "Sometimes"}),
+    "bad-quantity": minimal(globalKV={"segmentSize": "lots"}),
+    "hit-ratio-out-of-range": minimal(router={"parameters": {"hitRatio": 1.0}}),
+    "bad-mode": minimal(topology={"mode": "pipelined", "replicas": 1}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMA_ONLY_BAD))
+def test_bad_fields_rejected_by_crd_and_operator(name: str) -> None:
+    spec = SCHEMA_ONLY_BAD[name]
+    assert validate_with_crd(spec), "the CRD should reject this spec"
+    with pytest.raises(InvalidSpecError):
+        parse_spec(spec)
+
+
+def test_invalid_spec_message_names_fields() -> None:
+    with pytest.raises(InvalidSpecError) as err:
+        parse_spec(minimal(router={"policy": "fastest"}, model={"name": "m", "blockSize": 24}))
+    message = str(err.value)
+    assert "router.policy='fastest' is not one of" in message
+    assert "blockSize=24 must be a multiple of 16" in message
+
+
+def test_non_mapping_and_missing_model_are_invalid() -> None:
+    with pytest.raises(InvalidSpecError, match="mapping"):
+        parse_spec(["not", "a", "spec"])
+    with pytest.raises(InvalidSpecError, match="model"):
+        parse_spec({"topology": {"replicas": 1}})
+
+
+def test_defaults() -> None:
+    spec = parse_spec(minimal())
+    assert isinstance(spec, SMetricPoolSpec)
+    assert spec.router.policy == "smetric" and spec.router.failure_mode == "FailClose"
+    assert spec.router.parameters.hit_ratio == 0.5 and spec.router.parameters.slack == 1.0
+    assert spec.gpus.products == ("NVIDIA-H20", "NVIDIA-H20-3e")
+    assert spec.global_kv.master.rpc_port == 50051 and spec.global_kv.lmcache.chunk_size == 256
+    assert spec.model.served == spec.model.name
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("32Gi", 32 * 2**30), ("500M", 500 * 10**6), ("1.5Gi", int(1.5 * 2**30)), ("1024", 1024)],
+)
+def test_quantity_bytes(text: str, expected: int) -> None:
+    assert quantity_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "Gi", "12Xi", "1e3", "-4Gi"])
+def test_quantity_bytes_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="memory quantity"):
+        quantity_bytes(text)
