@@ -20,7 +20,11 @@ def expand_ranges(ranges: HashRanges) -> npt.NDArray[np.int64]:
     """``[[a, b], [c, d]] -> [a, a+1, ..., b, c, ..., d]``."""
     if len(ranges) == 0:
         return np.empty(0, dtype=np.int64)
-    return np.concatenate([np.arange(a, b + 1, dtype=np.int64) for a, b in ranges])
+    if len(ranges) == 1:
+        return np.arange(ranges[0, 0], ranges[0, 1] + 1, dtype=np.int64)
+    lengths = ranges[:, 1] - ranges[:, 0] + 1
+    before = np.cumsum(lengths) - lengths  # blocks in the ranges before each range
+    return np.repeat(ranges[:, 0] - before, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
 
 
 def compress_hashes(hashes: Sequence[int] | npt.NDArray[np.int64]) -> HashRanges:

@@ -1,0 +1,66 @@
+"""``smetric trace stats PATH``: the paper's §3 trace statistics as a table and optional JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from smetric.trace.errors import TraceFormatError
+from smetric.trace.formats import FORMATS, load_trace
+from smetric.trace.report import print_stats
+from smetric.trace.stats import compute_stats, stats_to_json
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="smetric trace", description="Trace analysis.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    stats = sub.add_parser("stats", help="reuse, session and arrival statistics of a trace")
+    stats.add_argument("path", type=Path, help="trace file (.jsonl, .jsonl.gz or .csv)")
+    stats.add_argument("--format", choices=FORMATS, help="override format detection")
+    stats.add_argument("--json", type=Path, metavar="FILE", help="also write the statistics as JSON")
+    stats.add_argument("--max-context", type=int, metavar="N", help="drop requests longer than N tokens")
+    stats.add_argument("--instances", type=int, metavar="N", help="report requests/min per instance for N")
+    stats.add_argument(
+        "--family-rate",
+        type=float,
+        metavar="R",
+        help="assumed session-family arrivals per second for traces without a global clock "
+        "(default: all families over one hour); overrides recorded times when given",
+    )
+    stats.add_argument(
+        "--share-system-prompt",
+        action="store_true",
+        help="agentic only: map first requests' system blocks to one shared id sequence per model",
+    )
+    stats.add_argument(
+        "--skip-malformed", action="store_true", help="skip and count malformed lines instead of failing"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        trace = load_trace(
+            args.path,
+            args.format,
+            max_context_tokens=args.max_context,
+            share_system_prompt=args.share_system_prompt,
+            on_error="skip" if args.skip_malformed else "raise",
+        )
+        stats = compute_stats(trace, instances=args.instances, family_rate_per_s=args.family_rate)
+    except (TraceFormatError, ValueError) as exc:
+        print(f"smetric trace stats: error: {exc}", file=sys.stderr)
+        return 2
+    print_stats(stats)
+    if args.json is not None:
+        try:
+            args.json.write_bytes(orjson.dumps(stats_to_json(stats), option=orjson.OPT_INDENT_2))
+        except OSError as exc:
+            print(f"smetric trace stats: error: cannot write {args.json}: {exc}", file=sys.stderr)
+            return 2
+    return 0
