@@ -123,3 +123,21 @@ def test_bad_values_name_the_key(mapping: dict[str, object], match: str) -> None
 def test_non_mapping_is_rejected() -> None:
     with pytest.raises(ValueError, match="mapping"):
         params_from_mapping([("slack", 1.0)])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("slack", 0.0),
+        ("slack", float("nan")),
+        ("hit_ratio", 1.0),
+        ("overload", 0.5),
+        ("bailian_lambda", -0.1),
+        ("mode", "both"),
+        ("block_tokens", 0),
+        ("session_table_size", 0),
+    ],
+)
+def test_policy_params_reject_unusable_values_directly(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        PolicyParams(**{field: value})  # type: ignore[arg-type]

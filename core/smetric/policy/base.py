@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -60,6 +61,36 @@ class PolicyParams:
     block_tokens: int = 16
     seed: int = 0
     session_table_size: int = 65_536  # llmd-session: LRU bound on its session -> endpoint table
+
+    def __post_init__(self) -> None:
+        """Reject values no policy can use (the same ranges ``params_from_mapping`` enforces)."""
+        checks = (
+            (
+                self.mode in ("colocated", "disaggregated"),
+                f"mode must be colocated|disaggregated, got {self.mode!r}",
+            ),
+            (math.isfinite(self.slack) and self.slack > 0, f"slack must be finite and > 0, got {self.slack}"),
+            (0 < self.hit_ratio < 1, f"hit_ratio must be in (0, 1), got {self.hit_ratio}"),
+            (
+                math.isfinite(self.overload) and self.overload >= 1,
+                f"overload must be >= 1, got {self.overload}",
+            ),
+            (0 <= self.bailian_lambda <= 1, f"bailian_lambda must be in [0, 1], got {self.bailian_lambda}"),
+            (
+                0 < self.preble_hit_fraction < 1,
+                f"preble_hit_fraction must be in (0, 1), got {self.preble_hit_fraction}",
+            ),
+            (
+                self.preble_imbalance_guard >= 0,
+                f"preble_imbalance_guard must be >= 0, got {self.preble_imbalance_guard}",
+            ),
+            (self.chunk_tokens >= 1, f"chunk_tokens must be >= 1, got {self.chunk_tokens}"),
+            (self.block_tokens >= 1, f"block_tokens must be >= 1, got {self.block_tokens}"),
+            (self.session_table_size >= 1, f"session_table_size must be >= 1, got {self.session_table_size}"),
+        )
+        errors = [msg for ok, msg in checks if not ok]
+        if errors:
+            raise ValueError("invalid PolicyParams: " + "; ".join(errors))
 
 
 @dataclass(frozen=True, slots=True)

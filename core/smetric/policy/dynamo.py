@@ -23,8 +23,6 @@ class Dynamo:
     name = "dynamo"
 
     def __init__(self, params: PolicyParams) -> None:
-        if params.block_tokens < 1:
-            raise ValueError(f"block_tokens must be >= 1, got {params.block_tokens}")
         self._block = params.block_tokens
         self._ties = RoundRobinTies()
 

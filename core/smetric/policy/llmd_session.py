@@ -28,8 +28,6 @@ class LlmdSession:
     name = "llmd-session"
 
     def __init__(self, params: PolicyParams) -> None:
-        if params.session_table_size < 1:
-            raise ValueError(f"session_table_size must be >= 1, got {params.session_table_size}")
         self._capacity = params.session_table_size
         self._owner: OrderedDict[str, str] = OrderedDict()
         self._ties = RoundRobinTies()
