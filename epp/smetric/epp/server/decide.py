@@ -77,6 +77,8 @@ class Picker:
         self.saturation = saturation if saturation is not None else Saturation()
         self.staleness_s = staleness_s
         self.clock = clock
+        # A source that knows more than the scrape age (e.g. the last scrape failed) says so.
+        self._source_is_stale: Callable[[str], bool] | None = getattr(source, "is_stale", None)
 
     def snapshots(self, endpoints: Sequence[EndpointInfo], hits: dict[str, int]) -> list[EndpointSnapshot]:
         now = self.clock()
@@ -107,7 +109,9 @@ class Picker:
                     kv_usage=m.kv_usage,
                     kv_capacity_tokens=m.kv_capacity_tokens,
                     prefill_speed=self.rates.speed(a),
-                    stale=now - m.scraped_at_s > self.staleness_s,
+                    stale=self._source_is_stale(a)
+                    if self._source_is_stale is not None
+                    else now - m.scraped_at_s > self.staleness_s,
                 )
             )
         return out

@@ -1,0 +1,187 @@
+"""Envoy bootstrap for the Endpoint Picker Protocol, generated in code (plain dicts, checked by
+``envoy --mode validate`` in the tests).
+
+listener -> HCM -> ext_proc (picker cluster, h2c) -> router -> ``ORIGINAL_DST`` cluster that
+routes to the address in ``x-gateway-destination-endpoint`` (the picker's header). Optionally a
+second listener routes straight to one backend without the picker (the bench's baseline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+DEST_HEADER = "x-gateway-destination-endpoint"
+SUBSET_NAMESPACE = "envoy.lb.subset_hint"
+SUBSET_KEY = "x-gateway-destination-endpoint-subset"
+_LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
+
+# What a gateway does with an InferencePool subset (standalone Envoy: taken from a request header).
+SUBSET_FROM_HEADER_LUA = f"""
+function envoy_on_request(h)
+  local v = h:headers():get("{SUBSET_KEY}")
+  if v ~= nil then
+    local t = {{}}
+    for e in string.gmatch(v, "[^,%s]+") do t[#t + 1] = e end
+    h:streamInfo():dynamicMetadata():set("{SUBSET_NAMESPACE}", "{SUBSET_KEY}", t)
+  end
+end
+"""
+BodyMode = Literal["FULL_DUPLEX_STREAMED", "BUFFERED", "STREAMED", "NONE"]
+
+_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+_EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
+_ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+_HTTP_OPTS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+_HTTP_OPTS_TYPE = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvoyOptions:
+    """``request_body_mode`` FULL_DUPLEX_STREAMED (default, the protocol's required mode) or
+    BUFFERED (body held by Envoy up to ``buffer_limit_bytes``). ``failure_mode_allow`` = FailOpen."""
+
+    listen_port: int
+    admin_port: int
+    picker_port: int
+    picker_host: str = "127.0.0.1"
+    listen_host: str = "127.0.0.1"
+    request_body_mode: BodyMode = "FULL_DUPLEX_STREAMED"
+    response_body_mode: BodyMode = "FULL_DUPLEX_STREAMED"
+    failure_mode_allow: bool = False
+    message_timeout_s: float = 10.0
+    route_timeout_s: float = 600.0
+    connect_timeout_s: float = 2.0
+    buffer_limit_bytes: int = 32 * 1024 * 1024
+    direct_port: int | None = None  # second listener straight to direct_backend (no picker)
+    direct_backend: str | None = None  # ip:port
+    subset_hint_header: bool = False  # Lua filter: header x-gateway-destination-endpoint-subset -> hint
+
+
+def _secs(s: float) -> str:
+    return f"{s:g}s"
+
+
+def _socket(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _static_cluster(name: str, host: str, port: int, connect_timeout_s: float, h2: bool) -> dict[str, Any]:
+    cluster: dict[str, Any] = {
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": _secs(connect_timeout_s),
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(host, port)}}]}],
+        },
+    }
+    if h2:
+        cluster["typed_extension_protocol_options"] = {
+            _HTTP_OPTS: {"@type": _HTTP_OPTS_TYPE, "explicit_http_config": {"http2_protocol_options": {}}}
+        }
+    return cluster
+
+
+def _trailer_mode(body_mode: BodyMode) -> str:
+    # FULL_DUPLEX_STREAMED needs the trailers too, so the processor sees the end of the stream.
+    return "SEND" if body_mode == "FULL_DUPLEX_STREAMED" else "SKIP"
+
+
+def ext_proc_filter(o: EnvoyOptions) -> dict[str, Any]:
+    return {
+        "name": "envoy.filters.http.ext_proc",
+        "typed_config": {
+            "@type": _EXT_PROC,
+            "grpc_service": {"envoy_grpc": {"cluster_name": "picker"}, "timeout": _secs(o.message_timeout_s)},
+            "failure_mode_allow": o.failure_mode_allow,
+            "allow_mode_override": True,
+            "message_timeout": _secs(o.message_timeout_s),
+            "metadata_options": {
+                "forwarding_namespaces": {"untyped": [SUBSET_NAMESPACE]},
+                "receiving_namespaces": {"untyped": ["envoy.lb"]},
+            },
+            "processing_mode": {
+                "request_header_mode": "SEND",
+                "response_header_mode": "SEND",
+                "request_body_mode": o.request_body_mode,
+                "response_body_mode": o.response_body_mode,
+                "request_trailer_mode": _trailer_mode(o.request_body_mode),
+                "response_trailer_mode": _trailer_mode(o.response_body_mode),
+            },
+        },
+    }
+
+
+def _listener(
+    name: str, host: str, port: int, filters: list[dict[str, Any]], cluster: str, o: EnvoyOptions
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "address": _socket(host, port),
+        "per_connection_buffer_limit_bytes": o.buffer_limit_bytes,
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": {
+                            "@type": _HCM,
+                            "stat_prefix": name,
+                            "codec_type": "AUTO",
+                            "stream_idle_timeout": _secs(o.route_timeout_s),
+                            "route_config": {
+                                "name": name,
+                                "virtual_hosts": [
+                                    {
+                                        "name": name,
+                                        "domains": ["*"],
+                                        "routes": [
+                                            {
+                                                "match": {"prefix": "/"},
+                                                "route": {
+                                                    "cluster": cluster,
+                                                    "timeout": _secs(o.route_timeout_s),
+                                                },
+                                            }
+                                        ],
+                                    }
+                                ],
+                            },
+                            "http_filters": [
+                                *filters,
+                                {"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}},
+                            ],
+                        },
+                    }
+                ]
+            }
+        ],
+    }
+
+
+def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
+    listeners = [
+        _listener("gateway", o.listen_host, o.listen_port, [ext_proc_filter(o)], "original_destination", o)
+    ]
+    clusters: list[dict[str, Any]] = [
+        {
+            "name": "original_destination",
+            "type": "ORIGINAL_DST",
+            "lb_policy": "CLUSTER_PROVIDED",
+            "connect_timeout": _secs(o.connect_timeout_s),
+            "per_connection_buffer_limit_bytes": o.buffer_limit_bytes,
+            "original_dst_lb_config": {"use_http_header": True, "http_header_name": DEST_HEADER},
+        },
+        _static_cluster("picker", o.picker_host, o.picker_port, o.connect_timeout_s, h2=True),
+    ]
+    if (o.direct_port is None) != (o.direct_backend is None):
+        raise ValueError("direct_port and direct_backend go together")
+    if o.direct_port is not None and o.direct_backend is not None:
+        host, port = o.direct_backend.rsplit(":", 1)
+        listeners.append(_listener("direct", o.listen_host, o.direct_port, [], "direct_backend", o))
+        clusters.append(_static_cluster("direct_backend", host, int(port), o.connect_timeout_s, h2=False))
+    return {
+        "admin": {"address": _socket("127.0.0.1", o.admin_port)},
+        "static_resources": {"listeners": listeners, "clusters": clusters},
+    }

@@ -1,0 +1,107 @@
+"""``smetric-epp`` (also ``smetric epp``): flags -> config -> datastore -> servicer -> grpc.aio servers.
+
+Exit codes: 0 after a clean shutdown (SIGTERM / SIGINT), 2 for bad flags or config, 1 when a
+server cannot start (port taken, discovery failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+from smetric.epp.config import ConfigError, load_config, policy_params
+from smetric.epp.flags import build_parser
+from smetric.epp.obs.health import HealthReporter
+from smetric.epp.obs.logging import configure_logging
+from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
+from smetric.epp.server.app import PickerServer, build_picker
+from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
+
+log = logging.getLogger("smetric.epp")
+
+SHUTDOWN_GRACE_S = 10.0
+
+
+async def serve(args: argparse.Namespace) -> int:
+    from smetric.epp.datastore import build_datastore
+
+    cfg = load_config(args.config)
+    params = policy_params(cfg)
+    registry = CollectorRegistry()
+    metrics = PickerMetrics(registry)
+    datastore = build_datastore(args, KvEventGapCounter(metrics).on_gap)
+    picker = build_picker(
+        cfg, params, datastore, datastore.index, staleness_s=args.staleness_threshold_ms / 1000.0
+    )
+    servicer = ExtProcServicer(
+        picker,
+        metrics,
+        ServicerSettings(max_body_bytes=args.max_body_bytes, served_models=frozenset(cfg.servedModels)),
+    )
+    health = HealthReporter(datastore, metrics, datastore.is_stale)
+    server = PickerServer(servicer, health, grpc_port=args.grpc_port, health_port=args.grpc_health_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await datastore.start()
+    try:
+        start_http_server(args.metrics_port, registry=registry)
+        await server.start()
+        log.info(
+            "picker serving",
+            extra={
+                "policy": cfg.policy.name,
+                "pd": cfg.pdDisaggregation.enabled,
+                "grpc_port": server.grpc_port,
+                "health_port": server.health_port,
+                "metrics_port": args.metrics_port,
+            },
+        )
+        await stop.wait()
+        log.info("shutting down", extra={"grace_s": SHUTDOWN_GRACE_S})
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    except RuntimeError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    finally:
+        await server.stop(SHUTDOWN_GRACE_S)
+        await datastore.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        configure_logging(args.log_level)
+    except ValueError as exc:
+        print(f"smetric-epp: {exc}", file=sys.stderr)
+        return 2
+    if not args.endpoints and not args.pool_name:
+        print(
+            "smetric-epp: either --endpoints (standalone) or --pool-name (Kubernetes) is required",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        load_config(args.config)  # fail fast, before any server starts
+    except ConfigError as exc:
+        print(f"smetric-epp: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(serve(args))
+    except (ConfigError, ValueError) as exc:
+        print(f"smetric-epp: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

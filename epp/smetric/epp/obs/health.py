@@ -1,0 +1,68 @@
+"""grpc.health.v1 for the picker: SERVING only while at least one endpoint is ready.
+
+Both the overall status ("") and the ext_proc service name report the same state; a periodic
+task refreshes it (and the ready/stale gauges) from the endpoint source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from grpc_health.v1 import health, health_pb2
+
+from smetric.epp.contracts import EndpointSource
+from smetric.epp.obs.metrics import PickerMetrics
+
+EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class HealthReporter:
+    def __init__(
+        self,
+        source: EndpointSource,
+        metrics: PickerMetrics,
+        is_stale: Callable[[str], bool],
+        interval_s: float = 1.0,
+    ) -> None:
+        self.servicer = health.aio.HealthServicer()
+        self._source = source
+        self._metrics = metrics
+        self._is_stale = is_stale
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self._draining = False
+
+    async def refresh(self) -> bool:
+        endpoints = self._source.ready_endpoints()
+        self._metrics.ready_endpoints.set(len(endpoints))
+        self._metrics.stale_endpoints.set(sum(1 for e in endpoints if self._is_stale(e.address)))
+        serving = bool(endpoints) and not self._draining
+        status = SERVING if serving else NOT_SERVING
+        for name in ("", EXT_PROC_SERVICE):
+            await self.servicer.set(name, status)
+        return serving
+
+    async def _loop(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self._interval_s)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def drain(self) -> None:
+        """Shutting down: report NOT_SERVING from now on."""
+        self._draining = True
+        await self.stop()
+        await self.refresh()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -1,0 +1,103 @@
+"""Wiring: config -> routers -> :class:`Picker`; the grpc.aio servers (ext_proc, health)."""
+
+from __future__ import annotations
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
+from grpc_health.v1 import health_pb2_grpc
+
+from smetric.core.costmodel import CostModel
+from smetric.epp.config import PickerConfig, with_mode
+from smetric.epp.contracts import EndpointSource, PrefixIndex
+from smetric.epp.obs.health import HealthReporter
+from smetric.epp.server.decide import Picker, Saturation
+from smetric.epp.server.servicer import ExtProcServicer
+from smetric.policy import PolicyParams
+from smetric.policy.framework import Router
+from smetric.policy.registry import make_policy
+
+MAX_FALLBACKS = 4  # keeps the destination metadata short; the header carries only the primary
+
+
+def build_picker(
+    cfg: PickerConfig,
+    params: PolicyParams,
+    source: EndpointSource,
+    index: PrefixIndex,
+    *,
+    staleness_s: float = 2.0,
+    cost_model: CostModel | None = None,
+) -> Picker:
+    """One :class:`Picker` from the config. Each call makes fresh policy instances (own counters)."""
+    router = Router(make_policy(cfg.policy.name, params), MAX_FALLBACKS)
+    pd_router = None
+    if cfg.pdDisaggregation.enabled:
+        pd_router = Router(make_policy(cfg.policy.name, with_mode(params, "disaggregated")), MAX_FALLBACKS)
+    return Picker(
+        source,
+        index,
+        router,
+        cost_model or params.cost_model,
+        pd_router=pd_router,
+        saturation=Saturation(cfg.saturation.queueDepthThreshold, cfg.saturation.kvCacheUtilThreshold),
+        staleness_s=staleness_s,
+    )
+
+
+class PickerServer:
+    """The ext_proc server (h2c) and, on its own port, grpc.health.v1."""
+
+    def __init__(
+        self,
+        servicer: ExtProcServicer,
+        health: HealthReporter | None = None,
+        *,
+        host: str = "0.0.0.0",
+        grpc_port: int = 9002,
+        health_port: int | None = 9003,
+    ) -> None:
+        self.servicer = servicer
+        self.health = health
+        self.host = host
+        self.grpc_port = grpc_port
+        self.health_port = health_port
+        self._server: grpc.aio.Server | None = None
+        self._health_server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        """Bind and serve; a port of 0 is replaced by the bound port. A taken port raises ``RuntimeError``."""
+        options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        server = grpc.aio.server(options=options)
+        ep_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
+        self.grpc_port = _bind(server, self.host, self.grpc_port)
+        if self.health is not None and self.health_port is not None:
+            hs = grpc.aio.server(options=options)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, hs)
+            self.health_port = _bind(hs, self.host, self.health_port)
+            await self.health.refresh()
+            await hs.start()
+            self.health.start()
+            self._health_server = hs
+        await server.start()
+        self._server = server
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Report NOT_SERVING, stop accepting, let open streams finish within ``grace_s``."""
+        if self.health is not None:
+            await self.health.drain()
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None
+        if self._health_server is not None:
+            await self._health_server.stop(0)
+            self._health_server = None
+
+
+def _bind(server: grpc.aio.Server, host: str, port: int) -> int:
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise RuntimeError(f"cannot listen on {host}:{port}: {exc}") from None
+    if bound == 0:
+        raise RuntimeError(f"cannot listen on {host}:{port} (port in use?)")
+    return int(bound)
