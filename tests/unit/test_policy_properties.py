@@ -79,3 +79,21 @@ def test_session_centric_reasons_match_the_rule(
     else:
         assert d.reason == "evicted"
         assert not top > 0.5 * req.est_hit_tokens
+
+
+@settings(max_examples=150, deadline=None)
+@given(mode=st.sampled_from(MODES), req=request, eps=pools)
+def test_smetric_migration_lands_within_the_slo(
+    mode: str, req: RequestView, eps: list[EndpointSnapshot]
+) -> None:
+    params = PolicyParams(mode=mode)  # type: ignore[arg-type]
+    fresh = [e for e in eps if not e.stale] or eps
+    d = make_policy("smetric", params).pick(req, fresh)
+    if d.reason == "migrate":
+        target = fresh[d.target]
+        deadline_s = params.slo.ttft_slo_s(req.prompt_tokens)
+        miss = max(0, req.prompt_tokens - min(target.local_hit_tokens, req.prompt_tokens))
+        t = (
+            target.queued_prefill_cost + params.cost_model.cost(miss, req.prompt_tokens)
+        ) / target.prefill_speed
+        assert t <= deadline_s
