@@ -1,0 +1,133 @@
+"""One bench row: fresh cluster (cold caches) + a front end, replay, scrape, summarise, tear down."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from smetric.bench.client import ChatClient
+from smetric.bench.metrics import summarise
+from smetric.bench.plan import ReplayPlan
+from smetric.bench.procs import BenchError, Supervisor
+from smetric.bench.promtext import counter_delta
+from smetric.bench.replay import ClosedLoopReplay, ReplayResult, RequestRecord
+from smetric.bench.report import PolicyResult
+from smetric.bench.sampler import LoadSampler, scrape_all
+from smetric.bench.stacks import ClusterSpec, Frontend, start_cluster
+from smetric.bench.synth import TokenCount
+from smetric.core.slo import SloConfig
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    cluster: ClusterSpec
+    slo: SloConfig
+    duration_s: float  # model seconds of the replay window (0 = until the plan ends)
+    drain_timeout_s: float  # wall seconds allowed after the window for in-flight requests
+    seed: int
+    shared_system_prompt: bool
+    window_s: float  # imbalance window, model seconds
+    sample_interval_s: float = 0.5
+
+
+async def _watch(sup: Supervisor, interval_s: float = 1.0) -> None:
+    """Raise as soon as a supervised process dies (turns a crash into a clear failure)."""
+    while True:
+        sup.check_alive()
+        await asyncio.sleep(interval_s)
+
+
+async def run_row(
+    frontend: Frontend,
+    plan: ReplayPlan,
+    settings: RunSettings,
+    count: TokenCount,
+    log_dir: Path,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> PolicyResult:
+    """Run one row; a :class:`BenchError` becomes a ``failed`` row, anything else propagates."""
+
+    def phase(text: str) -> None:
+        if on_phase is not None:
+            on_phase(text)
+
+    row_dir = log_dir / frontend.label.replace(":", "-")
+    try:
+        async with Supervisor(row_dir) as sup:
+            phase("starting emulator")
+            cluster = await start_cluster(sup, settings.cluster)
+            phase(f"starting {frontend.router}")
+            url = await frontend.start(sup, cluster, settings.cluster, row_dir)
+            timeout = aiohttp.ClientTimeout(total=5.0)
+            async with aiohttp.ClientSession(timeout=timeout) as http:
+                before = await scrape_all(http, cluster.base_urls)
+            phase("replaying")
+            window_wall = settings.duration_s * settings.cluster.time_scale
+            budget = window_wall + settings.drain_timeout_s if settings.duration_s > 0 else None
+            async with (
+                ChatClient(url, settings.cluster.model) as client,
+                LoadSampler(cluster.base_urls, settings.sample_interval_s) as sampler,
+            ):
+                replay = ClosedLoopReplay(
+                    plan,
+                    send=client.send,
+                    count=count,
+                    time_scale=settings.cluster.time_scale,
+                    duration_s=settings.duration_s,
+                    seed=settings.seed,
+                    shared_system_prompt=settings.shared_system_prompt,
+                    on_record=on_record,
+                )
+                try:
+                    result = await asyncio.wait_for(_unless_a_process_dies(replay, sup), budget)
+                except TimeoutError:
+                    raise BenchError(
+                        f"replay did not drain within {settings.drain_timeout_s:.0f} s after the window"
+                    ) from None
+            async with aiohttp.ClientSession(timeout=timeout) as http:
+                after = await scrape_all(http, cluster.base_urls)
+            phase("stopping")
+    except BenchError as exc:
+        return PolicyResult(frontend.label, frontend.router, frontend.policy, "failed", str(exc))
+    summary = summarise(
+        result.records,
+        result.not_sent,
+        settings.slo,
+        settings.cluster.time_scale,
+        sampler.samples,
+        counter_delta(before, after),
+        settings.window_s,
+    )
+    note = "" if summary.n_failed == 0 else _first_error(result.records)
+    return PolicyResult(frontend.label, frontend.router, frontend.policy, "ok", note, summary)
+
+
+async def _unless_a_process_dies(replay: ClosedLoopReplay, sup: Supervisor) -> ReplayResult:
+    """Run the replay; if a supervised process dies first, cancel it and raise that failure."""
+    task = asyncio.create_task(replay.run())
+    watcher = asyncio.create_task(_watch(sup))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        watcher.result()  # raises the BenchError naming the dead process
+        raise BenchError("process watcher stopped unexpectedly")
+    finally:
+        for t in (task, watcher):
+            t.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
+
+
+def _first_error(records: tuple[RequestRecord, ...]) -> str:
+    for r in records:
+        if not r.outcome.ok:
+            o = r.outcome
+            return f"{sum(1 for x in records if not x.outcome.ok)} failed; first: HTTP {o.status} {o.error}"[
+                :300
+            ]
+    return ""

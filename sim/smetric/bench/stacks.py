@@ -1,0 +1,222 @@
+"""What runs for one bench row: the emulated cluster, and a front end (Envoy + picker, or a peer
+router) that the replay's client talks to. Every process goes through the :class:`Supervisor`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+
+from smetric.bench.procs import BenchError, Supervisor, free_port, free_port_range, wait_http_ok
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    instances: int
+    preset: str
+    time_scale: float
+    kv_capacity_tokens: int  # 0 = the preset's
+    block_size: int
+    hash_seed: str
+    model: str
+    global_tier: str = "full"  # none | small | full (the emulator's cluster-wide KV tier)
+    startup_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    base_urls: tuple[str, ...]
+    endpoints: tuple[str, ...]  # ip:port
+    kv_event_endpoints: tuple[str, ...]  # tcp://ip:port per instance
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return tuple(int(e.rsplit(":", 1)[1]) for e in self.endpoints)
+
+
+def smetric_argv(command: str) -> list[str]:
+    """``smetric COMMAND`` through this interpreter (works without the console script on PATH)."""
+    return [sys.executable, "-m", "smetric.core.cli", command]
+
+
+async def start_cluster(sup: Supervisor, spec: ClusterSpec) -> Cluster:
+    """``smetric emulate``: N instances on consecutive free ports, KV events on base + i."""
+    port = free_port_range(spec.instances)
+    kv_port = free_port_range(spec.instances, start=port + spec.instances)
+    argv = [
+        *smetric_argv("emulate"),
+        f"--instances={spec.instances}",
+        f"--host={HOST}",
+        f"--port={port}",
+        f"--kv-events-port={kv_port}",
+        f"--preset={spec.preset}",
+        f"--time-scale={spec.time_scale}",
+        f"--block-size={spec.block_size}",
+        f"--hash-seed={spec.hash_seed}",
+        f"--model={spec.model}",
+        f"--global-tier={spec.global_tier}",
+    ]
+    if spec.kv_capacity_tokens:
+        argv.append(f"--kv-capacity-tokens={spec.kv_capacity_tokens}")
+    await sup.start("emulator", argv, env={"PYTHONHASHSEED": spec.hash_seed})
+    base_urls = tuple(f"http://{HOST}:{port + i}" for i in range(spec.instances))
+    for url in base_urls:
+        await wait_http_ok(url + "/health", sup, spec.startup_timeout_s, "emulator")
+    return Cluster(
+        base_urls=base_urls,
+        endpoints=tuple(f"{HOST}:{port + i}" for i in range(spec.instances)),
+        kv_event_endpoints=tuple(f"tcp://{HOST}:{kv_port + i}" for i in range(spec.instances)),
+    )
+
+
+class Frontend(Protocol):
+    """A router in front of the cluster; ``start`` returns the base URL the client sends to."""
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def router(self) -> str: ...
+    @property
+    def policy(self) -> str: ...
+
+    async def start(self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PickerFrontend:
+    """Real Envoy with ext_proc to ``smetric-epp`` running ``policy``."""
+
+    policy: str
+    envoy_binary: str = ""
+    startup_timeout_s: float = 60.0
+    router: str = "envoy+smetric-epp"
+
+    @property
+    def label(self) -> str:
+        return self.policy
+
+    async def start(self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path) -> str:
+        from smetric.epp.envoy import EnvoyError, EnvoyOptions, bootstrap, envoy_binary
+
+        try:
+            envoy = Path(self.envoy_binary) if self.envoy_binary else envoy_binary()
+        except EnvoyError as exc:
+            raise BenchError(str(exc)) from None
+        if not envoy.is_file():
+            raise BenchError(f"Envoy binary {envoy} not found")
+        config = work_dir / f"picker-{self.policy}.yaml"
+        config.write_text(yaml.safe_dump({"policy": {"name": self.policy, "parameters": {}}}))
+        grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
+        argv = [
+            *smetric_argv("epp"),
+            f"--endpoints={','.join(cluster.endpoints)}",
+            f"--config={config}",
+            f"--grpc-port={grpc_port}",
+            f"--grpc-health-port={health_port}",
+            f"--metrics-port={metrics_port}",
+            f"--block-size={spec.block_size}",
+            f"--hash-seed={spec.hash_seed}",
+            "--log-level=warning",
+        ]
+        await sup.start("picker", argv, env={"PYTHONHASHSEED": spec.hash_seed})
+        await wait_grpc_serving(f"{HOST}:{health_port}", sup, self.startup_timeout_s, "picker")
+        listen_port, admin_port = free_port(), free_port()
+        options = EnvoyOptions(listen_port=listen_port, admin_port=admin_port, picker_port=grpc_port)
+        bootstrap_path = work_dir / "envoy.json"
+        bootstrap_path.write_text(json.dumps(bootstrap(options)))
+        envoy_argv = [str(envoy), "-c", str(bootstrap_path), "--disable-hot-restart", "--log-level", "warning",
+                      "--concurrency", "1"]  # fmt: skip
+        await sup.start("envoy", envoy_argv)
+        await wait_http_ok(f"http://{HOST}:{admin_port}/ready", sup, self.startup_timeout_s, "envoy")
+        return f"http://{HOST}:{listen_port}"
+
+
+async def wait_grpc_serving(target: str, sup: Supervisor, timeout_s: float, what: str) -> None:
+    """Poll ``grpc.health.v1.Health/Check`` (overall service) until SERVING."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    last = "no answer"
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while loop.time() < deadline:
+            sup.check_alive()
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.aio.AioRpcError as exc:
+                last = exc.code().name
+            await asyncio.sleep(0.2)
+    raise BenchError(f"{what} not serving gRPC health at {target} after {timeout_s:.0f} s ({last})")
+
+
+PEER_POLICIES: tuple[str, ...] = ("cache_aware", "kv_aware")
+
+
+@dataclass(frozen=True, slots=True)
+class VllmRouterFrontend:
+    """The ``vllm-router`` PyPI package (Rust) on the same backends; ``kv_aware`` subscribes to the
+    emulator's ZMQ KV events (one ``--kv-event-source`` per worker)."""
+
+    policy: str  # cache_aware | kv_aware | round_robin | ...
+    startup_timeout_s: float = 60.0
+    router: str = "vllm-router"
+
+    @property
+    def label(self) -> str:
+        return f"vllm-router:{self.policy}"
+
+    async def start(self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path) -> str:
+        binary = shutil.which("vllm-router", path=str(Path(sys.executable).parent)) or shutil.which(
+            "vllm-router"
+        )
+        if binary is None:
+            raise BenchError("vllm-router is not installed (pip install vllm-router)")
+        port, prom_port = free_port(), free_port()
+        argv = [
+            binary,
+            f"--host={HOST}",
+            f"--port={port}",
+            "--worker-urls",
+            *cluster.base_urls,
+            f"--policy={self.policy}",
+            f"--prometheus-port={prom_port}",
+            "--worker-startup-check-interval=1",
+            f"--worker-startup-timeout-secs={int(self.startup_timeout_s)}",
+            "--disable-retries",
+            "--disable-circuit-breaker",
+            "--max-concurrent-requests=100000",
+            "--log-level=warning",
+        ]
+        if self.policy == "kv_aware":
+            argv += [f"--kv-event-block-size={spec.block_size}", f"--kv-event-model={spec.model}"]
+            for url, endpoint in zip(cluster.base_urls, cluster.kv_event_endpoints, strict=True):
+                argv.append(f"--kv-event-source={url}={endpoint}")
+        await sup.start(f"vllm-router-{self.policy}", argv)
+        await wait_http_ok(f"http://{HOST}:{port}/health", sup, self.startup_timeout_s, "vllm-router")
+        return f"http://{HOST}:{port}"
+
+
+def frontends(policies: Sequence[str], peers: Sequence[str], envoy_binary: str) -> list[Frontend]:
+    """Rows in run order: every picker policy, then each peer router's policies."""
+    out: list[Frontend] = [PickerFrontend(p, envoy_binary) for p in policies]
+    for peer in peers:
+        name, _, only = peer.partition(":")
+        if name != "vllm-router":
+            raise BenchError(f"unknown peer router {peer!r}; supported: vllm-router[:cache_aware|:kv_aware]")
+        out += [VllmRouterFrontend(p) for p in ((only,) if only else PEER_POLICIES)]
+    return out
