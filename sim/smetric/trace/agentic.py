@@ -39,6 +39,7 @@ class AgenticLine(msgspec.Struct, frozen=True):
     tool_tokens: NonNegInt | None = None
     system_tokens: NonNegInt | None = None
     model: str = ""
+    api_time: NonNegFloat | None = None
 
 
 def _check(line: AgenticLine) -> str | None:
@@ -106,6 +107,7 @@ def load_agentic(
             est_hit_tokens=est_hit,
             system_blocks=min(sys_tokens // BLOCK_TOKENS, line.inp // BLOCK_TOKENS) if first else 0,
             model=line.model,
+            recorded_latency_s=line.api_time,
         )
         last_of_session[line.sid] = request.index
         requests.append(request)

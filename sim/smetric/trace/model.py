@@ -63,6 +63,8 @@ class TraceRequest:
     est_hit_tokens: int = 0
     system_blocks: int = 0  # leading blocks that are system prompt + tools (first requests only)
     model: str = ""  # the recorded model name where the format has one (agentic), else ""
+    # Seconds the original provider took to answer (agentic ``api_time``); None when not recorded.
+    recorded_latency_s: float | None = None
 
     @property
     def n_blocks(self) -> int:

@@ -6,8 +6,10 @@ before"), and its reused tokens are the tokens of those blocks (a partial last b
 own tokens). Each reused block is attributed to the session that first produced it (the paper's
 attribution): intra-session when that is the request's own session, else inter-session. A block is
 a system-prompt block when some session's first request had it among its leading
-``system_blocks``. The reuse interval of a reused block is the time since its previous use (request
-arrival to request arrival: traces do not record completions).
+``system_blocks``. The reuse interval of a reused block is the time from its previous use to this
+request's arrival, where a use ends when that request completed (arrival + ``recorded_latency_s``)
+if the trace records latencies (agentic ``api_time``), else at its arrival. A block still in use
+by an overlapping request (sub-agents run in parallel) counts as reused after 0 s.
 
 Bookkeeping is dense numpy arrays indexed by block hash (offset by the smallest hash), so the
 walk is linear in the number of blocks; hashes spread too sparsely for that are first compacted.
@@ -110,7 +112,7 @@ def ideal_reuse(trace: Trace) -> ReuseResult:
             system += _tokens(is_system[h[:k]], bt, short)
             if r.turn == 0:
                 first_turn += hit_tokens
-            gaps = times[i] - last_use[h[:k]]
+            gaps = np.maximum(times[i] - last_use[h[:k]], 0.0)
             change = np.flatnonzero(np.diff(gaps)) + 1
             run_starts = np.concatenate(([0], change))
             iv_values.append(gaps[run_starts])
@@ -118,7 +120,8 @@ def ideal_reuse(trace: Trace) -> ReuseResult:
         new = h[prod < 0]
         producer[new] = s
         producer_family[new] = f
-        last_use[h] = times[i]
+        done = times[i] + (r.recorded_latency_s or 0.0)
+        last_use[h] = np.maximum(last_use[h], done)
     n_blocks = sum(r.n_blocks for r in requests)
     return ReuseResult(
         prompt_tokens=total_prompt,

@@ -108,6 +108,11 @@ def _reuse_stats(trace: Trace) -> ReuseStats:
             "recorded arrival times"
             if trace.recorded_family_starts_s
             else "intra-family clock (each family starts at 0, recorded offsets)"
+        )
+        + (
+            "; a use ends at the recorded completion (arrival + latency)"
+            if any(r.recorded_latency_s is not None for r in trace.requests)
+            else "; a use ends at the request's arrival (no latencies recorded)"
         ),
     )
 
