@@ -73,6 +73,7 @@ def test_reuse_numbers_by_hand(agentic_path: Path) -> None:
     assert stats.trigger_mix == pytest.approx(
         {"first": 2 / 6, "agent": 2 / 6, "subagent_first": 1 / 6, "user": 1 / 6}
     )
+    assert stats.think_time_p50_s_by_trigger == {"agent": 1.0, "user": 1.0}  # follow-ups only
     assert stats.prompt_tokens.max == 414 and stats.output_tokens.p50 == 10
     # no global clock: default assumption of 2 families over an hour, 3 requests per family
     assert stats.requests_per_s == pytest.approx(6 / 3600)
@@ -187,3 +188,5 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path: Path, capsys: pytest.C
     assert "cannot open" in capsys.readouterr().err
     assert main(["stats", str(bad), "--format", "mooncake"]) == 2
     assert main(["stats", str(bad), "--max-context", "0"]) == 2
+    assert main(["stats"]) == 2  # usage error: argparse message, exit code, no traceback
+    assert main(["stats", str(bad), "--format", "nope"]) == 2

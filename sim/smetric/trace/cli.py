@@ -43,7 +43,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help or a usage error: argparse already printed the message
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         trace = load_trace(
             args.path,

@@ -63,6 +63,11 @@ def stats_table(stats: TraceStats) -> Table:
     row("prompt tokens", _dist(stats.prompt_tokens))
     row("output tokens", _dist(stats.output_tokens))
     row("trigger mix", ", ".join(f"{k} {_pct(v)}" for k, v in stats.trigger_mix.items()))
+    if stats.think_time_p50_s_by_trigger:
+        row(
+            "median think time by trigger",
+            ", ".join(f"{k} {_secs(v)}" for k, v in stats.think_time_p50_s_by_trigger.items()),
+        )
     row("arrival rate", f"{stats.requests_per_s:,.2f} requests/s ({stats.arrival_assumption})")
     if stats.requests_per_min_per_instance is not None:
         row(

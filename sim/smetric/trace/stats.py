@@ -74,6 +74,8 @@ class TraceStats:
     prompt_tokens: Distribution
     output_tokens: Distribution
     trigger_mix: dict[str, float]
+    # Median recorded think time per trigger (empty when the format records none)
+    think_time_p50_s_by_trigger: dict[str, float]
     # Arrival load
     arrival_assumption: str
     requests_per_s: float
@@ -123,6 +125,17 @@ def _top_quarter_share(per_session: npt.NDArray[np.int64]) -> float:
         return 0.0
     top = math.ceil(len(per_session) / 4)
     return float(np.sort(per_session)[::-1][:top].sum() / per_session.sum())
+
+
+def _think_medians(trace: Trace) -> dict[str, float]:
+    """Median think time per trigger over follow-ups, if the format records think times."""
+    if trace.format != "agentic":
+        return {}
+    by_trigger: dict[str, list[float]] = {}
+    for r in trace.requests:
+        if r.prev_index >= 0:
+            by_trigger.setdefault(r.trigger, []).append(r.think_time_s)
+    return {k: float(np.median(v)) for k, v in sorted(by_trigger.items())}
 
 
 def _arrival_rate(trace: Trace, family_rate_per_s: float | None) -> tuple[float, str]:
@@ -179,6 +192,7 @@ def compute_stats(
         prompt_tokens=Distribution.of(prompt),
         output_tokens=Distribution.of(output),
         trigger_mix={k: v / len(reqs) for k, v in triggers.most_common()},
+        think_time_p50_s_by_trigger=_think_medians(trace),
         arrival_assumption=assumption,
         requests_per_s=rate,
         instances=instances,

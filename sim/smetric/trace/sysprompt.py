@@ -111,6 +111,11 @@ def share_system_prompt(requests: list[TraceRequest]) -> tuple[list[TraceRequest
         f"shared system prompt: the leading floor((tool_tokens+system_tokens)/block) blocks of "
         f"{len(firsts)} first requests were mapped onto one shared id sequence per model "
         f"({len(base)} models, ids from {top + 1}), applied to every request of their families"
-        + (f"; {conflicts} conflicting block(s) kept their first mapping" if conflicts else "")
+        + (
+            f"; {conflicts} block(s) also lead first requests of another model in the same family "
+            "(sub-agents on a different model) and keep the first model's shared id"
+            if conflicts
+            else ""
+        )
     )
     return out, note
