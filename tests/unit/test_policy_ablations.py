@@ -98,3 +98,11 @@ def test_slo_tokens_nobody_meets_sticks() -> None:
     eps = [ep("a", q_tokens=5000), ep("b", hit=450, q_tokens=1200)]
     d = SMetricSloTokens(P).pick(FOLLOW_UP, eps)
     assert (d.target, d.reason) == (1, "stick")
+
+
+def test_slo_tokens_with_global_tier() -> None:
+    long = RequestView("r", prompt_tokens=100_000, turn=5, est_hit_tokens=99_000)
+    eps = [ep("a"), ep("b", hit=99_500, q_tokens=30_000)]
+    assert SMetricSloTokens(P).pick(long, eps).reason == "stick"
+    params = replace(P, global_fetch_s_per_token=1e-6, slo=SloConfig(2.0, 0.0, 0.02))
+    assert SMetricSloTokens(params).pick(long, eps).reason == "migrate"

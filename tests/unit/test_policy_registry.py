@@ -8,7 +8,14 @@ from smetric.core.costmodel import CostModel
 from smetric.core.names import POLICY_NAMES
 from smetric.core.presets import PRESETS
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.policy import PolicyParams, Router, known_policies, make_policy, params_from_mapping
+from smetric.policy import (
+    PolicyParams,
+    Router,
+    fetch_s_per_token,
+    known_policies,
+    make_policy,
+    params_from_mapping,
+)
 from smetric.policy.base import DecodeStepModel
 
 
@@ -68,6 +75,7 @@ def test_camel_and_snake_keys() -> None:
             "sessionTableSize": 10,
             "prebleHitFraction": 0.6,
             "prebleImbalanceGuard": 4,
+            "globalFetchSPerToken": 4e-6,
         }
     )
     assert (p.slack, p.hit_ratio, p.overload, p.bailian_lambda, p.mode) == (
@@ -82,6 +90,7 @@ def test_camel_and_snake_keys() -> None:
     assert p.decode_step == DecodeStepModel(0.004, 1e-8)
     assert (p.block_tokens, p.chunk_tokens, p.seed, p.session_table_size) == (32, 2048, 3, 10)
     assert (p.preble_hit_fraction, p.preble_imbalance_guard) == (0.6, 4)
+    assert p.global_fetch_s_per_token == 4e-6
     assert params_from_mapping({"hit_ratio": 0.3, "bailian_lambda": 0.1}).hit_ratio == 0.3
 
 
@@ -112,6 +121,7 @@ def test_preset_derives_models_and_keys_override() -> None:
         ({"seed": True}, "seed"),
         ({"blockTokens": 0}, "blockTokens"),
         ({"slak": 1.0}, "slak: unknown key"),
+        ({"globalFetchSPerToken": -1e-6}, "globalFetchSPerToken"),
         ({"preset": "h100"}, "preset.*known: qwen3"),
     ],
 )
@@ -141,3 +151,10 @@ def test_non_mapping_is_rejected() -> None:
 def test_policy_params_reject_unusable_values_directly(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         PolicyParams(**{field: value})  # type: ignore[arg-type]
+
+
+def test_fetch_s_per_token() -> None:
+    kv = PRESETS["qwen3-30b-h20"].model.kv_bytes_per_token  # 98,304 B
+    assert fetch_s_per_token(kv, 200.0) == pytest.approx(98_304 / 25e9)
+    with pytest.raises(ValueError):
+        fetch_s_per_token(kv, 0.0)

@@ -234,3 +234,26 @@ def test_bad_snapshot_values_fall_back() -> None:
     d = SMetric(P).pick(req(turn=0, est_hit=0), [weird, ep("b", q=0.1)])
     assert d.target == 0  # hit clamped to L, NaN queue -> 0, speed -> 1.0: zero work
     assert d.scores[0] == 0.0
+
+
+# --- opt-in global tier: meets counts the session prefix a non-prev endpoint can load ------------
+
+LONG = RequestView("r", prompt_tokens=100_000, turn=5, est_hit_tokens=99_000)
+GLOBAL_CASE = [ep("a"), ep("b", hit=99_500, q=30.0)]  # prev "b" is 30 s behind; SLO is 1 s flat
+
+
+def test_without_global_tier_nobody_meets_and_session_sticks() -> None:
+    d = SMetric(P).pick(LONG, GLOBAL_CASE)  # "a" would recompute 100k tokens: 100 s
+    assert (d.target, d.reason) == (1, "stick")
+
+
+def test_with_global_tier_the_session_migrates() -> None:
+    # "a" loads 99k tokens at 1 us each (0.099 s) and computes 1k at 1 ms each (1.0 s): 1.099 s <= 2 s
+    params = replace(P, global_fetch_s_per_token=1e-6, slo=SloConfig(2.0, 0.0, 0.02))
+    d = SMetric(params).pick(LONG, GLOBAL_CASE)
+    assert (d.target, d.reason) == (0, "migrate")
+
+
+def test_slow_global_tier_does_not_help() -> None:
+    params = replace(P, global_fetch_s_per_token=1e-4, slo=SloConfig(2.0, 0.0, 0.02))  # 9.9 s load
+    assert SMetric(params).pick(LONG, GLOBAL_CASE).reason == "stick"

@@ -5,7 +5,7 @@ with :func:`make_policy` / :func:`params_from_mapping`.
 """
 
 from smetric.policy.base import Decision, DecodeStepModel, Policy, PolicyParams
-from smetric.policy.config import params_from_mapping
+from smetric.policy.config import fetch_s_per_token, params_from_mapping
 from smetric.policy.framework import InvalidDecisionError, NoEndpointError, PolicyError, Router
 from smetric.policy.registry import known_policies, make_policy
 
@@ -18,6 +18,7 @@ __all__ = [
     "PolicyError",
     "PolicyParams",
     "Router",
+    "fetch_s_per_token",
     "known_policies",
     "make_policy",
     "params_from_mapping",

@@ -61,6 +61,9 @@ class PolicyParams:
     block_tokens: int = 16
     seed: int = 0
     session_table_size: int = 65_536  # llmd-session: LRU bound on its session -> endpoint table
+    # SMetric ``meets`` with a global KV tier (opt-in, see smetric.policy.smetric): seconds to load
+    # one token's KV from the global tier; None = local hits only (algorithms.md as written).
+    global_fetch_s_per_token: float | None = None
 
     def __post_init__(self) -> None:
         """Reject values no policy can use (the same ranges ``params_from_mapping`` enforces)."""
@@ -87,6 +90,11 @@ class PolicyParams:
             (self.chunk_tokens >= 1, f"chunk_tokens must be >= 1, got {self.chunk_tokens}"),
             (self.block_tokens >= 1, f"block_tokens must be >= 1, got {self.block_tokens}"),
             (self.session_table_size >= 1, f"session_table_size must be >= 1, got {self.session_table_size}"),
+            (
+                self.global_fetch_s_per_token is None
+                or (math.isfinite(self.global_fetch_s_per_token) and self.global_fetch_s_per_token >= 0),
+                f"global_fetch_s_per_token must be None or finite and >= 0, got {self.global_fetch_s_per_token}",
+            ),
         )
         errors = [msg for ok, msg in checks if not ok]
         if errors:

@@ -24,6 +24,7 @@ key                         meaning                         constraint / default
 ``blockTokens``             KV block size (Dynamo)          >= 1, default 16
 ``seed``                    random policy seed              default 0
 ``sessionTableSize``        llmd-session LRU bound          >= 1, default 65536
+``globalFetchSPerToken``    global-tier KV load s/token     >= 0, default none (local only)
 ==========================  ==============================  ================================
 
 Explicit keys override what the preset derives (e.g. ``preset`` + ``tpotSloS`` changes only
@@ -94,6 +95,9 @@ class _ParamsIn(BaseModel):
     session_table_size: int | None = Field(
         None, ge=1, validation_alias=_key("sessionTableSize", "session_table_size")
     )
+    global_fetch_s_per_token: float | None = Field(
+        None, ge=0, validation_alias=_key("globalFetchSPerToken", "global_fetch_s_per_token")
+    )
 
 
 _SCALARS = (
@@ -108,6 +112,7 @@ _SCALARS = (
     "block_tokens",
     "seed",
     "session_table_size",
+    "global_fetch_s_per_token",
 )
 
 
@@ -163,3 +168,12 @@ def params_from_mapping(mapping: Mapping[str, object] | None) -> PolicyParams:
             base_s=data.decode_step.base_s, per_kv_token_s=data.decode_step.per_kv_token_s
         )
     return replace(params, slo=slo, cost_model=cost_model, decode_step=decode_step, **scalars)
+
+
+def fetch_s_per_token(kv_bytes_per_token: float, link_gbit_s: float) -> float:
+    """``global_fetch_s_per_token`` for a global tier read over a ``link_gbit_s`` link, e.g.
+    ``fetch_s_per_token(PRESETS["qwen3-30b-h20"].model.kv_bytes_per_token, 200.0)`` (the
+    paper's 200 Gbps RDMA NICs)."""
+    if not (kv_bytes_per_token > 0 and link_gbit_s > 0):
+        raise ValueError("kv_bytes_per_token and link_gbit_s must be > 0")
+    return kv_bytes_per_token / (link_gbit_s * 1e9 / 8.0)

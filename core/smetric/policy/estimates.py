@@ -58,6 +58,33 @@ def prefill_time_tokens_s(request: RequestView, ep: EndpointSnapshot, c_lin_s: f
     return tokens * c_lin_s / speed(ep)
 
 
+def session_hit(request: RequestView, ep: EndpointSnapshot) -> int:
+    """The hit endpoint i gets if it loads the session's previous turn from a fully provisioned
+    global tier: ``max(c[i], min(est_hit, L))`` (``est_hit`` is 0 on a first turn)."""
+    return max(local_hit(request, ep), min(max(0, request.est_hit_tokens), prompt_tokens(request)))
+
+
+def ttft_with_global_tier_s(
+    request: RequestView, ep: EndpointSnapshot, cost_model: CostModel, fetch_s_per_token: float
+) -> float:
+    """``meets`` estimate with a global tier: ``(q[i] + cost(L - h[i], L)) / rate[i] +
+    (h[i] - c[i]) * fetch`` with ``h[i]`` = :func:`session_hit`."""
+    n = prompt_tokens(request)
+    c, h = local_hit(request, ep), session_hit(request, ep)
+    return (nonneg(ep.queued_prefill_cost) + cost_model.cost(n - h, n)) / speed(ep) + (
+        h - c
+    ) * fetch_s_per_token
+
+
+def ttft_tokens_with_global_tier_s(
+    request: RequestView, ep: EndpointSnapshot, c_lin_s: float, fetch_s_per_token: float
+) -> float:
+    """Token-count variant of :func:`ttft_with_global_tier_s` (ablation 3)."""
+    c, h = local_hit(request, ep), session_hit(request, ep)
+    tokens = nonneg(ep.queued_prefill_tokens) + prompt_tokens(request) - h
+    return tokens * c_lin_s / speed(ep) + (h - c) * fetch_s_per_token
+
+
 def batch(ep: EndpointSnapshot) -> int:
     """b[i] = running + waiting, negative counts taken as 0."""
     return max(0, ep.running) + max(0, ep.waiting)

@@ -11,6 +11,15 @@
   (:func:`smetric.policy.estimates.tpot_guard_ok`: its running decodes keep the TPOT SLO if
   this prefill joins). The guard applies to sticking and to migration targets alike.
 
+Global tier (opt-in, ``PolicyParams.global_fetch_s_per_token``). As written, ``meets`` counts
+only local hits, so with long agentic prompts an endpoint other than ``prev`` would have to
+recompute the whole session and almost never meets: the rule degenerates to basic stickiness.
+The paper migrates "with the global tier preserving its KV$ reuse"; when the pool has a fully
+provisioned global tier, set ``global_fetch_s_per_token`` (KV bytes per token / global-tier
+bandwidth) and ``meets`` uses ``h[i] = max(c[i], est_hit)`` uncached tokens plus the time to
+load ``h[i] - c[i]`` tokens (:func:`smetric.policy.estimates.ttft_with_global_tier_s`). The
+balance score keeps subtracting the local hit only, as in the paper.
+
 Reasons: ``balance`` (first turn), ``evicted`` (follow-up whose session is no longer in any
 local tier), ``stick``, ``migrate``. See :mod:`smetric.policy.sessioncentric` for the skeleton.
 """
@@ -20,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.policy.estimates import prompt_tokens, request_slo, tpot_guard_ok
+from smetric.policy.estimates import prompt_tokens, request_slo, tpot_guard_ok, ttft_with_global_tier_s
 from smetric.policy.sessioncentric import SessionCentric
 
 
@@ -37,6 +46,9 @@ class SMetric(SessionCentric):
         p = self.params
         slo = request_slo(request, p)
         deadline_s = p.slack * slo.ttft_slo_s(prompt_tokens(request))
+        fetch = p.global_fetch_s_per_token
+        if fetch is not None:
+            times_s = [ttft_with_global_tier_s(request, ep, p.cost_model, fetch) for ep in endpoints]
         if p.mode != "colocated":
             return [t <= deadline_s for t in times_s]
         return [

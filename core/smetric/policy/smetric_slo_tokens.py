@@ -3,7 +3,8 @@
 SMetric's ``meets`` rule with the Eq. 1 cost model replaced by token counts:
 ``time[i] = (q_tokens[i] + L - c[i]) * c_lin / rate[i] <= SLACK * ttft_slo(L)``. The balance
 branch is SMetric's (Fig. 13 (c)); the TPOT guard of the full colocated variant is not part of
-this ablation.
+this ablation. With ``PolicyParams.global_fetch_s_per_token`` set, the global-tier session hit
+and its load time enter the check as in :mod:`smetric.policy.smetric`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.policy.estimates import prefill_time_tokens_s, prompt_tokens, request_slo
+from smetric.policy.estimates import (
+    prefill_time_tokens_s,
+    prompt_tokens,
+    request_slo,
+    ttft_tokens_with_global_tier_s,
+)
 from smetric.policy.sessioncentric import SessionCentric
 
 
@@ -28,4 +34,7 @@ class SMetricSloTokens(SessionCentric):
         p = self.params
         deadline_s = p.slack * request_slo(request, p).ttft_slo_s(prompt_tokens(request))
         c_lin = p.cost_model.c_lin_s
-        return [prefill_time_tokens_s(request, ep, c_lin) <= deadline_s for ep in endpoints]
+        fetch = p.global_fetch_s_per_token
+        if fetch is None:
+            return [prefill_time_tokens_s(request, ep, c_lin) <= deadline_s for ep in endpoints]
+        return [ttft_tokens_with_global_tier_s(request, ep, c_lin, fetch) <= deadline_s for ep in endpoints]
