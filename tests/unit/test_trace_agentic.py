@@ -87,6 +87,14 @@ def test_fields_sessions_and_links(tmp_path: Path) -> None:
     assert trace.recorded_family_starts_s == {}
 
 
+def test_missing_think_time_is_flagged(tmp_path: Path) -> None:
+    rows = [ROWS[0], {**ROWS[1], "think_time": None}, ROWS[3]]
+    trace = load_agentic(write(tmp_path / "a.jsonl", rows))
+    assert [r.think_time_recorded for r in trace] == [True, False, True]
+    assert trace.requests[1].think_time_s == 0.0
+    assert any("1 follow-up request(s) have no think_time" in n for n in trace.notes)
+
+
 def test_drop_over_context_keeps_session_going(tmp_path: Path) -> None:
     trace = load_agentic(write(tmp_path / "a.jsonl", ROWS), max_context_tokens=64 * 5)
     assert trace.dropped_over_context == 1 and len(trace) == 4

@@ -50,6 +50,7 @@ def test_mooncake_infers_sessions_by_prefix_extension(tmp_path: Path) -> None:
     assert trace.requests[2].est_hit_tokens == 1110  # 1100 prompt + 10 output
     assert [r.system_blocks for r in trace] == [1, 1, 0, 1, 0, 0, 0]
     assert [r.trigger for r in trace][:3] == ["first", "first", "unknown"]
+    assert [r.think_time_recorded for r in trace] == [r.prev_index < 0 for r in trace]
     assert any("inferred" in n and "1-block shared system prefix (detected)" in n for n in trace.notes)
     # a partial last block is hashed: 1100 tokens = 512 + 512 + 76
     assert trace.requests[0].block_token_counts(512).tolist() == [512, 512, 76]

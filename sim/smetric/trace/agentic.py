@@ -73,6 +73,7 @@ def load_agentic(
     decoder = msgspec.json.Decoder(AgenticLine)
     requests: list[TraceRequest] = []
     last_of_session: dict[str, int] = {}
+    missing_think = 0
     for number, raw in numbered_lines(path):
         try:
             line = decoder.decode(raw)
@@ -108,7 +109,9 @@ def load_agentic(
             system_blocks=min(sys_tokens // BLOCK_TOKENS, line.inp // BLOCK_TOKENS) if first else 0,
             model=line.model,
             recorded_latency_s=line.api_time,
+            think_time_recorded=line.think_time is not None or first,
         )
+        missing_think += line.think_time is None and not first
         last_of_session[line.sid] = request.index
         requests.append(request)
     notes = [
@@ -116,6 +119,11 @@ def load_agentic(
         "there is no global arrival time, a replay picks family start times",
         *bad.notes(),
     ]
+    if missing_think:
+        notes.append(
+            f"{missing_think} follow-up request(s) have no think_time (null): think_time_s = 0 and "
+            "think_time_recorded = False for them"
+        )
     if share_system_prompt:
         requests, note = _share_system_prompt(requests)
         notes.append(note)

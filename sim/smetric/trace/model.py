@@ -65,6 +65,9 @@ class TraceRequest:
     model: str = ""  # the recorded model name where the format has one (agentic), else ""
     # Seconds the original provider took to answer (agentic ``api_time``); None when not recorded.
     recorded_latency_s: float | None = None
+    # False when the trace has no think time for this request (``think_time_s`` is then 0: the
+    # closed loop sends it at its recorded offset or right after its predecessor completes).
+    think_time_recorded: bool = True
 
     @property
     def n_blocks(self) -> int:

@@ -106,6 +106,7 @@ def load_mooncake(
                 trigger="first" if prev < 0 else "unknown",
                 prev_index=prev,
                 est_hit_tokens=est_hit,
+                think_time_recorded=prev < 0,
                 system_blocks=min(depth, len(hashes)) if prev < 0 else 0,
             )
         )

@@ -128,12 +128,10 @@ def _top_quarter_share(per_session: npt.NDArray[np.int64]) -> float:
 
 
 def _think_medians(trace: Trace) -> dict[str, float]:
-    """Median think time per trigger over follow-ups, if the format records think times."""
-    if trace.format != "agentic":
-        return {}
+    """Median recorded think time per trigger over follow-ups (empty if none is recorded)."""
     by_trigger: dict[str, list[float]] = {}
     for r in trace.requests:
-        if r.prev_index >= 0:
+        if r.prev_index >= 0 and r.think_time_recorded:
             by_trigger.setdefault(r.trigger, []).append(r.think_time_s)
     return {k: float(np.median(v)) for k, v in sorted(by_trigger.items())}
 
