@@ -1,0 +1,288 @@
+"""The discrete-event cluster simulator: one policy, one rate, one seed -> one result.
+
+Event loop (a single heap, time-ordered, ties by insertion order):
+
+* ``arrival``: a request is sent. Dropped requests (too long for the model) complete at once.
+  Otherwise the router view is built, the policy (through :class:`smetric.policy.Router`, the
+  very code the picker runs) picks an instance, the ledger records the dispatch and the
+  instance gets the request.
+* ``instance``: an instance's next internal state change (step end, decode-stretch end, load
+  completion); a version number discards superseded entries.
+
+Closed loop: a session's next request is sent at
+``max(family_start + offset, completion + think_time)`` (:mod:`smetric.trace.workload`), where
+completion is the finish time (colocated) or, disaggregated (decode not simulated), the first
+token plus ``(output - 1) * TPOT SLO`` (the decode pool assumed to meet its SLO).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from smetric.core.presets import InstancePreset, get_preset
+from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
+from smetric.engine.global_tier import instances_per_node
+from smetric.policy import DecodeStepModel, PolicyParams, Router, make_policy
+from smetric.sim.metrics import LoadTracker, summarise
+from smetric.sim.view import RouterView
+from smetric.sim.workload import PreparedWorkload
+
+_ARRIVAL, _INSTANCE = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Cluster and router settings of a run (policy and rate are per run)."""
+
+    instances: int = 32
+    mode: str = "colocated"
+    preset: str = "qwen3-30b-h20"
+    global_tier: str = "full"
+    refresh_s: float = 0.05
+    window_s: float = 30.0
+    slack: float = 1.0
+    hit_ratio: float = 0.5
+    nic_gbit_s: float = 200.0
+    warmup_s: float = 3600.0
+    measure_s: float = 3600.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.warmup_s >= 0 and self.measure_s > 0):
+            raise ValueError("warmup_s must be >= 0 and measure_s > 0")
+        if self.instances < 1:
+            raise ValueError("instances must be >= 1")
+        if self.mode not in ("colocated", "disaggregated"):
+            raise ValueError(f"mode must be colocated or disaggregated, got {self.mode!r}")
+        get_preset(self.preset)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    policy: str
+    rate_multiplier: float
+    families_per_s: float
+    requests_per_s: float
+    metrics: dict[str, float | int]
+    events: int
+    sim_wall_s: float
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "policy": self.policy,
+            "rate_multiplier": self.rate_multiplier,
+            "families_per_s": self.families_per_s,
+            **self.metrics,
+            "events": self.events,
+            "sim_wall_s": self.sim_wall_s,
+            "events_per_s": self.events / self.sim_wall_s if self.sim_wall_s > 0 else math.nan,
+            "decision_reasons": dict(self.reasons),
+        }
+
+
+def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> PolicyParams:
+    return PolicyParams(
+        mode="colocated" if cfg.mode == "colocated" else "disaggregated",
+        slack=cfg.slack,
+        hit_ratio=cfg.hit_ratio,
+        slo=preset.slo,
+        cost_model=preset.cost_model,
+        decode_step=DecodeStepModel.from_preset_name(preset.name),
+        chunk_tokens=preset.max_num_batched_tokens,
+        block_tokens=block_tokens,
+        seed=cfg.seed,
+    )
+
+
+def build_cluster(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> list[Instance]:
+    model = StepModel.from_preset(preset)
+    tier = make_global_tier(cfg.global_tier, preset, cfg.instances, block_tokens, cfg.nic_gbit_s)
+    per_node = instances_per_node(preset)
+    return [
+        Instance(
+            f"instance-{i}",
+            model,
+            EngineConfig.from_preset(
+                preset, block_tokens, decode=cfg.mode == "colocated", node=i // per_node
+            ),
+            tier,
+        )
+        for i in range(cfg.instances)
+    ]
+
+
+def simulate(
+    work: PreparedWorkload,
+    policy: str,
+    families_per_s: float,
+    cfg: SimConfig,
+    *,
+    rate_multiplier: float = 1.0,
+    progress: Callable[[float], None] | None = None,
+) -> RunResult:
+    """Run one policy at one family arrival rate; ``progress(fraction of horizon)`` is called
+    about every simulated minute."""
+    wall0 = time.perf_counter()
+    preset = get_preset(cfg.preset)
+    n = len(work)
+    cluster = build_cluster(cfg, preset, work.block_tokens)
+    router = Router(make_policy(policy, policy_params(cfg, preset, work.block_tokens)))
+    view = RouterView(cluster, preset.cost_model, cfg.refresh_s)
+    loads = LoadTracker(len(cluster), cfg.window_s)
+    colocated = cfg.mode == "colocated"
+    tpot_slo = preset.slo.tpot_s
+    horizon = cfg.warmup_s + cfg.measure_s
+
+    # per sent request (row): key = clone * n + trace index
+    rows: dict[int, int] = {}
+    r_key: list[int] = []
+    r_send: list[float] = []
+    first: list[float] = []
+    finish: list[float] = []
+    local: list[int] = []
+    glob: list[int] = []
+    reasons: dict[str, int] = {}
+    fam_start: dict[int, float] = {}  # clone * F + family -> start time
+
+    heap: list[tuple[float, int, int, int, int]] = []
+    seq = 0
+    version = [0] * len(cluster)
+    n_fam = work.n_families
+    for start, f, clone in work.family_arrivals(families_per_s, horizon, cfg.seed):
+        fam_start[clone * n_fam + f] = start
+        for i in work.family_first[f]:
+            t_send = start + float(work.offset_s[i])
+            if t_send < horizon:
+                seq += 1
+                heap.append((t_send, seq, _ARRIVAL, clone * n + i, clone * n_fam + f))
+    heapq.heapify(heap)
+    events = 0
+    next_progress = 60.0
+
+    def push_instance(k: int) -> None:
+        nonlocal seq
+        t_next = cluster[k].next_event_s()
+        version[k] += 1
+        if t_next < math.inf:
+            seq += 1
+            heapq.heappush(heap, (t_next, seq, _INSTANCE, k, version[k]))
+
+    def completed(key: int, t: float) -> None:
+        nonlocal seq
+        clone, i = divmod(key, n)
+        j = int(work.next[i])
+        if j < 0:
+            return
+        fk = clone * n_fam + work.family_index[i]
+        t_send = max(fam_start[fk] + float(work.offset_s[j]), t + float(work.think_s[j]))
+        if t_send < horizon:
+            seq += 1
+            heapq.heappush(heap, (t_send, seq, _ARRIVAL, clone * n + j, fk))
+
+    def handle(evs: list[EngineEvent]) -> None:
+        for e in evs:
+            key = e.request.index
+            row = rows[key]
+            if e.kind == "first_token":
+                first[row] = e.time_s
+                local[row] = e.timing.local_hit_tokens
+                glob[row] = e.timing.global_hit_tokens
+                view.first_token(key)
+                if not colocated:
+                    completed(key, e.time_s + (e.request.output_tokens - 1) * tpot_slo)
+            else:
+                finish[row] = e.time_s
+                if colocated:
+                    completed(key, e.time_s)
+
+    def track(k: int, t: float) -> None:
+        inst = cluster[k]
+        load = inst.num_running if colocated else inst.num_running + inst.num_waiting
+        loads.update(k, t, load)
+
+    while heap:
+        t, _, kind, a, b = heapq.heappop(heap)
+        events += 1
+        view.observe(t)
+        if progress is not None and t >= next_progress:
+            progress(min(1.0, t / horizon))
+            next_progress = t + 60.0
+        if kind == _INSTANCE:
+            if b != version[a]:
+                continue
+            handle(cluster[a].advance(t))
+            track(a, t)
+            push_instance(a)
+            continue
+        clone, i = divmod(a, n)
+        rows[a] = len(r_key)
+        r_key.append(a)
+        r_send.append(t)
+        first.append(math.nan)
+        finish.append(math.nan)
+        local.append(0)
+        glob.append(0)
+        if work.dropped[i]:
+            completed(a, t)
+            continue
+        base = work.engine_request(i, clone)
+        req = EngineRequest(
+            base.request_id,
+            base.prompt_tokens,
+            base.output_tokens,
+            base.prompt_pieces,
+            base.output_pieces,
+            index=a,
+        )
+        rview = work.view(i, clone)
+        hits, snaps = view.snapshots(req)
+        decision = router.pick(rview, snaps)
+        k = decision.target
+        reasons[decision.reason] = reasons.get(decision.reason, 0) + 1
+        view.dispatched(a, k, rview, hits[k])
+        inst = cluster[k]
+        inst.submit(req, t)
+        handle(inst.advance(t))
+        track(k, t)
+        push_instance(k)
+
+    if progress is not None:
+        progress(1.0)
+    idx = np.array([key % n for key in r_key], dtype=np.int64)
+    prompt = np.array([r.prompt_tokens for r in work.engine], dtype=np.int64)[idx]
+    output = np.array([r.output_tokens for r in work.engine], dtype=np.int64)[idx]
+    done = np.array(finish if colocated else first, dtype=np.float64)
+    end_s = float(np.nanmax(done)) if np.isfinite(done).any() else horizon
+    metrics = summarise(
+        mode=cfg.mode,
+        slo=preset.slo,
+        prompt=prompt,
+        output=output,
+        send_s=np.array(r_send, dtype=np.float64),
+        first_s=np.array(first, dtype=np.float64),
+        finish_s=np.array(finish, dtype=np.float64),
+        local=np.array(local, dtype=np.int64),
+        global_=np.array(glob, dtype=np.int64),
+        dropped=work.dropped[idx],
+        window_loads=loads.window_loads(max(end_s, horizon)),
+        load_window_s=cfg.window_s,
+        lo_s=cfg.warmup_s,
+        hi_s=horizon,
+    )
+    return RunResult(
+        policy=policy,
+        rate_multiplier=rate_multiplier,
+        families_per_s=families_per_s,
+        requests_per_s=float(metrics["requests_per_s"]),
+        metrics=metrics,
+        events=events,
+        sim_wall_s=time.perf_counter() - wall0,
+        reasons=reasons,
+    )

@@ -1,0 +1,226 @@
+"""Workload for one simulation: the trace prepared once, arrivals drawn per (rate, seed).
+
+Arrivals (why not just "each trace family once"): the agentic trace has 560 session families that
+last from minutes to 122 hours and are paced by real think times. Even if all of them ran at
+once they would offer about 3.7 requests/s, far below what 32 instances serve, so starting the
+trace's families faster cannot load a 32-instance cluster. Instead, session families arrive as a
+Poisson process at ``rate`` families/s over ``[0, warmup + measure)``; the n-th arrival replays
+family ``perm[n % F]`` of the trace (a seeded permutation, redrawn every F arrivals) as *clone*
+``n // F``: clone ``k > 0`` gets its own block-id namespace (``id + k * id_span``) except for
+the shared system-prompt ids, so clones never share a session's KV but do share the system
+prompt. Each family keeps its recorded offsets, think times, turns and token counts.
+
+Preparation (once per worker, independent of policy and rate):
+
+* every request becomes an :class:`~smetric.engine.EngineRequest` (block pieces as Python ints)
+  and a :class:`~smetric.core.views.RequestView` (turn, est_hit_tokens, true session id);
+* ``output_pieces``: when the session's next request extends this one's prompt, the ids of the
+  next prompt's blocks between this prompt's end and the next request's ``est_hit_tokens`` --
+  the blocks this request's answer fills on the instance that decodes it (the paper rewrites
+  follow-ups so the cached answer is reused, §5.1; this is the same effect);
+* requests the model cannot serve are marked dropped: ``prompt + output`` above
+  ``min(model max context, KV capacity of one instance)`` (vLLM refuses a ``max_model_len`` that
+  does not fit the KV pool, so such a prompt is rejected). A dropped request completes instantly
+  at its send time (an error response) and its session continues.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from smetric.core.presets import InstancePreset
+from smetric.core.views import RequestView
+from smetric.engine import EngineRequest, Piece, count_blocks, pieces_from_ranges, slice_blocks
+from smetric.trace import Trace
+
+_ARRIVAL_STREAM = 0xA441  # mixed into the seed: arrivals get a numpy Generator of their own
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedWorkload:
+    """A trace prepared for simulation on one preset (immutable, shared across runs)."""
+
+    trace_name: str
+    block_tokens: int
+    engine: tuple[EngineRequest, ...]
+    views: tuple[RequestView, ...]
+    family: tuple[str, ...]
+    offset_s: npt.NDArray[np.float64]
+    think_s: npt.NDArray[np.float64]
+    prev: npt.NDArray[np.int64]
+    next: npt.NDArray[np.int64]
+    dropped: npt.NDArray[np.bool_]
+    max_tokens: int
+    n_families: int
+    family_first: tuple[tuple[int, ...], ...]  # per family: its sessions' first request indices
+    family_names: tuple[str, ...]
+    family_index: tuple[int, ...]  # per request: index of its family in family_names
+    id_span: int  # block ids of clone k are id + k * id_span
+    shared_from: int  # ids >= this are shared across families (system prompt); not offset
+    notes: tuple[str, ...]
+    trace: Trace
+
+    def __len__(self) -> int:
+        return len(self.engine)
+
+    @property
+    def n_dropped(self) -> int:
+        return int(self.dropped.sum())
+
+    def engine_request(self, i: int, clone: int) -> EngineRequest:
+        """Request ``i`` of the trace as sent by clone ``clone`` of its family."""
+        base = self.engine[i]
+        if clone == 0:
+            return base
+        off = clone * self.id_span
+        return EngineRequest(
+            f"{base.request_id}~{clone}",
+            base.prompt_tokens,
+            base.output_tokens,
+            _shift(base.prompt_pieces, off, self.shared_from),
+            _shift(base.output_pieces, off, self.shared_from),
+            index=base.index,
+        )
+
+    def view(self, i: int, clone: int) -> RequestView:
+        v = self.views[i]
+        if clone == 0:
+            return v
+        sid = None if v.session_id is None else f"{v.session_id}~{clone}"
+        return RequestView(f"{v.request_id}~{clone}", v.prompt_tokens, v.turn, v.est_hit_tokens, sid)
+
+    def family_arrivals(self, rate_per_s: float, horizon_s: float, seed: int) -> list[tuple[float, int, int]]:
+        """Poisson family arrivals in ``[0, horizon_s)``: ``(start_s, family, clone)``."""
+        if not (math.isfinite(rate_per_s) and rate_per_s > 0):
+            raise ValueError(f"rate must be a positive finite number of families/s, got {rate_per_s}")
+        rng = np.random.default_rng([seed, _ARRIVAL_STREAM])
+        f = self.n_families
+        out: list[tuple[float, int, int]] = []
+        t = 0.0
+        perm = rng.permutation(f)
+        while True:
+            t += float(rng.exponential(1.0 / rate_per_s))
+            if t >= horizon_s:
+                return out
+            n = len(out)
+            if n and n % f == 0:
+                perm = rng.permutation(f)
+            out.append((t, int(perm[n % f]), n // f))
+
+
+def _shift(pieces: tuple[Piece, ...], off: int, shared_from: int) -> tuple[Piece, ...]:
+    out: list[Piece] = []
+    for a, b in pieces:
+        if a >= shared_from:
+            out.append((a, b))
+        elif b < shared_from:
+            out.append((a + off, b + off))
+        else:
+            out.append((a + off, shared_from - 1 + off))
+            out.append((shared_from, b))
+    return tuple(out)
+
+
+def _shared_from(pieces: list[tuple[Piece, ...]], families: list[str]) -> int:
+    """Smallest block id that occurs in two different families (``inf``-like if none)."""
+    spans: dict[str, list[Piece]] = {}
+    for p, fam in zip(pieces, families, strict=True):
+        spans.setdefault(fam, []).extend(p)
+    events: list[tuple[int, int, str]] = []
+    for fam, ps in spans.items():
+        for a, b in _merged(sorted(ps)):
+            events.append((a, b, fam))
+    events.sort()
+    best = 1 << 62
+    reach_b, reach_fam = -1, ""
+    for a, b, fam in events:
+        if a <= reach_b and fam != reach_fam:
+            best = min(best, a)
+        if b > reach_b:
+            reach_b, reach_fam = b, fam
+    return best
+
+
+def _merged(pieces: list[Piece] | tuple[Piece, ...]) -> list[Piece]:
+    out: list[Piece] = []
+    for a, b in pieces:
+        if out and out[-1][1] + 1 == a:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def _output_pieces(
+    cur: tuple[Piece, ...], nxt: tuple[Piece, ...], next_est_hit_blocks: int
+) -> tuple[Piece, ...]:
+    nb = count_blocks(cur)
+    if next_est_hit_blocks <= nb or count_blocks(nxt) <= nb:
+        return ()
+    if _merged(slice_blocks(nxt, 0, nb)) != _merged(list(cur)):
+        return ()
+    return tuple(slice_blocks(nxt, nb, next_est_hit_blocks))
+
+
+def max_request_tokens(preset: InstancePreset) -> int:
+    """Largest prompt + output one instance serves: model context, capped by its KV pool."""
+    return min(preset.model.max_context_tokens, preset.kv_capacity_tokens)
+
+
+def prepare(trace: Trace, preset: InstancePreset) -> PreparedWorkload:
+    """Build the per-request arrays the simulator reads (see the module docstring)."""
+    reqs = trace.requests
+    n = len(reqs)
+    bt = trace.block_tokens
+    pieces = [pieces_from_ranges(r.hash_ranges) for r in reqs]
+    nxt = np.full(n, -1, dtype=np.int64)
+    for r in reqs:
+        if r.prev_index >= 0:
+            nxt[r.prev_index] = r.index
+    limit = max_request_tokens(preset)
+    engine: list[EngineRequest] = []
+    views: list[RequestView] = []
+    for i, r in enumerate(reqs):
+        out_p: tuple[Piece, ...] = ()
+        j = int(nxt[i])
+        if j >= 0:
+            out_p = _output_pieces(pieces[i], pieces[j], reqs[j].est_hit_tokens // bt)
+        rid = f"{r.session_id}#{r.turn}"
+        engine.append(
+            EngineRequest(rid, max(1, r.prompt_tokens), max(1, r.output_tokens), pieces[i], out_p, index=i)
+        )
+        views.append(RequestView(rid, r.prompt_tokens, r.turn, r.est_hit_tokens, r.session_id))
+    dropped = np.array([r.prompt_tokens + max(1, r.output_tokens) > limit for r in reqs], dtype=np.bool_)
+    families = tuple(r.family_id for r in reqs)
+    names = tuple(dict.fromkeys(families))
+    fam_index = {f: k for k, f in enumerate(names)}
+    firsts: list[list[int]] = [[] for _ in names]
+    for r in reqs:
+        if r.prev_index < 0:
+            firsts[fam_index[r.family_id]].append(r.index)
+    top = max((b for p in pieces for _, b in p), default=0)
+    return PreparedWorkload(
+        trace_name=trace.name,
+        block_tokens=bt,
+        engine=tuple(engine),
+        views=tuple(views),
+        family=families,
+        offset_s=np.array([r.offset_s for r in reqs], dtype=np.float64),
+        think_s=np.array([max(0.0, r.think_time_s) for r in reqs], dtype=np.float64),
+        prev=np.array([r.prev_index for r in reqs], dtype=np.int64),
+        next=nxt,
+        dropped=dropped,
+        max_tokens=limit,
+        n_families=len(names),
+        family_first=tuple(tuple(f) for f in firsts),
+        family_names=names,
+        family_index=tuple(fam_index[f] for f in families),
+        id_span=top + 1,
+        shared_from=_shared_from(pieces, list(families)),
+        notes=tuple(trace.notes),
+        trace=trace,
+    )
