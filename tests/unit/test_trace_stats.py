@@ -96,6 +96,10 @@ def test_shared_system_prompt_turns_reuse_inter_session(tmp_path: Path) -> None:
     assert shared.system_prompt_share == pytest.approx(512 / 832)
     assert shared.first_turn_reuse_share == pytest.approx(256 / 832)
     assert shared.intra_family_share == pytest.approx(704 / 832)
+    # c0's cross-family reuse has no interval on per-family clocks; the rest are unchanged
+    assert (plain.reuse_interval_p50_s, plain.reuse_interval_p90_s) == (28.0, 30.0)
+    assert (shared.reuse_interval_p50_s, shared.reuse_interval_p90_s) == (28.0, 30.0)
+    assert shared.reuse_within_100s_share == pytest.approx(10 / 11)
 
 
 def test_reuse_interval_counts_from_recorded_completion(tmp_path: Path) -> None:

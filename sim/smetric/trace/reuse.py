@@ -9,7 +9,11 @@ a system-prompt block when some session's first request had it among its leading
 ``system_blocks``. The reuse interval of a reused block is the time from its previous use to this
 request's arrival, where a use ends when that request completed (arrival + ``recorded_latency_s``)
 if the trace records latencies (agentic ``api_time``), else at its arrival. A block still in use
-by an overlapping request (sub-agents run in parallel) counts as reused after 0 s.
+by an overlapping request (sub-agents run in parallel) counts as reused after 0 s. Without a
+global clock (agentic: every family's clock starts at 0) an interval is only measured when the
+previous use was in the same family; cross-family reuse (the shared system prompt mapping) has no
+meaningful interval and is left out of the interval sample (it still counts as reuse). Requests
+are then replayed family by family (each in its own time order), so families never interleave.
 
 Bookkeeping is dense numpy arrays indexed by block hash (offset by the smallest hash), so the
 walk is linear in the number of blocks; hashes spread too sparsely for that are first compacted.
@@ -76,12 +80,17 @@ def ideal_reuse(trace: Trace) -> ReuseResult:
     bt = trace.block_tokens
     offset, size, lookup = _hash_index(requests)
     times = request_times(trace)
-    order = np.lexsort((np.arange(len(requests)), times))
     session_code = {s: i for i, s in enumerate(dict.fromkeys(r.session_id for r in requests))}
     family_code = {f: i for i, f in enumerate(dict.fromkeys(r.family_id for r in requests))}
+    family_clock = not trace.recorded_family_starts_s
+    keys: tuple[npt.NDArray[np.int64] | npt.NDArray[np.float64], ...] = (np.arange(len(requests)), times)
+    if family_clock:
+        keys = (*keys, np.array([family_code[r.family_id] for r in requests], dtype=np.int64))
+    order = np.lexsort(keys)
     producer = np.full(size, -1, dtype=np.int32)  # session code that first produced the block
     producer_family = np.full(size, -1, dtype=np.int32)
     last_use = np.zeros(size, dtype=np.float64)
+    last_family = np.full(size, -1, dtype=np.int32)
     is_system = np.zeros(size, dtype=bool)
     reused = intra = intra_fam = system = first_turn = total_prompt = 0
     iv_values: list[npt.NDArray[np.float64]] = []
@@ -113,15 +122,24 @@ def ideal_reuse(trace: Trace) -> ReuseResult:
             if r.turn == 0:
                 first_turn += hit_tokens
             gaps = np.maximum(times[i] - last_use[h[:k]], 0.0)
-            change = np.flatnonzero(np.diff(gaps)) + 1
-            run_starts = np.concatenate(([0], change))
-            iv_values.append(gaps[run_starts])
-            iv_counts.append(np.diff(np.concatenate((run_starts, [k]))))
+            if family_clock:
+                gaps = gaps[last_family[h[:k]] == f]
+            if len(gaps):
+                change = np.flatnonzero(np.diff(gaps)) + 1
+                run_starts = np.concatenate(([0], change))
+                iv_values.append(gaps[run_starts])
+                iv_counts.append(np.diff(np.concatenate((run_starts, [len(gaps)]))))
         new = h[prod < 0]
         producer[new] = s
         producer_family[new] = f
         done = times[i] + (r.recorded_latency_s or 0.0)
-        last_use[h] = np.maximum(last_use[h], done)
+        same = last_family[h] == f
+        last_use[h] = (
+            np.where(same, np.maximum(last_use[h], done), done)
+            if family_clock
+            else (np.maximum(last_use[h], done))
+        )
+        last_family[h] = f
     n_blocks = sum(r.n_blocks for r in requests)
     return ReuseResult(
         prompt_tokens=total_prompt,
