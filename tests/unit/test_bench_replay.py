@@ -132,3 +132,29 @@ async def test_window_stops_new_requests() -> None:
     # sent: A0 (0), A::sub (3), A1 (6), B0 (10); not sent: A2 (30), B1 (15)
     assert sorted((s, t) for _, s, t in server.log) == [("A", 0), ("A", 1), ("A::sub", 0), ("B", 0)]
     assert result.not_sent == 2
+
+
+async def test_stuck_request_is_recorded_as_timed_out_after_the_drain() -> None:
+    plan = build_plan(_trace(), ["A", "B"], {"A": 0.0, "B": 10.0}, token_scale=1.0)
+    server = FakeServer(1.0)
+
+    async def send(spec: SendSpec) -> Outcome:
+        if spec.session_id == "B":
+            await asyncio.sleep(3600)  # never answers
+        return await server.send(spec)
+
+    replay = ClosedLoopReplay(plan, send, count, time_scale=TS, duration_s=12.0, drain_s=0.2)
+    result = await replay.run()
+    stuck = [r for r in result.records if r.session_id == "B"]
+    assert len(stuck) == 1 and not stuck[0].outcome.ok
+    assert "timed out" in stuck[0].outcome.error
+    assert sum(1 for r in result.records if r.outcome.ok) == 3  # A0, A::sub, A1
+
+
+def test_plan_caps_requests_to_the_kv_capacity() -> None:
+    plan = build_plan(_trace(), ["A"], {"A": 0.0}, token_scale=1.0, max_request_tokens=1320)
+    a = plan.families[0].sessions[0]
+    assert [(r.prompt_tokens, r.output_tokens) for r in a.requests] == [
+        (1000, 100),
+        (1300, 20),
+    ]  # 1700 left out

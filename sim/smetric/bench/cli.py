@@ -122,15 +122,27 @@ def find_trace(explicit: Path | None) -> Path:
 def make_plan(trace_path: Path, args: argparse.Namespace, preset: Preset) -> tuple[ReplayPlan, list[str]]:
     from smetric.trace import family_start_times, load_agentic, subsample_families
 
-    ctx = get_preset(args.preset).model.max_context_tokens
+    # A prompt must fit one instance's KV cache (vLLM refuses a max_model_len above it): requests over
+    # it are dropped by the loader (their sessions continue), as the simulator does.
+    inst = get_preset(args.preset)
+    ctx = min(inst.model.max_context_tokens, inst.kv_capacity_tokens)
     trace = load_agentic(trace_path, max_context_tokens=ctx)
     n_families = len({r.family_id for r in trace.requests})
     if not 1 <= preset.sessions <= n_families:
         raise BenchError(f"--sessions must be in [1, {n_families}] for {trace_path.name}")
     sub = subsample_families(trace, preset.sessions / n_families, args.seed)
     starts = family_start_times(sub, preset.rate, args.seed)
-    plan = build_plan(sub, list(starts), starts, preset.token_scale, args.max_turns)
+    plan = build_plan(
+        sub, list(starts), starts, preset.token_scale, args.max_turns, scaled_kv_capacity(args, preset)
+    )
     return plan, list(sub.notes)
+
+
+def scaled_kv_capacity(args: argparse.Namespace, preset: Preset) -> int:
+    """The preset's KV capacity times the token scale (whole blocks): the same sessions-per-instance
+    ratio as the unscaled trace on the real instance."""
+    tokens = int(get_preset(args.preset).kv_capacity_tokens * preset.token_scale)
+    return max(args.block_size, tokens - tokens % args.block_size)
 
 
 def resolve(args: argparse.Namespace) -> Preset:
@@ -175,7 +187,7 @@ async def run_all(args: argparse.Namespace, preset: Preset, console: Console) ->
         instances=preset.instances,
         preset=args.preset,
         time_scale=preset.time_scale,
-        kv_capacity_tokens=max(args.block_size, int(inst.kv_capacity_tokens * preset.token_scale)),
+        kv_capacity_tokens=scaled_kv_capacity(args, preset),
         block_size=args.block_size,
         hash_seed=args.hash_seed,
         model=inst.model.name,

@@ -9,7 +9,7 @@ them in real time); outputs are scaled by the same factor, each at least one tok
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from smetric.trace.model import Trace, TraceRequest
 
@@ -87,8 +87,13 @@ def build_plan(
     start_times_s: Mapping[str, float],
     token_scale: float,
     max_turns: int = 0,
+    max_request_tokens: int = 0,
 ) -> ReplayPlan:
     """Plan the given families. ``max_turns`` > 0 keeps only each session's first turns.
+
+    ``max_request_tokens`` > 0 (an instance's KV capacity, scaled): ``max_tokens`` is capped so
+    prompt + output fit, and a request whose scaled prompt alone does not fit is left out (its
+    session continues), as an engine would refuse it.
 
     Raises ``ValueError`` for an unknown family id, a missing start time or a bad scale.
     """
@@ -110,6 +115,14 @@ def build_plan(
             if max_turns > 0:
                 reqs = reqs[:max_turns]
             items = tuple(_planned(r, trace.block_tokens, token_scale) for r in reqs)
+            if max_request_tokens > 0:
+                items = tuple(
+                    replace(p, output_tokens=min(p.output_tokens, max_request_tokens - p.prompt_tokens))
+                    for p in items
+                    if p.prompt_tokens < max_request_tokens
+                )
+            if not items:
+                continue
             sessions.append(PlannedSession(sid, fid, reqs[0].parent_session_id, items, reqs[0].model))
         sessions.sort(key=lambda s: (s.start_offset_s, s.session_id))
         planned.append(PlannedFamily(fid, float(start_times_s[fid]), tuple(sessions)))

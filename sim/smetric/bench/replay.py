@@ -6,7 +6,9 @@ start plus its recorded offset, so sub-agents start where the trace put them rel
 parent.
 
 Requests whose send time would fall after the replay window (``duration_s``) are not sent and
-counted as ``not_sent``; requests in flight at the window's end are allowed to finish.
+counted as ``not_sent``; requests in flight at the window's end may finish until the drain deadline
+(``drain_s`` wall seconds later), after which they are cancelled and recorded as failed
+(``timed out``), so one stuck request cannot hide a whole row's results.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class ClosedLoopReplay:
         seed: int = 0,
         shared_system_prompt: bool = False,
         on_record: Callable[[RequestRecord], None] | None = None,
+        drain_s: float = float("inf"),
     ) -> None:
         if not time_scale > 0:
             raise ValueError("time_scale must be > 0")
@@ -98,6 +101,8 @@ class ClosedLoopReplay:
         self.seed = seed
         self.shared_system_prompt = shared_system_prompt
         self.on_record = on_record
+        self.drain_s = drain_s
+        self._in_flight: dict[str, tuple[SendSpec, float, float]] = {}  # request id -> spec, scheduled, sent
         self._records: list[RequestRecord] = []
         self._not_sent = 0
 
@@ -110,8 +115,14 @@ class ClosedLoopReplay:
             for family in self.plan.families
             for session in family.sessions
         ]
+        hard_deadline = deadline + self.drain_s if self.duration_s > 0 else float("inf")
+        timeout = None if hard_deadline == float("inf") else max(0.0, hard_deadline - loop.time())
         try:
-            await asyncio.gather(*tasks)
+            await asyncio.wait_for(asyncio.gather(*tasks), timeout)
+        except TimeoutError:
+            for spec, scheduled, sent in list(self._in_flight.values()):
+                outcome = Outcome(ok=False, error=f"timed out {self.drain_s:g} s after the replay window")
+                self._record(spec, scheduled, sent, outcome)
         finally:
             for task in tasks:
                 task.cancel()
@@ -151,20 +162,25 @@ class ClosedLoopReplay:
                 prompt_tokens=turn.prompt_tokens,
             )
             sent = loop.time()
+            self._in_flight[spec.request_id] = (spec, send_at - t0, sent - t0)
             outcome = await self.send(spec)
+            del self._in_flight[spec.request_id]
             prev_done_model_s = (loop.time() - t0) / ts
             if outcome.ok:
                 conv.add_answer(outcome.text)
-            record = RequestRecord(
-                session_id=session.session_id,
-                family_id=family.family_id,
-                turn=req.turn,
-                scheduled_s=send_at - t0,
-                sent_s=sent - t0,
-                prompt_tokens=outcome.prompt_tokens or turn.prompt_tokens,
-                max_tokens=req.output_tokens,
-                outcome=outcome,
-            )
-            self._records.append(record)
-            if self.on_record is not None:
-                self.on_record(record)
+            self._record(spec, send_at - t0, sent - t0, outcome)
+
+    def _record(self, spec: SendSpec, scheduled_s: float, sent_s: float, outcome: Outcome) -> None:
+        record = RequestRecord(
+            session_id=spec.session_id,
+            family_id=spec.family_id,
+            turn=spec.turn,
+            scheduled_s=scheduled_s,
+            sent_s=sent_s,
+            prompt_tokens=outcome.prompt_tokens or spec.prompt_tokens,
+            max_tokens=spec.max_tokens,
+            outcome=outcome,
+        )
+        self._records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
