@@ -171,3 +171,12 @@ def test_truncated_gzip_is_a_clear_error(tmp_path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(TraceFormatError, match="cannot read"):
         load_trace(path, format="mooncake")
+
+
+def test_corrupt_gzip_is_a_clear_error(tmp_path: Path) -> None:
+    data = bytearray(gzip.compress(("\n".join(json.dumps(r) for r in MOONCAKE * 50) + "\n").encode()))
+    data[len(data) // 2 : len(data) // 2 + 8] = b"\xff" * 8
+    path = tmp_path / "bad.jsonl.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceFormatError):
+        load_trace(path, format="mooncake")

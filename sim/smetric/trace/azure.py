@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import zlib
 from datetime import datetime
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def load_azure(
         try:
             text = io.TextIOWrapper(f, encoding="utf-8", newline="")
             rows = list(csv.reader(text))
-        except (OSError, EOFError, UnicodeDecodeError, csv.Error) as exc:
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as exc:
             raise TraceFormatError(path, None, f"cannot read as CSV: {exc}") from exc
     if not rows or [c.strip() for c in rows[0]] != list(COLUMNS):
         found = rows[0] if rows else "an empty file"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -30,7 +31,7 @@ def head(path: Path, n_bytes: int = 4096) -> bytes:
     with open_binary(path) as f:
         try:
             return f.read(n_bytes)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise TraceFormatError(path, None, f"cannot read: {exc}") from exc
 
 
@@ -42,5 +43,5 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 stripped = line.strip()
                 if stripped:
                     yield number, stripped
-        except (OSError, EOFError) as exc:  # truncated or corrupt gzip stream
+        except (OSError, EOFError, zlib.error) as exc:  # truncated or corrupt gzip stream
             raise TraceFormatError(path, None, f"cannot read: {exc}") from exc

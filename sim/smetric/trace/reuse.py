@@ -111,7 +111,7 @@ def ideal_reuse(trace: Trace) -> ReuseResult:
         partial_hit = k == n and last_tokens < bt
         hit_tokens = min(k * bt, r.prompt_tokens)
         s, f = session_code[r.session_id], family_code[r.family_id]
-        if r.prev_index < 0 and r.system_blocks:
+        if r.system_blocks:  # loaders set it on first requests only
             is_system[h[: r.system_blocks]] = True
         if k:
             short = bt - last_tokens if partial_hit else 0  # tokens the last hit block lacks
@@ -133,12 +133,10 @@ def ideal_reuse(trace: Trace) -> ReuseResult:
         producer[new] = s
         producer_family[new] = f
         done = times[i] + (r.recorded_latency_s or 0.0)
-        same = last_family[h] == f
-        last_use[h] = (
-            np.where(same, np.maximum(last_use[h], done), done)
-            if family_clock
-            else (np.maximum(last_use[h], done))
-        )
+        previous = last_use[h]
+        if family_clock:  # another family's use is on another clock: start afresh
+            previous = np.where(last_family[h] == f, previous, -np.inf)
+        last_use[h] = np.maximum(previous, done)
         last_family[h] = f
     n_blocks = sum(r.n_blocks for r in requests)
     return ReuseResult(
