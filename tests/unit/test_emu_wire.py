@@ -69,7 +69,9 @@ def test_sse_framing_round_trip() -> None:
 
 
 def test_kv_batch_encoding_is_vllm_map_form() -> None:
-    stored = BlockStored(block_hashes=[1, 2**64 - 1], parent_block_hash=None, token_ids=[7] * 32, block_size=16)
+    stored = BlockStored(
+        block_hashes=[1, 2**64 - 1], parent_block_hash=None, token_ids=[7] * 32, block_size=16
+    )
     payload = encode_batch([stored, BlockRemoved([5]), AllBlocksCleared()], ts=12.5)
     ts, events, dp_rank = msgspec.msgpack.decode(payload)
     assert (ts, dp_rank) == (12.5, 0)
@@ -116,7 +118,9 @@ async def test_publisher_frames_have_topic_and_increasing_sequence() -> None:
             assert len(got[1]) == 8
             seqs.append(int.from_bytes(got[1], "big"))
         assert seqs == list(range(seqs[0], seqs[0] + 4))
-        assert msgspec.msgpack.decode(got[2])[1] == [{"type": "BlockRemoved", "block_hashes": [2], "medium": "GPU"}]
+        assert msgspec.msgpack.decode(got[2])[1] == [
+            {"type": "BlockRemoved", "block_hashes": [2], "medium": "GPU"}
+        ]
         sub.close()
         pub.close()
     finally:
@@ -140,7 +144,9 @@ def test_output_token_count_rules() -> None:
     assert parse_request("completion", {"prompt": "x"}).output_tokens == 16
     assert parse_request("completion", {"prompt": "x", "max_tokens": 5}).output_tokens == 5
     assert parse_request("completion", {"prompt": "x", "max_tokens": 5, "min_tokens": 9}).output_tokens == 9
-    chat = parse_request("chat", {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3})
+    chat = parse_request(
+        "chat", {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3}
+    )
     assert chat.output_tokens == 3
 
 

@@ -152,7 +152,15 @@ class EmulatedInstance:
                 400, f"prompt + max_tokens = {total_tokens} tokens exceed the KV cache ({limit} tokens)"
             )
 
-    def submit(self, prompt: PreparedPrompt, output_tokens: int, request_id: str) -> RequestHandle:
+    def submit(
+        self,
+        prompt: PreparedPrompt,
+        output_tokens: int,
+        request_id: str,
+        received_wall_s: float | None = None,
+    ) -> RequestHandle:
+        """Queue a request in the engine. ``received_wall_s`` (event-loop time the HTTP request
+        arrived) is its arrival time, so parsing/tokenizing/hashing is not modelled as engine time."""
         if self.faults.dead:
             raise ApiError(503, "engine is dead")
         bs = self.engine.config.block_tokens
@@ -170,10 +178,10 @@ class EmulatedInstance:
             output_pieces=to_pieces(ids[n_prompt:]),
         )
         clock = self.clock
-        now = clock.now()
-        handle = RequestHandle(request_id, engine_id, prompt, output_tokens, ids, now)
+        arrival = clock.now() if received_wall_s is None else received_wall_s
+        handle = RequestHandle(request_id, engine_id, prompt, output_tokens, ids, arrival)
         try:
-            self.engine.submit(spec, max(clock.engine_at(now), self.engine.now_s))
+            self.engine.submit(spec, max(clock.engine_at(arrival), self.engine.now_s))
         except ValueError as exc:
             self.blocks.release(ids)
             raise ApiError(400, str(exc)) from None

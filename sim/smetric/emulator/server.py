@@ -124,6 +124,7 @@ class InstanceServer:
     async def _generate(
         self, request: web.Request, kind: Literal["chat", "completion"]
     ) -> web.StreamResponse:
+        received = asyncio.get_running_loop().time()
         try:
             if self.faults.dead:
                 raise ApiError(503, "engine is dead")
@@ -134,7 +135,7 @@ class InstanceServer:
             req = parse_request(kind, body)
             prompt = self._prepare(req)
             request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-            handle = self.instance.submit(prompt, req.output_tokens, request_id)
+            handle = self.instance.submit(prompt, req.output_tokens, request_id, received)
         except ApiError as exc:
             return _error(exc)
         shaper = ResponseShaper(kind, handle.request_id, self.model)
@@ -164,9 +165,12 @@ class InstanceServer:
         self, request: web.Request, handle: RequestHandle, shaper: ResponseShaper, include_usage: bool
     ) -> web.StreamResponse:
         first = await handle.tokens.get()  # headers go out with the first token, as vLLM's do
+        if first is None:  # aborted before its first token (the instance turned dead)
+            return _error(ApiError(503, "request aborted: the engine stopped serving it"))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        n, k = 0, first
+        n = 0
+        k: int | None = first
         while k is not None:
             n += 1
             last = n == handle.output_tokens

@@ -1,0 +1,31 @@
+"""Free-port search for tests and tools that start emulators on consecutive ports."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port_block(n: int, host: str = "127.0.0.1", attempts: int = 50) -> int:
+    """A port ``p`` such that ``p .. p+n-1`` could all be bound a moment ago (racy by nature:
+    callers that lose the race get an ``OSError`` from their own bind)."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    for _ in range(attempts):
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            base = int(probe.getsockname()[1])
+        if base + n > 65536:
+            continue
+        socks: list[socket.socket] = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no block of {n} free ports on {host}")
