@@ -67,9 +67,8 @@ class GlobalTier:
 
     def write(self, pieces: Sequence[Piece]) -> None:
         """Write-through of computed blocks (already-present ones are refreshed in the LRU)."""
-        if self._cache.capacity_blocks is not None:
-            self._cache.touch(pieces)
         self._cache.insert(pieces)
+        self._cache.touch(pieces)  # one LRU stamp for the whole write (segments coalesce)
 
     def load(self, node: int, n_blocks: int, now_s: float, pieces: Sequence[Piece] = ()) -> float:
         """Start loading ``n_blocks`` into an instance on ``node``; returns when the load ends."""

@@ -154,11 +154,11 @@ class BlockCache:
     def _coalesce(self, lo: int, hi: int) -> None:
         """Merge equal-metadata adjacent segments whose starts lie in ``[lo, hi + 1]``."""
         starts, seg = self._starts, self._seg
-        i = max(0, bisect_right(starts, lo) - 1)
+        i = max(0, bisect_right(starts, lo - 1) - 1)
         while i + 1 < len(starts) and starts[i] <= hi + 1:
             s, t = starts[i], starts[i + 1]
             r, q = seg[s], seg[t]
-            if r[0] + 1 == t and r[1] == q[1] and r[2] == q[2]:
+            if r[0] + 1 == t and r[1] == q[1] and (r[2] == q[2] or self.capacity_blocks is None):
                 r[0] = q[0]
                 del seg[t]
                 del starts[i + 1]
@@ -231,7 +231,10 @@ class BlockCache:
         starts, seg = self._starts, self._seg
         self._clock += 1
         stamp = self._clock
+        full = False
         for a, e in pieces:
+            if full:
+                break
             x = a
             while x <= e:
                 s = self._find(x)
@@ -246,6 +249,9 @@ class BlockCache:
                 g = e if nxt is None or nxt > e else nxt - 1
                 n = g - x + 1
                 if not self._make_room(n):
+                    # full of pinned/reserved blocks: cache what fits, then stop (so this call
+                    # never evicts the blocks it has just inserted)
+                    full = True
                     room = (self.capacity_blocks or 0) - self.cached_blocks - self.reserved_blocks
                     n = max(0, min(n, room))
                     if n == 0:
@@ -259,6 +265,8 @@ class BlockCache:
                 new_total += n
                 stored.append((x, g))
                 x = g + 1
+                if full:
+                    break
             self._coalesce(a, e)
         if stored and self._events is not None:
             self._events.blocks_stored(stored)
