@@ -48,9 +48,9 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
     try:
         vals = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} must be comma-separated numbers, got {text!r}") from None
+        raise ValueError(f"{what} must be comma-separated numbers, got {text!r}") from None
     if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
-        raise argparse.ArgumentTypeError(f"{what} must be positive numbers, got {text!r}")
+        raise ValueError(f"{what} must be positive numbers, got {text!r}")
     return vals
 
 

@@ -64,6 +64,20 @@ class SimConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One sent request (kept only with ``keep_records=True``; for tests and analysis)."""
+
+    key: int  # clone * len(trace) + trace index
+    send_s: float
+    first_token_s: float
+    finish_s: float
+    instance: int  # -1 when dropped
+    dropped: bool
+    local_hit_tokens: int
+    global_hit_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunResult:
     policy: str
     rate_multiplier: float
@@ -73,6 +87,7 @@ class RunResult:
     events: int
     sim_wall_s: float
     reasons: dict[str, int] = field(default_factory=dict)
+    records: tuple[RequestRecord, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -126,6 +141,7 @@ def simulate(
     *,
     rate_multiplier: float = 1.0,
     progress: Callable[[float], None] | None = None,
+    keep_records: bool = False,
 ) -> RunResult:
     """Run one policy at one family arrival rate; ``progress(fraction of horizon)`` is called
     about every simulated minute."""
@@ -148,6 +164,7 @@ def simulate(
     finish: list[float] = []
     local: list[int] = []
     glob: list[int] = []
+    where: list[int] = []
     reasons: dict[str, int] = {}
     fam_start: dict[int, float] = {}  # clone * F + family -> start time
 
@@ -229,6 +246,7 @@ def simulate(
         finish.append(math.nan)
         local.append(0)
         glob.append(0)
+        where.append(-1)
         if work.dropped[i]:
             completed(a, t)
             continue
@@ -245,6 +263,7 @@ def simulate(
         hits, snaps = view.snapshots(req)
         decision = router.pick(rview, snaps)
         k = decision.target
+        where[-1] = k
         reasons[decision.reason] = reasons.get(decision.reason, 0) + 1
         view.dispatched(a, k, rview, hits[k])
         inst = cluster[k]
@@ -276,6 +295,21 @@ def simulate(
         lo_s=cfg.warmup_s,
         hi_s=horizon,
     )
+    records: tuple[RequestRecord, ...] = ()
+    if keep_records:
+        records = tuple(
+            RequestRecord(
+                r_key[j],
+                r_send[j],
+                first[j],
+                finish[j],
+                where[j],
+                bool(work.dropped[r_key[j] % n]),
+                local[j],
+                glob[j],
+            )
+            for j in range(len(r_key))
+        )
     return RunResult(
         policy=policy,
         rate_multiplier=rate_multiplier,
@@ -285,4 +319,5 @@ def simulate(
         events=events,
         sim_wall_s=time.perf_counter() - wall0,
         reasons=reasons,
+        records=records,
     )

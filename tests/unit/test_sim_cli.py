@@ -1,0 +1,94 @@
+"""`smetric simulate` end to end on a tiny agentic-format file, and briefly on the real trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from smetric.sim.cli import default_trace, main
+from smetric.sim.simulator import SimConfig, simulate
+from smetric.sim.sweep import WorkloadSpec, prepared
+
+
+def write_agentic(path: Path, families: int = 4, turns: int = 4) -> None:
+    lines = []
+    for f in range(families):
+        base = f * 10_000 + 1
+        for k in range(turns):
+            nb = 100 + 20 * k
+            lines.append(
+                {
+                    "sid": f"fam{f}",
+                    "parent_sid": None,
+                    "turn": k,
+                    "t": 10.0 * k,
+                    "inp": nb * 64 + 10,
+                    "out": 50,
+                    "trigger": "first" if k == 0 else "agent",
+                    "stop": "tool_use",
+                    "model": "m",
+                    "api_time": 1.0,
+                    "think_time": 0.0 if k == 0 else 3.0,
+                    "tool_tokens": 640 if k == 0 else None,
+                    "system_tokens": 640 if k == 0 else None,
+                    "hash_ranges": [[base, base + nb - 1]],
+                }
+            )
+    with gzip.open(path, "wt") as fh:
+        fh.write("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+def test_cli_writes_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "tiny.jsonl.gz"
+    write_agentic(trace)
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    argv = [
+        "--trace", str(trace), "--instances", "2", "--policies", "smetric,round-robin",
+        "--rates", "1,3", "--base-rate", "0.2", "--warmup-s", "0", "--measure-s", "120",
+        "--workers", "1", "--json", str(out), "--plot", str(png),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["config"]["instances"] == 2
+    assert doc["config"]["base_families_per_s"] == pytest.approx(0.2 * 2 / 32)
+    assert doc["config"]["shared_system_prompt"] is True
+    assert doc["trace"]["requests"] == 16
+    assert "requests_over_limit_dropped" in doc["trace"]
+    rows = doc["results"]
+    assert [(r["policy"], r["rate_multiplier"]) for r in rows] == [
+        ("smetric", 1.0), ("smetric", 3.0), ("round-robin", 1.0), ("round-robin", 3.0)
+    ]  # fmt: skip
+    for r in rows:
+        for key in ("tps_within_slo", "prefill_tps_within_slo", "slo_attainment", "ttft_p99_s",
+                    "tpot_p90_s", "reuse_ratio", "imbalance_p99", "requests_dropped", "sim_wall_s",
+                    "events", "families_per_s", "requests_per_s"):  # fmt: skip
+            assert key in r
+    assert png.stat().st_size > 10_000
+    assert "smetric" in capsys.readouterr().out
+
+
+def test_cli_rejects_bad_arguments(tmp_path: Path) -> None:
+    assert main(["--trace", str(tmp_path / "missing.jsonl.gz"), "--workers", "1"]) == 2
+    trace = tmp_path / "tiny.jsonl.gz"
+    write_agentic(trace)
+    assert main(["--trace", str(trace), "--policies", "nope"]) == 2
+    assert main(["--trace", str(trace), "--rates", "1,-2"]) == 2
+    with pytest.raises(SystemExit):
+        main(["--mode", "both"])
+
+
+REAL = default_trace()
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="shared agentic trace not available")
+def test_real_trace_subsample_runs_briefly() -> None:
+    work = prepared(WorkloadSpec(str(REAL), subsample=0.05, seed=0))
+    assert work.n_families >= 20
+    cfg = SimConfig(instances=4, warmup_s=300.0, measure_s=600.0)
+    res = simulate(work, "smetric", 0.01, cfg)
+    m = res.metrics
+    assert int(m["requests_served_in_window"]) > 0
+    assert 0.5 < float(m["reuse_ratio"]) <= 1.0

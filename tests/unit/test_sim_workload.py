@@ -1,0 +1,87 @@
+"""Workload preparation: answer blocks, drops, clones with their own id namespace, arrivals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from smetric.core.presets import get_preset
+from smetric.sim.workload import max_request_tokens, prepare
+from smetric.trace import Trace, TraceRequest
+
+P30 = get_preset("qwen3-30b-h20")
+
+
+def tr(
+    index: int, fam: str, turn: int, prompt: int, ranges: list[list[int]], prev: int = -1, est: int = 0
+) -> TraceRequest:
+    return TraceRequest(
+        index=index,
+        session_id=fam,
+        family_id=fam,
+        parent_session_id=None,
+        turn=turn,
+        offset_s=float(turn),
+        think_time_s=1.0,
+        prompt_tokens=prompt,
+        output_tokens=128,
+        hash_ranges=np.array(ranges, dtype=np.int64),
+        prev_index=prev,
+        est_hit_tokens=est,
+    )
+
+
+def trace() -> Trace:
+    reqs = [
+        # family a: system prompt ids 1000-1001 shared with family b
+        tr(0, "a", 0, 64 * 5, [[1000, 1001], [1, 3]]),
+        tr(1, "a", 1, 64 * 8, [[1000, 1001], [1, 6]], prev=0, est=64 * 7),  # extends turn 0
+        tr(2, "a", 2, 64 * 4, [[1000, 1001], [50, 51]], prev=1, est=64 * 4),  # compaction: no extension
+        tr(3, "b", 0, 64 * 4, [[1000, 1001], [100, 101]]),
+    ]
+    return Trace(name="t", block_tokens=64, requests=reqs)
+
+
+def test_answer_blocks_come_from_the_next_turn_that_extends_this_one() -> None:
+    w = prepare(trace(), P30)
+    assert w.engine[0].output_pieces == ((4, 5),)  # blocks 5..6 of turn 1 = turn 0's answer
+    assert w.engine[1].output_pieces == ()  # turn 2 does not extend turn 1
+    assert w.engine[3].output_pieces == ()  # no next turn
+    assert list(w.next) == [1, 2, -1, -1]
+
+
+def test_shared_ids_are_detected_and_kept_by_clones() -> None:
+    w = prepare(trace(), P30)
+    assert w.shared_from == 1000
+    assert w.id_span == 1002
+    c = w.engine_request(1, 2)
+    assert c.prompt_pieces == ((1000, 1001), (1 + 2 * 1002, 6 + 2 * 1002))
+    assert c.request_id.endswith("~2")
+    assert w.engine_request(1, 0) is w.engine[1]
+    v = w.view(1, 2)
+    assert v.session_id == "a~2" and v.turn == 1 and v.est_hit_tokens == 64 * 7
+
+
+def test_requests_over_the_limit_are_marked_dropped() -> None:
+    limit = max_request_tokens(P30)
+    assert limit == min(P30.model.max_context_tokens, P30.kv_capacity_tokens)
+    reqs = [tr(0, "a", 0, limit, [[1, 2]]), tr(1, "b", 0, limit - 128, [[10, 11]])]
+    w = prepare(Trace(name="t", block_tokens=64, requests=reqs), P30)
+    assert w.dropped.tolist() == [True, False]
+    assert w.n_dropped == 1
+
+
+def test_family_arrivals_are_seeded_poisson_and_cycle_through_clones() -> None:
+    w = prepare(trace(), P30)
+    a = w.family_arrivals(0.5, 2_000.0, seed=7)
+    assert a == w.family_arrivals(0.5, 2_000.0, seed=7)
+    assert a != w.family_arrivals(0.5, 2_000.0, seed=8)
+    assert 850 < len(a) < 1150  # ~ rate x horizon
+    starts = [s for s, _, _ in a]
+    assert starts == sorted(starts) and starts[-1] < 2_000.0
+    for n in range(0, len(a) - 1, 2):  # every cycle of F=2 arrivals covers both families once
+        if n + 1 < len(a):
+            assert {a[n][1], a[n + 1][1]} == {0, 1}
+            assert a[n][2] == a[n + 1][2] == n // 2
+    with pytest.raises(ValueError):
+        w.family_arrivals(0.0, 10.0, 0)
