@@ -80,13 +80,23 @@ def build_registry(state: OperatorState) -> kopf.OperatorRegistry:
         except ApiError as exc:  # transient API trouble: kopf retries with backoff
             raise kopf.TemporaryError(str(exc), delay=5) from exc
 
+    async def _reconcile_latest(namespace: str, name: str, logger: Any) -> None:
+        """Reconcile the pool as it is now (an event's body may already be stale), under its lock."""
+        async with state.locks[(namespace, name)], state.client() as api:
+            state.queued.discard((namespace, name))  # later child events need a fresh pass
+            try:
+                pool = await api.get(API_VERSION, KIND, namespace, name)
+            except ApiError as exc:
+                raise kopf.TemporaryError(str(exc), delay=5) from exc
+            if pool is None or (pool.get("metadata") or {}).get("deletionTimestamp"):
+                return  # pool gone: the garbage collector removes the children
+            await _reconcile(api, pool, logger)
+
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry)
-    async def _pool_changed(body: kopf.Body, logger: Any, **_: Any) -> None:
-        key = (body["metadata"]["namespace"], body["metadata"]["name"])
-        async with state.locks[key], state.client() as api:
-            await _reconcile(api, body, logger)
+    async def _pool_changed(name: str, namespace: str, logger: Any, **_: Any) -> None:
+        await _reconcile_latest(namespace, name, logger)
 
     async def _child_event(namespace: str | None, labels: kopf.Labels, logger: Any, **_: Any) -> None:
         pool_name = labels.get(POOL_LABEL)
@@ -96,18 +106,12 @@ def build_registry(state: OperatorState) -> kopf.OperatorRegistry:
         if key in state.queued:
             return  # a burst of child events (e.g. a rollout) coalesces into one pending reconcile
         state.queued.add(key)
-        async with state.locks[key]:
-            state.queued.discard(key)  # events from now on need a fresh pass
-            try:
-                async with state.client() as api:
-                    pool = await api.get(API_VERSION, KIND, namespace, pool_name)
-                    if pool is None or (pool.get("metadata") or {}).get("deletionTimestamp"):
-                        return  # pool gone: the garbage collector removes the children
-                    await _reconcile(api, pool, logger)
-            except (ApiError, kopf.TemporaryError) as exc:  # not retried: the next event reconciles
-                logger.warning(
-                    "reconcile of SMetricPool %s/%s after a child event failed: %s", namespace, pool_name, exc
-                )
+        try:
+            await _reconcile_latest(namespace, pool_name, logger)
+        except kopf.TemporaryError as exc:  # not retried: the next event reconciles
+            logger.warning(
+                "reconcile of SMetricPool %s/%s after a child event failed: %s", namespace, pool_name, exc
+            )
 
     for api_version, kind in CHILD_KINDS:
         group, _, version = api_version.rpartition("/")
