@@ -95,8 +95,9 @@ def build_registry(state: OperatorState) -> kopf.OperatorRegistry:
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry)
-    async def _pool_changed(name: str, namespace: str, logger: Any, **_: Any) -> None:
-        await _reconcile_latest(namespace, name, logger)
+    async def _pool_changed(name: str, namespace: str | None, logger: Any, **_: Any) -> None:
+        if namespace:  # SMetricPool is namespaced; guards the type only
+            await _reconcile_latest(namespace, name, logger)
 
     async def _child_event(namespace: str | None, labels: kopf.Labels, logger: Any, **_: Any) -> None:
         pool_name = labels.get(POOL_LABEL)
