@@ -184,3 +184,25 @@ def test_bad_submissions_are_rejected() -> None:
         inst.submit(req("late", 128, 1, 100), 1.0)
     with pytest.raises(ValueError):
         EngineRequest("x", 0, 1)
+
+
+def test_abort_releases_kv_in_every_phase() -> None:
+    inst = Instance("i", MODEL, cfg(capacity_blocks=300))
+    inst.submit(req("a", 8_000, 200, 0), 0.0)
+    inst.submit(req("b", 8_000, 200, 10_000), 0.0)  # waits: does not fit next to a
+    assert inst.abort("b") and inst.num_waiting == 0
+    assert inst.abort("a")  # prefilling
+    assert inst.kv_usage == 0.0
+    assert not inst.abort("a")
+    inst.advance(inst.next_event_s())  # the aborted step completes without events for a
+    assert run(inst) == []
+
+
+def test_decoded_tokens_progress_inside_a_stretch() -> None:
+    inst = Instance("i", MODEL, cfg())
+    inst.submit(req("a", 5_000, 100, 0), 0.0)
+    t_first = by(inst.advance(inst.next_event_s()), "first_token", "a").time_s
+    step = MODEL.decode_stretch_s(1, 5_001, 99) / 99
+    assert inst.decoded_tokens(t_first) == {"a": 1}
+    assert inst.decoded_tokens(t_first + 10.5 * step) == {"a": 11}
+    assert inst.decoded_tokens(t_first + 1_000.0) == {"a": 100}

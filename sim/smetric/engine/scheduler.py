@@ -22,7 +22,8 @@ taken to have its mean duration). Steps with a prefill chunk are simulated one b
 therefore per request phase and per prefill chunk, never per decode token.
 
 Driving: both a discrete-event simulator and a wall-clock driver use the same three calls --
-``submit(request, now_s)``, ``next_event_s()`` and ``advance(until_s) -> [EngineEvent]``.
+``submit(request, now_s)``, ``next_event_s()`` and ``advance(until_s) -> [EngineEvent]``; a live
+server also uses ``abort(request_id)`` and ``decoded_tokens(now_s)`` (streaming progress).
 """
 
 from __future__ import annotations
@@ -214,7 +215,54 @@ class Instance:
             self.now_s = until_s
         return out
 
+    def abort(self, request_id: str) -> bool:
+        """Drop a request in any phase and release its KV (vLLM ``abort_request``).
+
+        The step in flight keeps its modelled duration; a global-tier load already started keeps
+        its NIC time. Returns False when the request is not in this instance.
+        """
+        for queue in (self._waiting, self._prefill, self._decode):
+            for r in queue:
+                if r.spec.request_id == request_id:
+                    queue.remove(r)
+                    self._release(r)
+                    return True
+        for i, (_, _, r) in enumerate(self._loading):
+            if r.spec.request_id == request_id:
+                self._loading.pop(i)
+                heapq.heapify(self._loading)
+                self._release(r)
+                return True
+        return False
+
+    def decoded_tokens(self, now_s: float) -> dict[str, int]:
+        """Tokens produced by ``now_s`` (first token included) by every decoding request.
+
+        Inside a fast-forwarded stretch the steps have the stretch's mean duration, so the count
+        is ``decoded + floor((now - start) / step)``.
+        """
+        extra = 0
+        if self._kind == _STRETCH and self._seg_dt > 0:
+            extra = math.floor((now_s - self._seg_start) / self._seg_dt + 1e-9)
+            extra = max(0, min(self._seg_steps, extra))
+        in_seg = {id(r) for r in self._seg_decodes}
+        out: dict[str, int] = {}
+        for r in self._decode:
+            n = r.decoded + (extra if id(r) in in_seg else 0)
+            out[r.spec.request_id] = min(n, r.spec.output_tokens)
+        return out
+
     # ------------------------------------------------------------------ internals
+    def _release(self, r: _Req) -> None:
+        self._seg_decodes = [d for d in self._seg_decodes if d is not r]
+        self._seg_chunks = [(c, n) for c, n in self._seg_chunks if c is not r]
+        self.cache.unreserve(r.reserved)
+        r.reserved = 0
+        if r.pinned:
+            self.cache.unpin(r.pinned)
+            r.pinned = []
+        r.phase = _DONE
+
     def _total_blocks(self, request: EngineRequest) -> int:
         tokens = request.prompt_tokens + (request.output_tokens if self.config.decode else 0)
         return -(-tokens // self.config.block_tokens)
