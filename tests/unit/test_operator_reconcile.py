@@ -1,0 +1,183 @@
+"""reconcile() and status computation against a hand-written in-memory API (unit level)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any, cast
+
+from smetric.operator.client import KubeClient
+from smetric.operator.meta import SPEC_HASH_ANNOTATION
+from smetric.operator.reconcile import Outcome, reconcile
+from smetric.operator.status import Condition, merge_conditions, pool_status
+
+LOG = logging.getLogger("test")
+UID = "11111111-2222-4333-8444-555555555555"
+
+
+class FakeApi:
+    """Stores objects by (apiVersion, kind, name); records applies, deletes and status patches."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.applied: list[str] = []
+        self.deleted: list[str] = []
+        self.statuses: list[dict[str, Any]] = []
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str
+    ) -> list[dict[str, Any]]:
+        assert "smetric.io/pool=p" in label_selector
+        return [copy.deepcopy(o) for (v, k, _), o in self.objects.items() if (v, k) == (api_version, kind)]
+
+    async def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        key = (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"])
+        self.applied.append(f"{key[1]}/{key[2]}")
+        old_status = self.objects.get(key, {}).get("status")
+        self.objects[key] = copy.deepcopy(manifest)
+        if old_status is not None:
+            self.objects[key]["status"] = old_status
+        return copy.deepcopy(self.objects[key])
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        self.deleted.append(f"{kind}/{name}")
+        self.objects.pop((api_version, kind, name), None)
+
+    async def patch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> None:
+        self.statuses.append(status)
+
+
+async def run(api: FakeApi, body: dict[str, Any]) -> Outcome:
+    return await reconcile(cast(KubeClient, api), body, LOG)
+
+
+def pool(spec: dict[str, Any], generation: int = 1, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": UID, "generation": generation},
+        "spec": spec,
+        "status": status or {},
+    }
+
+
+SPEC: dict[str, Any] = {"model": {"name": "m"}, "topology": {"replicas": 2}}
+
+
+async def test_first_reconcile_applies_everything_then_nothing() -> None:
+    api = FakeApi()
+    first = await run(api, pool(SPEC))
+    assert len(first.applied) == 8 and first.deleted == ()
+    assert first.status["phase"] == "Progressing"
+    api.applied.clear()
+    second = await run(api, pool(SPEC, status=dict(first.status)))
+    assert second.applied == () and api.applied == []
+    assert len(api.statuses) == 1  # unchanged status is not rewritten
+
+
+async def test_only_changed_children_are_reapplied_and_orphans_pruned() -> None:
+    api = FakeApi()
+    await run(api, pool({**SPEC, "globalKV": {"enabled": True}}))
+    api.applied.clear()
+    outcome = await run(api, pool({**SPEC, "topology": {"replicas": 3}}, generation=2))
+    assert outcome.applied == ("Deployment/p-prefill-decode",)
+    assert sorted(outcome.deleted) == ["Deployment/p-mooncake-master", "Service/p-mooncake-master"]
+
+
+async def test_objects_not_owned_by_this_pool_are_left_alone() -> None:
+    api = FakeApi()
+    stranger = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "p-old", "ownerReferences": [{"uid": "other"}]},
+    }
+    api.objects[("v1", "ConfigMap", "p-old")] = stranger
+    outcome = await run(api, pool(SPEC))
+    assert outcome.deleted == () and ("v1", "ConfigMap", "p-old") in api.objects
+
+
+async def test_tampered_hash_is_reapplied() -> None:
+    api = FakeApi()
+    await run(api, pool(SPEC))
+    api.objects[("v1", "ConfigMap", "p-epp-config")]["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = (
+        "stale"
+    )
+    api.applied.clear()
+    outcome = await run(api, pool(SPEC))
+    assert outcome.applied == ("ConfigMap/p-epp-config",)
+
+
+async def test_invalid_spec_applies_nothing_and_reports() -> None:
+    api = FakeApi()
+    bad = {"model": {"name": "m", "blockSize": 24}, "topology": {"replicas": 1}}
+    outcome = await run(api, pool(bad))
+    assert api.applied == [] and api.deleted == []
+    assert outcome.invalid is not None and "multiple of 16" in outcome.invalid
+    (status,) = api.statuses
+    assert status["phase"] == "Invalid"
+    cond = {c["type"]: c for c in status["conditions"]}
+    assert cond["InvalidSpec"]["status"] == "True" and "multiple of 16" in cond["InvalidSpec"]["message"]
+    assert cond["Ready"]["status"] == "False"
+    # Same invalid spec again: status unchanged, not rewritten (no write storm).
+    await run(api, pool(bad, status=status))
+    assert len(api.statuses) == 1
+
+
+async def test_ready_when_deployments_report_ready() -> None:
+    api = FakeApi()
+    await run(api, pool(SPEC))
+    for (_, kind, _), obj in api.objects.items():
+        if kind == "Deployment":
+            obj["status"] = {"readyReplicas": obj["spec"]["replicas"]}
+    outcome = await run(api, pool(SPEC))
+    assert outcome.status["phase"] == "Ready"
+    assert outcome.status["replicas"] == {
+        "prefill-decode": {"ready": 2, "desired": 2},
+        "endpoint-picker": {"ready": 1, "desired": 1},
+    }
+    assert outcome.status["readyReplicas"] == 2 and outcome.status["desiredReplicas"] == 2
+
+
+def _deployment(
+    name: str, replicas: int, component: str = "model-server", role: str | None = "prefill-decode"
+) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/component": component}
+    if role:
+        labels["llm-d.ai/role"] = role
+    return {
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"replicas": replicas},
+    }
+
+
+def test_pool_status_degraded_on_replica_failure() -> None:
+    rendered = [_deployment("p-prefill-decode", 2)]
+    live = {
+        "p-prefill-decode": {
+            "metadata": {"name": "p-prefill-decode"},
+            "status": {
+                "readyReplicas": 1,
+                "conditions": [{"type": "ReplicaFailure", "status": "True", "message": "quota"}],
+            },
+        }
+    }
+    status = pool_status("p", rendered, live, 3, [], "2026-01-01T00:00:00Z")
+    assert status["phase"] == "Degraded"
+    cond = {c["type"]: c for c in status["conditions"]}
+    assert cond["Degraded"]["status"] == "True" and "quota" in cond["Degraded"]["message"]
+    assert all(c["observedGeneration"] == 3 for c in status["conditions"])
+
+
+def test_pool_status_missing_deployment_counts_zero_ready() -> None:
+    status = pool_status("p", [_deployment("p-prefill-decode", 4)], {"p-prefill-decode": None}, 1, [], "t")
+    assert status["replicas"]["prefill-decode"] == {"ready": 0, "desired": 4}
+    assert status["phase"] == "Progressing" and status["endpoints"] == 0
+
+
+def test_transition_time_kept_while_status_unchanged() -> None:
+    first = merge_conditions([], [Condition("Ready", False, "R", "m")], 1, "t1")
+    same = merge_conditions(first, [Condition("Ready", False, "R2", "m2")], 2, "t2")
+    flipped = merge_conditions(same, [Condition("Ready", True, "R", "")], 3, "t3")
+    assert same[0]["lastTransitionTime"] == "t1" and same[0]["reason"] == "R2"
+    assert flipped[0]["lastTransitionTime"] == "t3"
