@@ -1,0 +1,142 @@
+"""The picker's view of the pool: discovery + scraping (+ KV events), behind ``EndpointSource``.
+
+Staleness (documented fallback): an endpoint is stale when it has never been scraped, its last
+scrape failed (connection refused, timeout, HTTP error, not vLLM text), or its last good metrics are
+older than ``--staleness-threshold-ms``. Policies treat a stale endpoint as saturated and pick it only
+when no fresh one exists (``EndpointSnapshot.stale``). Endpoints leave the set only when discovery
+drops them (standalone lists never do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from smetric.core.blockhash import BlockHasher
+from smetric.core.tokenizer import load_tokenizer
+from smetric.epp.contracts import EndpointInfo, EngineMetrics, PrefixIndex
+from smetric.epp.discovery.base import Discovery
+from smetric.epp.index.approximate import ApproximateIndex
+from smetric.epp.index.precise import PreciseIndex
+from smetric.epp.kvevents.store import BlockStore
+from smetric.epp.kvevents.subscriber import GapCallback, KvEventManager
+from smetric.epp.scrape.scraper import ScrapeManager
+
+log = logging.getLogger(__name__)
+
+
+class Datastore:
+    def __init__(
+        self,
+        discovery: Discovery,
+        scraper: ScrapeManager,
+        index: PrefixIndex,
+        kv_events: KvEventManager | None = None,
+        staleness_threshold_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._discovery = discovery
+        self._scraper = scraper
+        self._index = index
+        self._kv_events = kv_events
+        self._staleness_s = staleness_threshold_s
+        self._clock = clock
+        self._endpoints: tuple[EndpointInfo, ...] = ()
+        self._warned_block_size: set[str] = set()
+
+    @property
+    def index(self) -> PrefixIndex:
+        return self._index
+
+    @property
+    def scraper(self) -> ScrapeManager:
+        return self._scraper
+
+    async def start(self) -> None:
+        await self._discovery.start(self._on_endpoints)
+
+    async def stop(self) -> None:
+        await self._discovery.stop()
+        await self._scraper.stop()
+        if self._kv_events is not None:
+            await self._kv_events.stop()
+
+    def _on_endpoints(self, endpoints: Sequence[EndpointInfo]) -> None:
+        old = {e.address for e in self._endpoints}
+        self._endpoints = tuple(endpoints)
+        new = {e.address for e in self._endpoints}
+        self._scraper.sync(new)
+        if self._kv_events is not None:
+            self._kv_events.sync(self._endpoints)
+        if isinstance(self._index, ApproximateIndex):
+            for address in old - new:
+                self._index.forget(address)
+
+    # -- EndpointSource ----------------------------------------------------------------------
+
+    def ready_endpoints(self) -> Sequence[EndpointInfo]:
+        return self._endpoints
+
+    def metrics(self, address: str) -> EngineMetrics | None:
+        m = self._scraper.metrics(address)
+        if m is not None and isinstance(self._index, PreciseIndex):
+            self._check_block_size(address, m.block_size)
+        return m
+
+    def is_stale(self, address: str) -> bool:
+        m = self._scraper.metrics(address)
+        if m is None or self._scraper.is_down(address):
+            return True
+        return self._clock() - m.scraped_at_s > self._staleness_s
+
+    def capacity_blocks(self, address: str) -> int | None:
+        """The engine's ``num_gpu_blocks`` (sizes the approximate index's LRU), if scraped."""
+        cache = self._scraper.cache_config(address)
+        return cache.num_gpu_blocks or None if cache is not None else None
+
+    def _check_block_size(self, address: str, block_size: int) -> None:
+        assert isinstance(self._index, PreciseIndex)
+        if block_size and block_size != self._index.block_size and address not in self._warned_block_size:
+            self._warned_block_size.add(address)
+            log.warning(
+                "%s reports block_size=%d but --block-size=%d: precise hits will read 0",
+                address,
+                block_size,
+                self._index.block_size,
+            )
+
+
+def build_datastore(args: argparse.Namespace, on_kv_gap: GapCallback | None = None) -> Datastore:
+    """Wire the data sources from the picker's flags (:mod:`smetric.epp.flags`)."""
+    from smetric.epp.discovery.kubernetes import KubeDiscovery
+    from smetric.epp.discovery.standalone import StaticDiscovery
+
+    discovery: Discovery
+    if args.endpoints:
+        discovery = StaticDiscovery.from_spec(args.endpoints, args.kv_events_port)
+    elif args.pool_name:
+        discovery = KubeDiscovery(args.pool_name, args.pool_namespace, args.kv_events_port)
+    else:
+        raise ValueError("either --endpoints (standalone) or --pool-name (Kubernetes) is required")
+    scraper = ScrapeManager(interval_s=args.refresh_interval_ms / 1000.0)
+    kv_events: KvEventManager | None = None
+    index: PrefixIndex
+    holder: list[Datastore] = []
+    if args.prefix_index == "precise":
+        store = BlockStore()
+        seed = None if args.hash_seed == "" else args.hash_seed
+        hasher = BlockHasher(block_size=args.block_size, seed=seed, algo=args.hash_algo)
+        index = PreciseIndex(load_tokenizer(args.tokenizer), hasher, store)
+        kv_events = KvEventManager(store, on_kv_gap)
+    elif args.prefix_index == "approximate":
+        index = ApproximateIndex(
+            block_tokens=args.block_size,
+            capacity_blocks=lambda address: holder[0].capacity_blocks(address) if holder else None,
+        )
+    else:
+        raise ValueError(f"--prefix-index must be precise or approximate, got {args.prefix_index!r}")
+    ds = Datastore(discovery, scraper, index, kv_events, args.staleness_threshold_ms / 1000.0)
+    holder.append(ds)
+    return ds

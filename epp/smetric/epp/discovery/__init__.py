@@ -1,0 +1,1 @@
+"""Endpoint discovery: a static list (standalone mode) or an InferencePool v1 watch (Kubernetes)."""

@@ -1,0 +1,1 @@
+"""Prefix indexes implementing :class:`smetric.epp.contracts.PrefixIndex` (precise and approximate)."""

@@ -1,0 +1,1 @@
+"""Prometheus scraping of the model servers' ``/metrics`` into :class:`EngineMetrics`."""
