@@ -1,0 +1,23 @@
+# SMetric endpoint picker (Envoy ext_proc on 9002, gRPC health 9003, metrics 9090).
+# Build from the repository root:  docker build -f images/epp.Dockerfile -t smetric/smetric-epp:dev .
+FROM python:3.11-slim AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY core core
+COPY sim sim
+COPY epp epp
+COPY operator operator
+COPY crds crds
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+LABEL org.opencontainers.image.title="smetric-epp" \
+      org.opencontainers.image.description="SMetric endpoint picker (Envoy ext_proc on 9002, gRPC health 9003, metrics 9090)" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin smetric
+COPY --from=wheel /wheels /wheels
+RUN pip install --no-cache-dir --no-index --find-links=/wheels smetric && rm -rf /wheels
+ENV PYTHONUNBUFFERED=1
+USER 65532
+ENTRYPOINT ["smetric-epp"]
+CMD ["--help"]
