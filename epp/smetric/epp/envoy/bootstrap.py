@@ -161,9 +161,11 @@ def _listener(
 
 
 def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
-    listeners = [
-        _listener("gateway", o.listen_host, o.listen_port, [ext_proc_filter(o)], "original_destination", o)
-    ]
+    filters = [ext_proc_filter(o)]
+    if o.subset_hint_header:
+        lua_config = {"@type": _LUA, "default_source_code": {"inline_string": SUBSET_FROM_HEADER_LUA}}
+        filters.insert(0, {"name": "envoy.filters.http.lua", "typed_config": lua_config})
+    listeners = [_listener("gateway", o.listen_host, o.listen_port, filters, "original_destination", o)]
     clusters: list[dict[str, Any]] = [
         {
             "name": "original_destination",
