@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from smetric.bench.metrics import Summary
+from smetric.bench.replay import RequestRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,14 @@ def to_json(results: Sequence[PolicyResult], meta: Mapping[str, Any]) -> bytes:
         "results": [dataclasses.asdict(r) for r in results],
     }
     return orjson.dumps(_clean(doc), option=orjson.OPT_INDENT_2)
+
+
+def record_line(label: str, record: RequestRecord) -> bytes:
+    """One request as a JSON line (the response text left out)."""
+    doc = dataclasses.asdict(record)
+    doc["outcome"].pop("text", None)
+    doc["label"] = label
+    return orjson.dumps(_clean(doc)) + b"\n"
 
 
 def write_json(path: Path, results: Sequence[PolicyResult], meta: Mapping[str, Any]) -> None:

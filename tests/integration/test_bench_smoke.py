@@ -1,0 +1,77 @@
+"""`smetric bench --quick` end to end: emulator + real Envoy + picker (and the vllm-router peer)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from smetric.bench.procs import port_is_free
+
+pytestmark = pytest.mark.integration
+
+TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "claude-code-agentic.jsonl.gz"
+
+
+def _running_with(fragment: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if fragment in cmd:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.skipif(
+    not TRACE.is_file() and not os.environ.get("SMETRIC_TRACES"), reason="agentic trace not found"
+)
+def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
+    out, plot, logs = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "logs"
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--duration", "150",
+            "--json", str(out), "--plot", str(plot), "--records", str(tmp_path / "r.jsonl"), "--log-dir", str(logs)]  # fmt: skip
+    if shutil.which("vllm-router", path=str(Path(sys.executable).parent)):
+        argv += ["--peer", "vllm-router:cache_aware"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    labels = [r["label"] for r in doc["results"]]
+    assert labels[:2] == ["smetric", "lmetric"]
+    for row in doc["results"]:
+        assert row["status"] == "ok", row
+        s = row["summary"]
+        assert s["n_ok"] > 0 and s["n_ok"] >= 0.9 * s["n_sent"]
+        assert 0.0 < s["local_hit_ratio"] <= 1.0  # engines' own prefix counters moved
+        assert s["ttft_p50_s"] > 0 and s["tps_within_slo"] > 0
+    assert plot.stat().st_size > 10_000
+    assert "TPS in SLO" in proc.stdout
+    assert (tmp_path / "r.jsonl").read_text().count("\n") == sum(
+        r["summary"]["n_sent"] for r in doc["results"]
+    )
+    # every process is gone: nothing refers to the log folder, and the emulator ports are free again
+    assert _running_with(str(logs)) == []
+    for log in logs.glob("*/emulator.log"):
+        m = re.search(r"http://127\.0\.0\.1:(\d+)\.\.(\d+)", log.read_text())
+        assert m is not None
+        assert all(port_is_free(p) for p in range(int(m.group(1)), int(m.group(2)) + 1))
+
+
+def test_missing_envoy_is_a_clear_failure(tmp_path: Path) -> None:
+    out = tmp_path / "b.json"
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", "round-robin",
+            "--duration", "20", "--envoy", "/nonexistent/envoy", "--json", str(out), "--log-dir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    row = json.loads(out.read_text())["results"][0]
+    assert row["status"] == "failed" and "/nonexistent/envoy" in row["note"]
+    assert _running_with(str(tmp_path)) == []

@@ -1,0 +1,51 @@
+"""`smetric bench` argument handling: clear errors before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from smetric.bench import cli
+from smetric.bench.procs import BenchError
+from smetric.bench.stacks import PickerFrontend, VllmRouterFrontend, frontends
+
+
+def test_unknown_policy_is_rejected(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli.main(["--policies", "smetric,nope", "--json", str(tmp_path / "x.json")]) == 2
+    assert "unknown policy nope" in capsys.readouterr().out
+
+
+def test_missing_trace_is_a_clear_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = cli.main(
+        ["--quick", "--trace", str(tmp_path / "none.jsonl.gz"), "--json", str(tmp_path / "x.json")]
+    )
+    assert code == 1
+    assert "not found" in capsys.readouterr().out
+
+
+def test_quick_preset_and_overrides() -> None:
+    args = cli.build_parser().parse_args(["--quick", "--instances", "2", "--json", "x"])
+    preset = cli.resolve(args)
+    assert preset.instances == 2 and preset.policies == cli.QUICK.policies
+    with pytest.raises(BenchError, match="token-scale"):
+        cli.resolve(cli.build_parser().parse_args(["--token-scale", "2", "--json", "x"]))
+
+
+def test_scaled_kv_capacity_is_whole_blocks() -> None:
+    args = cli.build_parser().parse_args(["--quick", "--json", "x"])
+    cap = cli.scaled_kv_capacity(args, cli.resolve(args))
+    assert cap % args.block_size == 0 and cap > 0
+
+
+def test_rows_and_peers() -> None:
+    rows = frontends(["smetric", "lmetric"], ["vllm-router"], "")
+    assert [r.label for r in rows] == [
+        "smetric",
+        "lmetric",
+        "vllm-router:cache_aware",
+        "vllm-router:kv_aware",
+    ]
+    assert isinstance(rows[0], PickerFrontend) and isinstance(rows[-1], VllmRouterFrontend)
+    with pytest.raises(BenchError, match="unknown peer"):
+        frontends([], ["sglang"], "")
