@@ -220,6 +220,7 @@ def simulate(
                     completed(key, e.time_s)
 
     def track(k: int, t: float) -> None:
+        view.changed(k)
         inst = cluster[k]
         load = inst.num_running if colocated else inst.num_running + inst.num_waiting
         loads.update(k, t, load)

@@ -27,6 +27,7 @@ class RouterView:
 
     __slots__ = (
         "_cost",
+        "_dirty",
         "_inflight",
         "_instances",
         "_kv",
@@ -55,18 +56,29 @@ class RouterView:
         self._q_tokens = [0.0] * n
         self._q_cost = [0.0] * n
         self._inflight: dict[int, tuple[int, float, float]] = {}
+        self._dirty: set[int] = set(range(n))
         self.names = [inst.name for inst in instances]
         self.capacity_tokens = [inst.max_tokens() for inst in instances]
         self.scrapes = 0
 
+    def changed(self, instance: int) -> None:
+        """The simulator touched this instance: its gauges may differ at the next scrape."""
+        self._dirty.add(instance)
+
     def observe(self, now_s: float) -> None:
-        """Call before processing each event: scrapes if a tick passed since the last scrape."""
+        """Call before processing each event: scrapes if a tick passed since the last scrape.
+
+        Only instances touched since the previous scrape are re-read (the others' gauges cannot
+        have changed: engine state changes only when the simulator calls the engine).
+        """
         if now_s < self._next_tick_s:
             return
-        for i, inst in enumerate(self._instances):
+        for i in self._dirty:
+            inst = self._instances[i]
             self._running[i] = inst.num_running
             self._waiting[i] = inst.num_waiting
             self._kv[i] = inst.kv_usage
+        self._dirty.clear()
         self.scrapes += 1
         self._next_tick_s = (math.floor(now_s / self._refresh_s) + 1) * self._refresh_s
 
