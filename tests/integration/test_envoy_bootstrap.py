@@ -1,0 +1,93 @@
+"""The generated Envoy bootstrap is accepted by the real Envoy; the process helper's errors are clear."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from smetric.epp.envoy import (
+    EnvoyError,
+    EnvoyOptions,
+    EnvoyProcess,
+    bootstrap,
+    envoy_binary,
+    free_port,
+    validate,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        EnvoyOptions(listen_port=10000, admin_port=10001, picker_port=9002),
+        EnvoyOptions(
+            listen_port=10000,
+            admin_port=10001,
+            picker_port=9002,
+            request_body_mode="BUFFERED",
+            failure_mode_allow=True,
+        ),
+        EnvoyOptions(
+            listen_port=10000,
+            admin_port=10001,
+            picker_port=9002,
+            direct_port=10002,
+            direct_backend="10.0.0.1:8000",
+            subset_hint_header=True,
+        ),
+    ],
+)
+def test_envoy_accepts_the_bootstrap(opts: EnvoyOptions) -> None:
+    validate(bootstrap(opts))
+
+
+def test_envoy_rejects_a_broken_bootstrap_with_its_message() -> None:
+    cfg = bootstrap(EnvoyOptions(listen_port=10000, admin_port=10001, picker_port=9002))
+    cfg["static_resources"]["clusters"][0]["type"] = "NOT_A_TYPE"
+    with pytest.raises(EnvoyError, match="invalid Envoy config"):
+        validate(cfg)
+
+
+def test_bootstrap_shape() -> None:
+    cfg = bootstrap(EnvoyOptions(listen_port=1, admin_port=2, picker_port=3))
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    ext = hcm["http_filters"][0]["typed_config"]
+    assert ext["processing_mode"]["request_body_mode"] == "FULL_DUPLEX_STREAMED"
+    assert ext["processing_mode"]["request_trailer_mode"] == "SEND"
+    assert ext["allow_mode_override"] is True and ext["failure_mode_allow"] is False
+    odst = cfg["static_resources"]["clusters"][0]
+    assert odst["type"] == "ORIGINAL_DST"
+    assert odst["original_dst_lb_config"] == {
+        "use_http_header": True,
+        "http_header_name": "x-gateway-destination-endpoint",
+    }
+    with pytest.raises(ValueError):
+        bootstrap(EnvoyOptions(listen_port=1, admin_port=2, picker_port=3, direct_port=4))
+
+
+async def test_taken_port_and_missing_binary_are_clear_errors(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        proc = EnvoyProcess(
+            bootstrap(EnvoyOptions(listen_port=taken, admin_port=free_port(), picker_port=9002))
+        )
+        with pytest.raises(EnvoyError, match="already in use"):
+            await proc.start()
+    monkeypatch.setenv("SMETRIC_ENVOY_BIN", str(tmp_path / "no-envoy"))
+    with pytest.raises(EnvoyError, match="SMETRIC_ENVOY_BIN"):
+        envoy_binary()
+
+
+async def test_envoy_starts_and_stops() -> None:
+    opts = EnvoyOptions(listen_port=free_port(), admin_port=free_port(), picker_port=free_port())
+    async with EnvoyProcess(bootstrap(opts)) as envoy:
+        assert envoy.log_path is not None and envoy.log_path.exists()
+    assert envoy.log_path is None

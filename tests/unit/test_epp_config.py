@@ -1,0 +1,59 @@
+"""Policy config file: defaults, validation errors naming the field, parameters via the policies' parser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from smetric.epp.config import ConfigError, load_config, parse_config, policy_params
+from smetric.policy import PolicyParams
+
+
+def test_defaults_are_smetric_with_paper_parameters() -> None:
+    cfg = load_config(None)
+    assert cfg.policy.name == "smetric" and not cfg.pdDisaggregation.enabled
+    assert policy_params(cfg) == PolicyParams()
+    assert (cfg.saturation.queueDepthThreshold, cfg.saturation.kvCacheUtilThreshold) == (5, 0.8)
+
+
+def test_yaml_file_round_trip(tmp_path: Path) -> None:
+    f = tmp_path / "epp.yaml"
+    f.write_text(
+        "policy:\n  name: lmetric\n  parameters: {slack: 1.5}\npdDisaggregation: {enabled: true}\nservedModels: [qwen]\n"
+    )
+    cfg = load_config(f)
+    assert cfg.policy.name == "lmetric" and cfg.pdDisaggregation.enabled and cfg.servedModels == ("qwen",)
+    assert policy_params(cfg).slack == 1.5
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"policy": {"name": "nope"}}, "policy.name"),
+        ({"policy": {"name": "smetric", "paramters": {}}}, "policy.paramters"),
+        ({"pdDisaggregation": {"enabled": "maybe"}}, "pdDisaggregation.enabled"),
+        ({"saturation": {"kvCacheUtilThreshold": 2}}, "saturation.kvCacheUtilThreshold"),
+        ({"unknownTop": 1}, "unknownTop"),
+        ([1, 2], "(top level)"),
+    ],
+)
+def test_bad_config_names_the_field(doc: object, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, "epp.yaml")
+    assert "epp.yaml" in str(info.value) and field in str(info.value)
+
+
+def test_bad_parameters_are_a_config_error() -> None:
+    cfg = parse_config({"policy": {"name": "smetric", "parameters": {"slack": -1}}})
+    with pytest.raises(ConfigError, match=r"policy\.parameters"):
+        policy_params(cfg)
+
+
+def test_unreadable_or_invalid_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)

@@ -1,0 +1,73 @@
+"""Dispatch ledger and the online prefill-rate estimate."""
+
+from __future__ import annotations
+
+import pytest
+
+from smetric.epp.server.ledger import DispatchLedger
+from smetric.epp.server.prefill_rate import PrefillRateEstimator
+
+
+def test_ledger_adds_and_removes_once() -> None:
+    ledger = DispatchLedger()
+    ledger.add("r1", "a", 100, 0.5)
+    ledger.add("r2", "a", 50, 0.25)
+    ledger.add("r3", "b", 10, 0.1)
+    assert (ledger.queued_tokens("a"), ledger.queued_cost_s("a")) == (150, 0.75)
+    entry = ledger.remove("r1")
+    assert entry is not None and entry.address == "a"
+    assert ledger.remove("r1") is None  # idempotent
+    assert (ledger.queued_tokens("a"), ledger.queued_cost_s("a")) == (50, 0.25)
+    ledger.remove("r2")
+    assert ledger.queued_cost_s("a") == 0.0 and ledger.queued_tokens("unknown") == 0.0
+    assert len(ledger) == 1
+
+
+def test_ledger_readding_a_request_moves_its_work() -> None:
+    ledger = DispatchLedger()
+    ledger.add("r", "a", 10, 1.0)
+    ledger.add("r", "b", 10, 1.0)
+    assert ledger.queued_cost_s("a") == 0.0 and ledger.queued_cost_s("b") == 1.0
+
+
+def test_float_drift_reads_zero_when_idle() -> None:
+    ledger = DispatchLedger()
+    for i in range(1000):
+        ledger.add(f"r{i}", "a", 0.1, 0.1)
+    for i in range(1000):
+        ledger.remove(f"r{i}")
+    assert ledger.queued_cost_s("a") == 0.0 and ledger.queued_tokens("a") == 0.0
+
+
+def test_rate_is_one_until_eight_samples_then_p90() -> None:
+    rates = PrefillRateEstimator()
+    for _ in range(7):
+        rates.observe("a", cost_s=1.0, ttft_s=2.0)
+    assert rates.speed("a") == 1.0
+    rates.observe("a", cost_s=1.0, ttft_s=2.0)
+    assert rates.speed("a") == 0.5
+    for k in range(1, 11):  # samples 0.1 .. 1.0 -> with the eight 0.5s, p90 of 18
+        rates.observe("a", cost_s=k / 10, ttft_s=1.0)
+    ordered = sorted([0.5] * 8 + [k / 10 for k in range(1, 11)])
+    assert rates.speed("a") == ordered[16]  # nearest rank: ceil(0.9 * 18) = 17th
+    assert rates.speed("other") == 1.0
+
+
+def test_rate_window_keeps_the_last_64() -> None:
+    rates = PrefillRateEstimator()
+    for _ in range(64):
+        rates.observe("a", 1.0, 1.0)
+    for _ in range(64):
+        rates.observe("a", 3.0, 1.0)
+    assert rates.samples("a") == 64 and rates.speed("a") == 3.0
+
+
+def test_rate_ignores_bad_samples() -> None:
+    rates = PrefillRateEstimator(min_samples=1)
+    assert not rates.observe("a", 0.0, 1.0)
+    assert not rates.observe("a", 1.0, 0.0)
+    assert not rates.observe("a", float("inf"), 1.0)
+    assert not rates.observe("a", float("nan"), 1.0)
+    assert rates.speed("a") == 1.0
+    with pytest.raises(ValueError):
+        PrefillRateEstimator(window=4, min_samples=8)

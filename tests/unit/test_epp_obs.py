@@ -1,0 +1,82 @@
+"""Metrics registry per instance, KV-gap callback, health status, JSON logs, main's exit codes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from smetric.epp.main import main
+from smetric.epp.obs.health import NOT_SERVING, SERVING, HealthReporter
+from smetric.epp.obs.logging import JsonFormatter, configure_logging
+from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
+from smetric.epp.server.static import StaticEndpointSource
+
+
+def test_two_metric_sets_do_not_collide_and_gaps_are_counted() -> None:
+    a, b = PickerMetrics(CollectorRegistry()), PickerMetrics(CollectorRegistry())
+    gaps = KvEventGapCounter(a)
+    gaps.on_gap("10.0.0.1:8000")
+    gaps.on_gap("10.0.0.1:8000")
+    assert a.registry.get_sample_value("smetric_epp_kv_event_gaps_total", {"endpoint": "10.0.0.1:8000"}) == 2
+    assert (
+        b.registry.get_sample_value("smetric_epp_kv_event_gaps_total", {"endpoint": "10.0.0.1:8000"}) is None
+    )
+
+
+async def test_health_serving_only_with_a_ready_endpoint_and_not_while_draining() -> None:
+    source = StaticEndpointSource([])
+    metrics = PickerMetrics(CollectorRegistry())
+    health = HealthReporter(source, metrics, is_stale=lambda a: a.endswith(":2"))
+
+    async def status() -> int:
+        await health.refresh()
+        reply = await health.servicer.Check(_req(""), None)
+        return int(reply.status)
+
+    assert await status() == NOT_SERVING
+    source.set_endpoints(["10.0.0.1:1", "10.0.0.1:2"])
+    assert await status() == SERVING
+    assert metrics.registry.get_sample_value("smetric_epp_stale_endpoints") == 1
+    await health.drain()
+    assert await status() == NOT_SERVING
+
+
+def _req(service: str) -> object:
+    from grpc_health.v1 import health_pb2
+
+    return health_pb2.HealthCheckRequest(service=service)
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_json_log_lines_carry_extra_fields() -> None:
+    record = logging.LogRecord("smetric.epp", logging.INFO, __file__, 1, "routed %s", ("x",), None)
+    record.destination = "10.0.0.1:8000"
+    doc = orjson.loads(JsonFormatter().format(record))
+    assert doc["msg"] == "routed x" and doc["destination"] == "10.0.0.1:8000" and doc["level"] == "info"
+    with pytest.raises(ValueError):
+        configure_logging("loud")
+
+
+@pytest.fixture
+def restore_root_logger() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_main_rejects_bad_flags_and_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "--endpoints" in capsys.readouterr().err
+    bad = tmp_path / "epp.yaml"
+    bad.write_text("policy: {name: nope}\n")
+    assert main(["--endpoints", "127.0.0.1:1", "--config", str(bad)]) == 2
+    assert "policy.name" in capsys.readouterr().err
+    assert main(["--endpoints", "127.0.0.1:1", "--log-level", "loud"]) == 2
