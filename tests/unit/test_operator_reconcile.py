@@ -6,9 +6,11 @@ import copy
 import logging
 from typing import Any, cast
 
-from smetric.operator.client import KubeClient
+import pytest
+
+from smetric.operator.client import ApiError, KubeClient
 from smetric.operator.meta import SPEC_HASH_ANNOTATION
-from smetric.operator.reconcile import Outcome, reconcile
+from smetric.operator.reconcile import ChildApplyError, Outcome, reconcile
 from smetric.operator.status import Condition, merge_conditions, pool_status
 
 LOG = logging.getLogger("test")
@@ -181,3 +183,22 @@ def test_transition_time_kept_while_status_unchanged() -> None:
     flipped = merge_conditions(same, [Condition("Ready", True, "R", "")], 3, "t3")
     assert same[0]["lastTransitionTime"] == "t1" and same[0]["reason"] == "R2"
     assert flipped[0]["lastTransitionTime"] == "t3"
+
+
+async def test_a_refused_child_does_not_block_the_others() -> None:
+    """E.g. the InferencePool CRD is not installed: the rest is applied, the pool is Degraded."""
+
+    class NoInferencePools(FakeApi):
+        async def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+            if manifest["kind"] == "InferencePool":
+                raise ApiError(404, "PATCH", "/apis/inference.networking.k8s.io/v1/...", "not found")
+            return await super().apply(manifest)
+
+    api = NoInferencePools()
+    with pytest.raises(ChildApplyError, match="InferencePool/p"):
+        await run(api, pool(SPEC))
+    assert "Deployment/p-prefill-decode" in api.applied and len(api.applied) == 7
+    (status,) = api.statuses
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert status["phase"] == "Degraded" and degraded["reason"] == "ApplyFailed"
+    assert "InferencePool/p" in degraded["message"]

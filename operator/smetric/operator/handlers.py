@@ -27,7 +27,7 @@ from smetric.operator.meta import (
     POOL_LABEL,
     VERSION,
 )
-from smetric.operator.reconcile import CHILD_KINDS, reconcile
+from smetric.operator.reconcile import CHILD_KINDS, ChildApplyError, reconcile
 
 
 @dataclass
@@ -77,7 +77,7 @@ def build_registry(state: OperatorState) -> kopf.OperatorRegistry:
     async def _reconcile(api: KubeClient, body: Any, logger: Any) -> None:
         try:
             await reconcile(api, body, logger)
-        except ApiError as exc:  # transient API trouble: kopf retries with backoff
+        except (ApiError, ChildApplyError) as exc:  # transient API trouble: kopf retries with backoff
             raise kopf.TemporaryError(str(exc), delay=5) from exc
 
     async def _reconcile_latest(namespace: str, name: str, logger: Any) -> None:

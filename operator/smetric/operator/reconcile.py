@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from smetric.operator.client import PLURALS, KubeClient
+from smetric.operator.client import PLURALS, ApiError, KubeClient
 from smetric.operator.meta import (
     API_VERSION,
     FIELD_MANAGER,
@@ -29,6 +29,10 @@ from smetric.operator.spec import InvalidSpecError, parse_spec
 from smetric.operator.status import invalid_status, now_rfc3339, pool_status
 
 CHILD_KINDS: tuple[tuple[str, str], ...] = tuple(k for k in PLURALS if k != (API_VERSION, KIND))
+
+
+class ChildApplyError(RuntimeError):
+    """Some children could not be applied (the others were); the status says which."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +80,17 @@ async def reconcile(
                 live[key_of(obj)] = obj
 
     applied: list[str] = []
+    failed: list[str] = []
     observed: dict[str, Manifest | None] = {}
     for child in rendered:
         key = key_of(child)
         current = live.get(key)
         if current is None or _hash(current) != _hash(child):
-            current = await api.apply(child)
-            applied.append(f"{key[1]}/{key[2]}")
+            try:  # one failing child (e.g. its CRD is not installed) does not block the others
+                current = await api.apply(child)
+                applied.append(f"{key[1]}/{key[2]}")
+            except ApiError as exc:
+                failed.append(f"{key[1]}/{key[2]}: {exc}")
         if key[1] == "Deployment":
             observed[key[2]] = current
 
@@ -92,9 +100,11 @@ async def reconcile(
         await api.delete(key[0], key[1], pool.namespace, key[2])
         deleted.append(f"{key[1]}/{key[2]}")
 
-    status = pool_status(pool.name, rendered, observed, generation, previous, now_rfc3339())
+    status = pool_status(pool.name, rendered, observed, generation, previous, now_rfc3339(), failed)
     if status != dict(old_status):
         await api.patch_status(API_VERSION, KIND, pool.namespace, pool.name, status)
     if applied or deleted:
         log.info("SMetricPool %s/%s: applied %s; deleted %s", pool.namespace, pool.name, applied, deleted)
+    if failed:  # surfaced in status; raised so the caller retries with backoff
+        raise ChildApplyError(f"SMetricPool {pool.namespace}/{pool.name}: " + "; ".join(failed))
     return Outcome(applied=tuple(applied), deleted=tuple(deleted), status=status)

@@ -73,6 +73,12 @@ def _failed(deployment: Manifest) -> str | None:
     return None
 
 
+def _degraded_reason(failures: Sequence[str], apply_failures: Sequence[str]) -> str:
+    if apply_failures:
+        return "ApplyFailed"
+    return "DeploymentFailure" if failures else "Healthy"
+
+
 def pool_status(
     pool_name: str,
     rendered: Sequence[Manifest],
@@ -80,8 +86,12 @@ def pool_status(
     generation: int,
     previous: Sequence[Mapping[str, Any]],
     now: str,
+    apply_failures: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Status from the rendered Deployments and their live objects (``observed`` by name; None = absent)."""
+    """Status from the rendered Deployments and their live objects (``observed`` by name; None = absent).
+
+    ``apply_failures`` (children the API refused) make the pool Degraded.
+    """
     replicas: dict[str, dict[str, int]] = {}
     ready_models = desired_models = 0
     waiting: list[str] = []
@@ -104,7 +114,8 @@ def pool_status(
         failure = _failed(live) if live else None
         if failure:
             failures.append(failure)
-    all_ready = not waiting
+    failures += [f"apply failed: {f}" for f in apply_failures]
+    all_ready = not waiting and not apply_failures
     if failures:
         phase = "Degraded"
     elif all_ready:
@@ -121,7 +132,7 @@ def pool_status(
         ),
         Condition("Progressing", not all_ready, "Rollout" if not all_ready else "Stable", ", ".join(waiting)),
         Condition(
-            "Degraded", bool(failures), "DeploymentFailure" if failures else "Healthy", "; ".join(failures)
+            "Degraded", bool(failures), _degraded_reason(failures, apply_failures), "; ".join(failures)
         ),
     ]
     return {
