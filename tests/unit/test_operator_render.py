@@ -379,6 +379,7 @@ def test_disaggregated_nixl_roles_and_sidecar() -> None:
     assert not [c for c in children if c["metadata"]["name"] == "p-prefill-decode"]
     config = yaml.safe_load(by_name(children, "ConfigMap", "p-epp-config")["data"]["config.yaml"])
     assert config["policy"]["parameters"]["mode"] == "disaggregated"
+    assert config["pdDisaggregation"] == {"enabled": True}
 
 
 def test_disaggregated_mooncake_with_global_kv_uses_multiconnector() -> None:
@@ -459,10 +460,16 @@ def test_policy_config_map() -> None:
                 "ttftSloBaseS": 1.0,
                 "ttftSloPerKTokS": 0.0625,
                 "tpotSloS": 0.033,
+                "blockTokens": 16,
                 "costModel": {"cLinS": 1e-4, "cAttS": 2e-8},
             },
-        }
+        },
+        "pdDisaggregation": {"enabled": False},
     }
+    from smetric.epp.config import parse_config, policy_params
+
+    params = policy_params(parse_config(config))
+    assert params.cost_model.c_lin_s == 1e-4 and params.cost_model.c_att_s == 2e-8
     # A policy change rolls the picker pods (config hash in the pod template) ...
     before = by_name(render(spec()), "Deployment", "p-epp")["spec"]["template"]["metadata"]["annotations"]
     after = by_name(children, "Deployment", "p-epp")["spec"]["template"]["metadata"]["annotations"]
@@ -544,3 +551,16 @@ def test_shell_quoting_survives_model_names() -> None:
     assert vllm["args"][2] == "org/model with space"
     assert "org/model" not in vllm["command"][2]
     assert shlex.split(shlex.join(vllm["args"]))[2] == "org/model with space"
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_policy_config_is_accepted_by_the_picker(variant: str) -> None:
+    """Contract with the picker: its own config parser and the policies' parameter parser accept it."""
+    from smetric.epp.config import parse_config, policy_params
+
+    (config_map,) = [c for c in render(VARIANTS[variant]) if c["kind"] == "ConfigMap"]
+    cfg = parse_config(yaml.safe_load(config_map["data"]["config.yaml"]), "rendered")
+    params = policy_params(cfg)
+    assert cfg.policy.name == "smetric"
+    assert params.mode == ("disaggregated" if variant.startswith("disaggregated") else "colocated")
+    assert params.hit_ratio == 0.5 and params.slack == 1.0

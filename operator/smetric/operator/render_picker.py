@@ -21,7 +21,8 @@ CONFIG_HASH_ANNOTATION = "smetric.io/config-hash"
 
 
 def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
-    """The picker's ``config.yaml`` document (policy name + parameters, camelCase)."""
+    """The picker's ``config.yaml`` (``smetric.epp.config``): policy name + parameters (camelCase,
+    parsed by ``smetric.policy.params_from_mapping``) and PD routing for disaggregated pools."""
     params = spec.router.parameters
     parameters: dict[str, Any] = {
         "slack": params.slack,
@@ -30,10 +31,14 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
         "ttftSloBaseS": params.ttft_slo_base_s,
         "ttftSloPerKTokS": params.ttft_slo_per_k_tok_s,
         "tpotSloS": params.tpot_slo_s,
+        "blockTokens": spec.model.block_size,
     }
     if params.cost_model is not None:
         parameters["costModel"] = {"cLinS": params.cost_model.c_lin_s, "cAttS": params.cost_model.c_att_s}
-    return {"policy": {"name": spec.router.policy, "parameters": parameters}}
+    return {
+        "policy": {"name": spec.router.policy, "parameters": parameters},
+        "pdDisaggregation": {"enabled": spec.topology.mode == "disaggregated"},
+    }
 
 
 def policy_config_text(spec: SMetricPoolSpec) -> str:
