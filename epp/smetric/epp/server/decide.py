@@ -81,37 +81,36 @@ class Picker:
         self._source_is_stale: Callable[[str], bool] | None = getattr(source, "is_stale", None)
 
     def snapshots(self, endpoints: Sequence[EndpointInfo], hits: dict[str, int]) -> list[EndpointSnapshot]:
+        """One snapshot per endpoint (the hot loop: every lookup bound once outside it)."""
         now = self.clock()
+        tokens, costs = self.ledger.totals()
+        q_tokens, q_cost, hit_of, speed = tokens.get, costs.get, hits.get, self.rates.speed
+        metrics_of, is_stale, max_age = self.source.metrics, self._source_is_stale, self.staleness_s
         out: list[EndpointSnapshot] = []
+        append = out.append
         for ep in endpoints:
             a = ep.address
-            m = self.source.metrics(a)
+            m = metrics_of(a)
             if m is None:
-                out.append(
+                append(
                     EndpointSnapshot(
-                        name=a,
-                        local_hit_tokens=hits.get(a, 0),
-                        queued_prefill_tokens=self.ledger.queued_tokens(a),
-                        queued_prefill_cost=self.ledger.queued_cost_s(a),
-                        prefill_speed=self.rates.speed(a),
-                        stale=True,
+                        a, hit_of(a, 0), q_tokens(a, 0.0), q_cost(a, 0.0), prefill_speed=speed(a), stale=True
                     )
                 )
                 continue
-            out.append(
+            stale = is_stale(a) if is_stale is not None else now - m.scraped_at_s > max_age
+            append(
                 EndpointSnapshot(
                     name=a,
-                    local_hit_tokens=hits.get(a, 0),
-                    queued_prefill_tokens=self.ledger.queued_tokens(a),
-                    queued_prefill_cost=self.ledger.queued_cost_s(a),
+                    local_hit_tokens=hit_of(a, 0),
+                    queued_prefill_tokens=q_tokens(a, 0.0),
+                    queued_prefill_cost=q_cost(a, 0.0),
                     running=m.running,
                     waiting=m.waiting,
                     kv_usage=m.kv_usage,
                     kv_capacity_tokens=m.kv_capacity_tokens,
-                    prefill_speed=self.rates.speed(a),
-                    stale=self._source_is_stale(a)
-                    if self._source_is_stale is not None
-                    else now - m.scraped_at_s > self.staleness_s,
+                    prefill_speed=speed(a),
+                    stale=stale,
                 )
             )
         return out

@@ -8,7 +8,9 @@ several active-active replicas each sees only the work it dispatched itself (see
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,12 +21,14 @@ class LedgerEntry:
 
 
 class DispatchLedger:
-    __slots__ = ("_cost", "_entries", "_tokens")
+    __slots__ = ("_cost", "_cost_view", "_entries", "_tokens", "_tokens_view")
 
     def __init__(self) -> None:
         self._entries: dict[str, LedgerEntry] = {}
         self._tokens: dict[str, float] = {}
         self._cost: dict[str, float] = {}
+        self._tokens_view = MappingProxyType(self._tokens)
+        self._cost_view = MappingProxyType(self._cost)
 
     def add(self, request_id: str, address: str, tokens: float, cost_s: float) -> None:
         """Record a dispatch; a request id already present is replaced (its old work removed)."""
@@ -44,6 +48,10 @@ class DispatchLedger:
         self._tokens[entry.address] = tokens if tokens > 1e-6 else 0.0
         self._cost[entry.address] = cost if cost > 1e-12 else 0.0
         return entry
+
+    def totals(self) -> tuple[Mapping[str, float], Mapping[str, float]]:
+        """Read-only views ``(tokens by address, cost seconds by address)`` for bulk lookups."""
+        return self._tokens_view, self._cost_view
 
     def queued_tokens(self, address: str) -> float:
         return self._tokens.get(address, 0.0)
