@@ -67,6 +67,28 @@ def test_kustomizations_reference_existing_files() -> None:
             assert (kustomization.parent / resource).exists(), resource
 
 
+def test_kustomize_builds_the_install_bundle() -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (with built-in kustomize) is not installed")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(ROOT / "manifests")], capture_output=True, text=True, check=True
+    ).stdout
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert sorted(d["kind"] for d in docs) == sorted(
+        [
+            "CustomResourceDefinition",
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+        ]
+    )
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
 def test_operator_rbac_covers_what_the_code_does() -> None:
     rules = _cluster_role()["rules"]
     for api_version, kind in CHILD_KINDS:
