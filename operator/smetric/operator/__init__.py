@@ -1,1 +1,1 @@
-"""operator package."""
+"""SMetricPool operator: typed spec (``spec``), pure renderer (``render``), kopf controller (``handlers``)."""
