@@ -49,8 +49,12 @@ class Summary:
     usage_hit_ratio: float  # sum of usage.cached_tokens / prompt tokens (client side cross-check)
     imbalance_mean: float
     imbalance_max: float
+    engine_ttft_mean_s: (
+        float  # the engines' own TTFT histogram mean (model s): routing quality without router cost
+    )
     router_overhead_ms: float  # mean client TTFT - mean engine TTFT, wall milliseconds
     router_share_of_e2e: float  # that overhead / mean client end-to-end latency
+    engine_unfinished_at_end: float = float("nan")  # running + waiting on the engines after the replay
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -98,6 +102,7 @@ def summarise(
     samples: Sequence[LoadSample],
     counters: CounterDelta | None,
     window_model_s: float = 30.0,
+    engine_unfinished_at_end: float = float("nan"),
 ) -> Summary:
     ok = [r for r in records if r.outcome.ok]
     if records:
@@ -151,6 +156,8 @@ def summarise(
         usage_hit_ratio=usage_hit,
         imbalance_mean=imb_mean,
         imbalance_max=imb_max,
+        engine_ttft_mean_s=counters.mean_server_ttft_s / time_scale if counters is not None else float("nan"),
         router_overhead_ms=overhead_ms,
         router_share_of_e2e=share,
+        engine_unfinished_at_end=engine_unfinished_at_end,
     )

@@ -96,6 +96,7 @@ async def run_row(
         sampler.samples,
         counter_delta(before, after),
         settings.window_s,
+        sum(a.running + a.waiting for a in after.values()),
     )
     note = "" if summary.n_failed == 0 else _first_error(result.records)
     return PolicyResult(frontend.label, frontend.router, frontend.policy, "ok", note, summary)
