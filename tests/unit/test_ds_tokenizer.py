@@ -72,3 +72,9 @@ def test_missing_tokenizer_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"tokenizer\.json"):
         HFTokenizer(tmp_path)
     assert isinstance(load_tokenizer(""), FallbackTokenizer)
+
+
+def test_hf_tokenizer_reads_chat_template_jinja(tmp_path: Path) -> None:
+    _train(tmp_path, None)
+    (tmp_path / "chat_template.jinja").write_text("{% for m in messages %}[{{ m.content }}]{% endfor %}")
+    assert HFTokenizer(tmp_path).render_chat([{"role": "user", "content": "x"}]) == "[x]"

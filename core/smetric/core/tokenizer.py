@@ -1,8 +1,9 @@
 """Tokenizers shared by the picker's precise prefix index and the emulator.
 
 * :class:`HFTokenizer` wraps a HuggingFace ``tokenizers`` fast tokenizer loaded from a local
-  ``tokenizer.json`` (or a model directory holding one); the optional ``tokenizer_config.json`` chat
-  template is rendered with ``jinja2`` when both are present. Both packages are optional.
+  ``tokenizer.json`` (or a model directory holding one); the chat template (``chat_template`` in
+  ``tokenizer_config.json``, or ``chat_template.jinja`` beside it) is rendered with ``jinja2`` when
+  both are present. Both packages are optional.
 * :class:`FallbackTokenizer` needs nothing: regex word pieces (runs of word characters cut to at most
   ``max_piece_chars``, single punctuation marks, whitespace runs) mapped to ids by CRC-32 modulo the
   vocabulary size. It is deterministic across processes and Python versions, so the picker and the
@@ -129,9 +130,12 @@ class HFTokenizer:
         self._name = str(p)
         self._template: Any = None
         self._special: dict[str, str] = {}
-        config = file.parent / "tokenizer_config.json"
-        if config.is_file():
-            self._load_template(json.loads(config.read_text(encoding="utf-8")))
+        config_file = file.parent / "tokenizer_config.json"
+        config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+        jinja_file = file.parent / "chat_template.jinja"  # where recent transformers save it
+        if jinja_file.is_file() and not config.get("chat_template"):
+            config["chat_template"] = jinja_file.read_text(encoding="utf-8")
+        self._load_template(config)
 
     def _load_template(self, config: Mapping[str, Any]) -> None:
         source = config.get("chat_template")
