@@ -1,8 +1,8 @@
 """The emulator times requests like the simulator's engine: same request sequence, same TTFTs.
 
 The sequence is driven once through :class:`smetric.engine.Instance` directly (engine time) and
-once through the emulator over HTTP at ``--time-scale 0.1`` (client-observed wall TTFT divided
-by the scale). Tolerance: 5 % of the simulated TTFT plus 10 ms of wall time (0.1 s modelled) for
+once through the emulator over HTTP at ``--time-scale 0.5`` (client-observed wall TTFT divided
+by the scale). Tolerance: 5 % of the simulated TTFT plus 30 ms of wall time (60 ms modelled) for
 HTTP, event-loop and tokenizer latency on a shared CI machine.
 """
 
@@ -23,9 +23,9 @@ from smetric.emulator.ports import free_port_block
 from smetric.emulator.prompt import Prompter
 from smetric.engine import EngineConfig, EngineRequest, Instance, StepModel
 
-SCALE = 0.1
+SCALE = 0.5
 OUT = 8
-REL_TOL, ABS_TOL_WALL_S = 0.05, 0.010
+REL_TOL, ABS_TOL_WALL_S = 0.05, 0.030
 
 
 def _workload() -> list[tuple[float, list[int]]]:

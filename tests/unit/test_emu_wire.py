@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
 import zmq
@@ -18,6 +20,7 @@ from smetric.emulator.kv_events import (
     encode_batch,
 )
 from smetric.emulator.metrics import InstanceMetrics
+from smetric.emulator.ports import free_port_block
 from smetric.emulator.protocol import ApiError, ResponseShaper, parse_request
 
 
@@ -94,37 +97,32 @@ def test_kv_batch_encoding_is_vllm_map_form() -> None:
 async def test_publisher_frames_have_topic_and_increasing_sequence() -> None:
     ctx = zmq.asyncio.Context()
     try:
-        sub = ctx.socket(zmq.SUB)
-        port = sub.bind_to_random_port("tcp://127.0.0.1")
-        sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.close()  # only used to find a free port
+        port = free_port_block(1)
         pub = KvEventPublisher(ctx, f"tcp://127.0.0.1:{port}", "kv@127.0.0.1:8000@m")
         sub = ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
         sub.connect(f"tcp://127.0.0.1:{port}")
-        # PUB/SUB slow joiner: publish until the subscription is live, then check what follows.
-        frames: list[bytes] = []
-        for _ in range(200):
+        # PUB/SUB slow joiner: publish until the subscription is live, then drain what is queued.
+        for _ in range(500):
             await pub.publish([BlockRemoved([1])])
             if await sub.poll(20):
-                frames = await sub.recv_multipart()
                 break
-        assert frames, "no frame received"
-        seqs = [int.from_bytes(frames[1], "big")]
-        for _ in range(3):
-            await pub.publish([BlockRemoved([2])])
-            got = await sub.recv_multipart()
-            assert got[0] == b"kv@127.0.0.1:8000@m"
-            assert len(got[1]) == 8
-            seqs.append(int.from_bytes(got[1], "big"))
-        assert seqs == list(range(seqs[0], seqs[0] + 4))
-        assert msgspec.msgpack.decode(got[2])[1] == [
-            {"type": "BlockRemoved", "block_hashes": [2], "medium": "GPU"}
+        while await sub.poll(50):
+            await sub.recv_multipart()
+        start = pub.next_seq
+        got = []
+        for i in range(3):
+            await pub.publish([BlockRemoved([100 + i])])
+            got.append(await asyncio.wait_for(sub.recv_multipart(), 5))
+        assert [g[0] for g in got] == [b"kv@127.0.0.1:8000@m"] * 3
+        assert all(len(g[1]) == 8 for g in got)
+        assert [int.from_bytes(g[1], "big") for g in got] == [start, start + 1, start + 2]
+        payloads = [msgspec.msgpack.decode(g[2])[1] for g in got]
+        assert payloads == [
+            [{"type": "BlockRemoved", "block_hashes": [100 + i], "medium": "GPU"}] for i in range(3)
         ]
-        sub.close()
-        pub.close()
     finally:
-        ctx.term()
+        ctx.destroy(linger=0)
 
 
 def test_parse_request_rejects_bad_bodies_with_400() -> None:
