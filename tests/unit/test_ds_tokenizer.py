@@ -22,6 +22,8 @@ def test_fallback_is_deterministic_and_prefix_stable() -> None:
 def test_fallback_pieces_are_short() -> None:
     tok = FallbackTokenizer(max_piece_chars=4)
     assert tok.pieces("internationalization!") == ["inte", "rnat", "iona", "liza", "tion", "!"]
+    assert tok.pieces("a      b") == ["a", "    ", "  ", "b"]  # whitespace runs are cut too
+    assert FallbackTokenizer().encode("x" * 9) == FallbackTokenizer().encode("xxxx") * 2 + tok.encode("x")
     text = "The quick brown fox jumps over the lazy dog. " * 50
     ratio = len(text) / len(tok.encode(text))
     assert 2.0 < ratio < 5.0

@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-_PIECE_RE = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
-
 
 class Tokenizer(Protocol):
     """Text -> token ids, plus the chat rendering that goes with it."""
@@ -67,46 +65,49 @@ def concat_messages(messages: Sequence[Mapping[str, Any]]) -> str:
     return "".join(message_text(m.get("content", "")) for m in messages)
 
 
+class _PieceIds(dict[str, int]):
+    """Memo of piece -> id; computes CRC-32 ids on a miss (bounded: past ``limit`` it stops storing)."""
+
+    __slots__ = ("limit", "vocab")
+
+    def __init__(self, vocab: int, limit: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.limit = limit
+
+    def __missing__(self, piece: str) -> int:
+        tok = zlib.crc32(piece.encode("utf-8")) % self.vocab
+        if len(self) < self.limit:
+            self[piece] = tok
+        return tok
+
+
 @dataclass(frozen=True, slots=True)
 class FallbackTokenizer:
     """Dependency-free deterministic tokenizer (regex word pieces -> CRC-32 ids)."""
 
     vocab_size: int = 32_000
     max_piece_chars: int = 4
-    _cache: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
-    _cache_limit: int = field(default=200_000, repr=False, compare=False)
+    _ids: _PieceIds = field(init=False, repr=False, compare=False)
+    _re: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.vocab_size <= 0 or self.max_piece_chars <= 0:
             raise ValueError("vocab_size and max_piece_chars must be positive")
+        n = self.max_piece_chars
+        object.__setattr__(self, "_ids", _PieceIds(self.vocab_size, 200_000))
+        # Word runs and whitespace runs cut into pieces of at most n characters; punctuation alone.
+        object.__setattr__(self, "_re", re.compile(rf"\w{{1,{n}}}|\s{{1,{n}}}|[^\w\s]", re.UNICODE))
 
     @property
     def name(self) -> str:
         return f"fallback-crc32-v{self.vocab_size}-p{self.max_piece_chars}"
 
     def pieces(self, text: str) -> list[str]:
-        n = self.max_piece_chars
-        out: list[str] = []
-        for piece in _PIECE_RE.findall(text):
-            if len(piece) <= n:
-                out.append(piece)
-            else:
-                out.extend(piece[i : i + n] for i in range(0, len(piece), n))
-        return out
+        return self._re.findall(text)
 
     def encode(self, text: str) -> list[int]:
-        cache = self._cache
-        vocab = self.vocab_size
-        ids: list[int] = []
-        append = ids.append
-        for piece in self.pieces(text):
-            tok = cache.get(piece)
-            if tok is None:
-                tok = zlib.crc32(piece.encode("utf-8")) % vocab
-                if len(cache) < self._cache_limit:
-                    cache[piece] = tok
-            append(tok)
-        return ids
+        return list(map(self._ids.__getitem__, self._re.findall(text)))
 
     def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
         return concat_messages(messages)
