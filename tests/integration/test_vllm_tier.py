@@ -258,7 +258,7 @@ async def test_smetric_routes_follow_up_turns_to_the_cache(tier: Tier, datastore
                 history = histories[session]
                 est_hit = len(tok.encode(tok.render_chat(history))) if history else 0
                 history.append({"role": "user", "content": _user_text(session, turn)})
-                key = index.key(tok.render_chat(history))
+                key = index.key_messages(history)
                 hits = index.local_hits(key, addresses)
                 snaps = []
                 for a in addresses:

@@ -86,3 +86,9 @@ def test_approximate_uses_token_ids_length_when_given() -> None:
     index = ApproximateIndex(block_tokens=4)
     assert index.key("x" * 40, token_ids=[1, 2, 3]).prompt_tokens == 3
     assert index.key("").block_keys == ()
+
+
+def test_precise_key_messages_renders_like_the_engine() -> None:
+    index, _, _ = _precise()
+    msgs = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi"}]
+    assert index.key_messages(msgs) == index.key("hello therehi")  # fallback: raw concatenation

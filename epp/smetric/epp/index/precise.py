@@ -12,7 +12,8 @@ for plain completions and are approximate for chats).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from smetric.core.blockhash import BlockHasher
 from smetric.core.tokenizer import Tokenizer
@@ -43,6 +44,12 @@ class PreciseIndex:
             token_ids=ids,
             block_keys=tuple(self._hasher.external_hashes(ids)),
         )
+
+    def key_messages(self, messages: Sequence[Mapping[str, Any]]) -> PromptKey:
+        """Key of a chat request from its ``messages``, rendered as the engine renders them (the
+        tokenizer's chat template, else the raw concatenation). Prefer this over :meth:`key` for chat
+        APIs: the picker's own role-marked rendering does not produce the engine's token ids."""
+        return self.key(self._tokenizer.render_chat(messages))
 
     def local_hits(self, key: PromptKey, addresses: Sequence[str]) -> dict[str, int]:
         keys = key.block_keys
