@@ -22,7 +22,7 @@ from smetric.emulator.engine_adapter import AbortableInstance
 from smetric.emulator.faults import FaultState
 from smetric.emulator.kv_events import BlockRemoved, BlockStored, KVCacheEvent, KvEventPublisher
 from smetric.emulator.metrics import InstanceMetrics
-from smetric.emulator.prompt import PreparedPrompt, Prompter
+from smetric.emulator.prompt import PreparedPrompt, PreparedRequest, Prompter
 from smetric.emulator.protocol import ApiError
 from smetric.engine import EngineEvent, EngineRequest, Piece
 
@@ -153,21 +153,15 @@ class EmulatedInstance:
             )
 
     def submit(
-        self,
-        prompt: PreparedPrompt,
-        output_tokens: int,
-        request_id: str,
-        received_wall_s: float | None = None,
+        self, prepared: PreparedRequest, request_id: str, received_wall_s: float | None = None
     ) -> RequestHandle:
         """Queue a request in the engine. ``received_wall_s`` (event-loop time the HTTP request
         arrived) is its arrival time, so parsing/tokenizing/hashing is not modelled as engine time."""
         if self.faults.dead:
             raise ApiError(503, "engine is dead")
         bs = self.engine.config.block_tokens
-        out_ids = [self.prompter.filler_token_id(k) for k in range(output_tokens)]
-        seq = list(prompt.token_ids) + out_ids
-        hashes = self.prompter.block_hashes(seq)
-        ids = self.blocks.intern(hashes, seq, bs)
+        prompt, output_tokens = prepared.prompt, prepared.output_tokens
+        ids = self.blocks.intern(prepared.block_hashes, prepared.sequence, bs)
         n_prompt = prompt.num_tokens // bs
         engine_id = f"{next(self._ids)}"
         spec = EngineRequest(

@@ -34,6 +34,18 @@ class PreparedPrompt:
         return len(self.token_ids)
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A prompt plus its answer-to-be: the token sequence the engine will hold when the request
+    finishes and the vLLM hashes of its full blocks (the first ``prompt.num_tokens // block``
+    belong to the prompt)."""
+
+    prompt: PreparedPrompt
+    output_tokens: int
+    sequence: tuple[int, ...]
+    block_hashes: tuple[int, ...]
+
+
 class Prompter:
     """Tokenizer + block hasher with the engines' shared configuration (block size, hash seed)."""
 
@@ -66,6 +78,11 @@ class Prompter:
 
     def filler_text(self, n_tokens: int) -> str:
         return "".join(self.filler_piece(k) for k in range(n_tokens))
+
+    def request(self, prompt: PreparedPrompt, output_tokens: int) -> PreparedRequest:
+        """Tokens and block hashes of prompt + generated answer (pure: safe in a worker thread)."""
+        seq = prompt.token_ids + tuple(self.filler_token_id(k) for k in range(output_tokens))
+        return PreparedRequest(prompt, output_tokens, seq, tuple(self.block_hashes(seq)))
 
     def block_hashes(self, token_ids: Sequence[int]) -> list[int]:
         """64-bit event-form hashes of every full block (vLLM ``BlockStored.block_hashes``)."""

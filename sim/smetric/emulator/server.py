@@ -15,7 +15,7 @@ from smetric.emulator import sse
 from smetric.emulator.faults import FaultState
 from smetric.emulator.instance import EmulatedInstance, RequestHandle
 from smetric.emulator.metrics import CONTENT_TYPE
-from smetric.emulator.prompt import PreparedPrompt, Prompter
+from smetric.emulator.prompt import PreparedRequest, Prompter
 from smetric.emulator.protocol import ApiError, ChatRequest, CompletionRequest, ResponseShaper, parse_request
 
 _JSON = "application/json"
@@ -96,9 +96,9 @@ class InstanceServer:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "completion")
 
-    def _prepare(self, req: ChatRequest | CompletionRequest) -> PreparedPrompt:
-        if req.model and req.model != self.model:
-            raise ApiError(404, f"The model `{req.model}` does not exist.", "model")
+    def _prepare(self, req: ChatRequest | CompletionRequest) -> PreparedRequest:
+        """Render, tokenize and hash (pure; runs in a worker thread so a 100k-token prompt does
+        not stall the other instances' drivers on the event loop)."""
         if isinstance(req, ChatRequest):
             prompt = self.prompter.chat([m.model_dump() for m in req.messages])
         else:
@@ -119,7 +119,7 @@ class InstanceServer:
                 "or completion.",
             )
         self.instance.check_fits(prompt.num_tokens + req.output_tokens)
-        return prompt
+        return self.prompter.request(prompt, req.output_tokens)
 
     async def _generate(
         self, request: web.Request, kind: Literal["chat", "completion"]
@@ -133,9 +133,11 @@ class InstanceServer:
             except orjson.JSONDecodeError as exc:
                 raise ApiError(400, f"malformed JSON body: {exc}") from None
             req = parse_request(kind, body)
-            prompt = self._prepare(req)
+            if req.model and req.model != self.model:
+                raise ApiError(404, f"The model `{req.model}` does not exist.", "model")
+            prepared = await asyncio.to_thread(self._prepare, req)
             request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-            handle = self.instance.submit(prompt, req.output_tokens, request_id, received)
+            handle = self.instance.submit(prepared, request_id, received)
         except ApiError as exc:
             return _error(exc)
         shaper = ResponseShaper(kind, handle.request_id, self.model)
