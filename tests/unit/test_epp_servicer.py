@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import grpc
 import orjson
@@ -18,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from smetric.core.names import ROLE_DECODE, ROLE_PREFILL
 from smetric.epp.contracts import EndpointInfo, EngineMetrics, PromptKey
 from smetric.epp.obs.metrics import PickerMetrics
+from smetric.epp.parse.body import parse_body
 from smetric.epp.server.decide import Picker
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 from smetric.epp.server.static import StaticEndpointSource, idle_metrics
@@ -375,7 +377,11 @@ async def test_error_status_counts_an_endpoint_error_and_clears_the_ledger(serve
     dest = set_headers(await call.read())["x-gateway-destination-endpoint"]
     await call.read()
     hm = base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=":status", raw_value=b"503")])
-    await call.write(ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=hm)))
+    served = ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=hm))
+    md = struct_pb2.Struct()
+    md.update({"x-gateway-destination-endpoint-served": "10.0.0.9:8000"})  # the gateway used a fallback
+    served.metadata_context.filter_metadata["envoy.lb"].CopyFrom(md)
+    await call.write(served)
     await call.read()
     await call.write(
         ep.ProcessingRequest(response_body=ep.HttpBody(body=b'{"error":"x"}', end_of_stream=True))
@@ -384,7 +390,12 @@ async def test_error_status_counts_an_endpoint_error_and_clears_the_ledger(serve
     await call.done_writing()
     assert await call.read() == grpc.aio.EOF
     reg = servicer.metrics.registry
-    assert reg.get_sample_value("smetric_epp_endpoint_errors_total", {"endpoint": dest, "code": "503"}) == 1
+    assert (
+        reg.get_sample_value(
+            "smetric_epp_endpoint_errors_total", {"endpoint": "10.0.0.9:8000", "code": "503"}
+        )
+        == 1
+    )
     assert len(servicer.picker.ledger) == 0
     assert servicer.picker.rates.samples(dest) == 0
 
@@ -439,3 +450,51 @@ async def test_two_replicas_given_the_same_inputs_make_the_same_decisions(serve:
             decisions[k].append(set_headers(out[0])["x-gateway-destination-endpoint"])
     assert decisions[0] == decisions[1]
     assert len(set(decisions[0])) > 1
+
+
+class TokenizingIndex(FakeIndex):
+    """Like a precise index: it tokenizes (here: one token per 2 chars) and records the text it saw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def key(self, prompt_text: str, token_ids: Sequence[int] | None = None) -> PromptKey:
+        self.texts.append(prompt_text)
+        ids = tuple(range((len(prompt_text) + 1) // 2))
+        return PromptKey(prompt_text, len(ids), token_ids=ids)
+
+
+class ConcatRenderer:
+    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        return "".join(str(m.get("content") or "") for m in messages)
+
+
+async def test_precise_index_sees_the_engine_rendering_and_its_token_count_is_used(serve: object) -> None:
+    source = StaticEndpointSource(EPS)
+    index = TokenizingIndex()
+    params = PolicyParams()
+    picker = Picker(source, index, Router(make_policy("smetric", params)), params.cost_model)
+    servicer = ExtProcServicer(picker, PickerMetrics(CollectorRegistry()), renderer=ConcatRenderer())
+    stub = await serve(servicer)  # type: ignore[operator]
+    body = chat(turns=2)
+    messages = orjson.loads(body)["messages"]
+    expected = "".join(m["content"] for m in messages)
+    est_hit_chars4 = parse_body(body, "/v1/chat/completions").est_hit_tokens
+    # 0.75 x est_hit in chars/4 units is only ~0.375 x est_hit in the index's (2-char) tokens:
+    # below HIT_RATIO once both sides share units, so the session counts as evicted.
+    index.hits = {EPS[1]: int(0.75 * est_hit_chars4)}
+    call = stub.Process()
+    await call.write(headers_msg(BASE_HEADERS))
+    for m in body_msgs(body):
+        await call.write(m)
+    head = await call.read()
+    assert index.texts == [expected]
+    dest = set_headers(head)["x-gateway-destination-endpoint"]
+    reg = servicer.metrics.registry
+    assert (
+        reg.get_sample_value("smetric_epp_decisions_total", {"policy": "smetric", "reason": "evicted"}) == 1
+    )
+    hit = index.hits.get(dest, 0)
+    assert picker.ledger.queued_tokens(dest) == (len(expected) + 1) // 2 - hit  # index tokens, not chars/4
+    call.cancel()

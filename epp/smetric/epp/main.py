@@ -39,10 +39,16 @@ async def serve(args: argparse.Namespace) -> int:
     picker = build_picker(
         cfg, params, datastore, datastore.index, staleness_s=args.staleness_threshold_ms / 1000.0
     )
+    renderer = None
+    if args.prefix_index == "precise":  # the index must see the text the engines tokenize
+        from smetric.core.tokenizer import load_tokenizer
+
+        renderer = load_tokenizer(args.tokenizer)
     servicer = ExtProcServicer(
         picker,
         metrics,
         ServicerSettings(max_body_bytes=args.max_body_bytes, served_models=frozenset(cfg.servedModels)),
+        renderer=renderer,
     )
     health = HealthReporter(datastore, metrics, datastore.is_stale)
     server = PickerServer(servicer, health, grpc_port=args.grpc_port, health_port=args.grpc_health_port)

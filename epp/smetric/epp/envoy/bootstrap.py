@@ -98,7 +98,7 @@ def ext_proc_filter(o: EnvoyOptions) -> dict[str, Any]:
             "allow_mode_override": True,
             "message_timeout": _secs(o.message_timeout_s),
             "metadata_options": {
-                "forwarding_namespaces": {"untyped": [SUBSET_NAMESPACE]},
+                "forwarding_namespaces": {"untyped": [SUBSET_NAMESPACE, "envoy.lb"]},
                 "receiving_namespaces": {"untyped": ["envoy.lb"]},
             },
             "processing_mode": {

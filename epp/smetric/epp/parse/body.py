@@ -40,6 +40,10 @@ class ParsedBody:
     est_hit_tokens: int
     stream: bool
     token_ids: tuple[int, ...] = ()
+    # The conversation as the engine receives it (chat: the request's own ``messages``; Anthropic:
+    # its ``system`` first; Responses: one ``{role, content}`` per input item); empty for
+    # completions. A precise prefix index renders these with the engine's chat template.
+    messages: tuple[Any, ...] = ()
 
 
 def estimate_tokens(chars: int) -> int:
@@ -89,7 +93,7 @@ def content_text(content: object, where: str) -> str:
 class _Renderer:
     """Accumulates role-marked segments; remembers where the last assistant segment ended."""
 
-    __slots__ = ("_chars", "_in_assistant_run", "_parts", "hit_chars", "turn")
+    __slots__ = ("_chars", "_in_assistant_run", "_parts", "hit_chars", "messages", "turn")
 
     def __init__(self) -> None:
         self._parts: list[str] = []
@@ -97,6 +101,7 @@ class _Renderer:
         self._in_assistant_run = False
         self.hit_chars = 0
         self.turn = 0
+        self.messages: list[Any] = []
 
     def add(self, role: str, text: str, *, assistant: bool = False, group_runs: bool = False) -> None:
         segment = f"<|{role}|>{text}\n"
@@ -126,6 +131,8 @@ def _chat(body: dict[str, Any], r: _Renderer) -> None:
     system = body.get("system")  # Anthropic Messages keeps the system prompt outside `messages`
     if system is not None:
         r.add("system", content_text(system, "system"))
+        r.messages.append({"role": "system", "content": system})
+    r.messages.extend(messages)
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):
             raise RequestError(400, f"messages[{i}] must be an object")
@@ -147,13 +154,17 @@ def _fn(call: object) -> dict[str, Any]:
 
 
 def _responses(body: dict[str, Any], r: _Renderer) -> None:
+    def emit(role: str, text: str, assistant: bool = False) -> None:
+        r.add(role, text, assistant=assistant, group_runs=True)
+        r.messages.append({"role": role, "content": text})
+
     _tools_prefix(body, r)
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
-        r.add("system", instructions)
+        emit("system", instructions)
     items = body.get("input")
     if isinstance(items, str):
-        r.add("user", items)
+        emit("user", items)
         return
     if not isinstance(items, list) or not items:
         raise RequestError(400, "'input' must be a string or a non-empty list")
@@ -162,20 +173,16 @@ def _responses(body: dict[str, Any], r: _Renderer) -> None:
             raise RequestError(400, f"input[{i}] must be an object")
         kind = item.get("type", "message")
         role = item.get("role")
+        where = f"input[{i}]"
         if kind == "message" or (
             isinstance(role, str) and kind not in _ASSISTANT_ITEM_TYPES | _TOOL_ITEM_TYPES
         ):
             role_s = role if isinstance(role, str) and role else "user"
-            r.add(
-                role_s,
-                content_text(item.get("content"), f"input[{i}]"),
-                assistant=role_s == "assistant",
-                group_runs=True,
-            )
+            emit(role_s, content_text(item.get("content"), where), assistant=role_s == "assistant")
         elif kind in _ASSISTANT_ITEM_TYPES:
-            r.add("assistant", _part_text(item, f"input[{i}]"), assistant=True, group_runs=True)
+            emit("assistant", _part_text(item, where), assistant=True)
         else:
-            r.add("tool", _part_text(item, f"input[{i}]"))
+            emit("tool", _part_text(item, where))
 
 
 def _completions(body: dict[str, Any]) -> tuple[str, tuple[int, ...]]:
@@ -235,5 +242,12 @@ def parse_body(body: bytes | bytearray | memoryview, path: str = "") -> ParsedBo
         _chat(doc, r)
     text = r.text()
     return ParsedBody(
-        api, model, text, estimate_tokens(len(text)), r.turn, estimate_tokens(r.hit_chars), stream
+        api,
+        model,
+        text,
+        estimate_tokens(len(text)),
+        r.turn,
+        estimate_tokens(r.hit_chars),
+        stream,
+        messages=tuple(r.messages),
     )

@@ -14,6 +14,7 @@ without both roles is routed colocated over all endpoints (documented fallback).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ class Pick:
     local_hit_tokens: int
     uncached_tokens: int
     cost_s: float
+    prompt_tokens: int = 0  # in the units the decision used (the index's tokens when it tokenizes)
 
 
 class Picker:
@@ -137,6 +139,13 @@ class Picker:
                 503, "no ready endpoint" + (" in the subset hint" if subset_ips is not None else "")
             )
         key = self.index.key(prompt_text, token_ids or None)
+        if key.token_ids and request.prompt_tokens > 0 and key.prompt_tokens != request.prompt_tokens:
+            # A tokenizing (precise) index knows the real length: use it, and scale the chars/4
+            # estimate of est_hit by the same factor so c[i] and est_hit share units.
+            scale = key.prompt_tokens / request.prompt_tokens
+            request = dataclasses.replace(
+                request, prompt_tokens=key.prompt_tokens, est_hit_tokens=round(request.est_hit_tokens * scale)
+            )
         hits = self.index.local_hits(key, [ep.address for ep in endpoints])
         snaps = self.snapshots(endpoints, hits)
         if request.sheddable and not any(self.has_capacity(s) for s in snaps):
@@ -173,6 +182,7 @@ class Picker:
             local_hit_tokens=hit,
             uncached_tokens=uncached,
             cost_s=cost,
+            prompt_tokens=request.prompt_tokens,
         )
 
     def _pick_pd(
@@ -200,4 +210,5 @@ class Picker:
             local_hit_tokens=hit,
             uncached_tokens=uncached,
             cost_s=cost,
+            prompt_tokens=request.prompt_tokens,
         )

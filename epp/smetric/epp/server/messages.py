@@ -37,6 +37,14 @@ def header_map(headers: base_pb2.HeaderMap) -> dict[str, str]:
     return out
 
 
+def served_endpoint(metadata: base_pb2.Metadata) -> str:
+    """The endpoint Envoy actually used (a fallback may have replaced the primary), "" if not told."""
+    ns = metadata.filter_metadata.get(LB_NAMESPACE)
+    if ns is None or SERVED_KEY not in ns.fields:
+        return ""
+    return str(ns.fields[SERVED_KEY].string_value)
+
+
 def subset_ips(metadata: base_pb2.Metadata) -> frozenset[str] | None:
     """IPs of the gateway's subset hint, ``None`` without a hint (an empty hint is an empty set)."""
     ns = metadata.filter_metadata.get(SUBSET_NAMESPACE)

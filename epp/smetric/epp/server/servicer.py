@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
@@ -36,6 +37,12 @@ Responses = Sequence[ep.ProcessingResponse]
 _NOTHING: Responses = ()
 
 
+class ChatRenderer(Protocol):
+    """Renders chat messages as the engine does (``smetric.core.tokenizer.Tokenizer`` satisfies it)."""
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ServicerSettings:
     max_body_bytes: int = 16 * 1024 * 1024
@@ -49,8 +56,12 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         metrics: PickerMetrics,
         settings: ServicerSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        renderer: ChatRenderer | None = None,
     ) -> None:
+        """``renderer``: the engines' chat template (a precise prefix index must see the prompt text
+        the engine tokenizes); without it the index gets the role-marked text of :mod:`parse.body`."""
         self.picker = picker
+        self.renderer = renderer
         self.metrics = metrics
         self.settings = settings if settings is not None else ServicerSettings()
         self.clock = clock
@@ -89,6 +100,8 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         if kind == "request_headers":
             return self._request_headers(st, m)
         if kind == "response_headers":
+            if m.HasField("metadata_context"):
+                st.served = msgs.served_endpoint(m.metadata_context)
             return self._guarded(self._response_headers, st, m.response_headers)
         if kind == "request_trailers":
             return self._request_trailers(st)
@@ -184,9 +197,12 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             tpot_slo_s=h.tpot_slo_s,
             sheddable=h.sheddable,
         )
-        pick = self.picker.pick(
-            view, parsed.prompt_text if parsed else "", parsed.token_ids if parsed else (), st.subset
-        )
+        text = ""
+        if parsed is not None:
+            text = parsed.prompt_text
+            if self.renderer is not None and parsed.messages:
+                text = self.renderer.render_chat(parsed.messages)
+        pick = self.picker.pick(view, text, parsed.token_ids if parsed else (), st.subset)
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
         m = self.metrics
         m.decision_latency.observe(time.perf_counter() - t0)
@@ -241,7 +257,8 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         st.resp_sse = raw.get("content-type", "").startswith("text/event-stream")
         st.usage = UsageReader(st.resp_sse)
         if st.pick is not None and st.resp_status != 200:
-            self.metrics.endpoint_errors.labels(endpoint=st.pick.destination, code=str(st.resp_status)).inc()
+            served = st.served or st.pick.destination
+            self.metrics.endpoint_errors.labels(endpoint=served, code=str(st.resp_status)).inc()
         if not st.resp_sse:  # a JSON answer comes after the whole generation: prefill is long done
             self._prefill_done(st)
         if part.end_of_stream:
@@ -296,13 +313,14 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             )
 
     def _observed_cost(self, parsed: ParsedBody | None, pick: Pick, usage: Usage | None) -> float:
-        """Cost of the prefill as it happened, in the picker's own token units (chars/4), so the
-        learned speed converts the picker's cost estimates: the engine's reported cached share
-        (``cached_tokens / prompt_tokens``) replaces the estimated hit when known."""
-        if parsed is None:
+        """Cost of the prefill as it happened, in the units the decision used (chars/4 tokens, or
+        the index's tokens), so the learned speed converts the picker's own cost estimates; the
+        engine's reported cached share (``cached_tokens / prompt_tokens``) replaces the estimated
+        hit when known."""
+        if parsed is None or pick.prompt_tokens <= 0:
             return pick.cost_s
         if usage is not None and usage.prompt_tokens and usage.cached_tokens is not None:
-            L = parsed.prompt_tokens
+            L = pick.prompt_tokens
             uncached = L * (1.0 - min(usage.cached_tokens, usage.prompt_tokens) / usage.prompt_tokens)
             return self.picker.cost_model.cost(uncached, L)
         return pick.cost_s

@@ -23,6 +23,7 @@ class StreamState:
         "resp_mode",
         "resp_sse",
         "resp_status",
+        "served",
         "subset",
         "usage",
     )
@@ -42,6 +43,7 @@ class StreamState:
         self.usage: UsageReader | None = None
         self.completed = False
         self.generated_id = False
+        self.served = ""  # x-gateway-destination-endpoint-served, when the gateway reports it
 
     @property
     def request_id(self) -> str:
