@@ -47,3 +47,18 @@ def test_prompter_hashes_match_shared_hasher_and_filler_retokenizes() -> None:
     nxt = p.chat([*msgs, {"role": "assistant", "content": answer}, {"role": "user", "content": "more"}])
     full = prompt.token_ids + tuple(p.filler_token_id(k) for k in range(11))
     assert nxt.token_ids[: len(full)] == full
+
+
+def test_shared_map_counts_instances_and_can_keep_entries() -> None:
+    bm = BlockMap()
+    ids = bm.intern([1], list(range(16)), 16)
+    bm.stored(to_pieces(ids))  # instance A
+    bm.stored(to_pieces(ids))  # instance B
+    bm.release(ids)
+    bm.removed(to_pieces(ids))  # A evicts; B still holds it
+    assert len(bm) == 1
+    bm.removed(to_pieces(ids))
+    assert len(bm) == 0
+    keep = BlockMap(keep_forever=True)
+    keep.release(keep.intern([1], list(range(16)), 16))
+    assert len(keep) == 1

@@ -168,3 +168,21 @@ async def test_models_and_health(cluster: RunningCluster) -> None:
             assert (await r.json())["data"][0]["id"] == MODEL
         async with http.get(_url(cluster, "/health")) as r:
             assert r.status == 200
+
+
+async def test_global_tier_is_shared_by_the_process_instances() -> None:
+    c = await _cluster(instances=2, global_tier="full")
+    try:
+        body = {"model": MODEL, "messages": CHAT, "max_tokens": 4}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(_url(c, "/v1/chat/completions", 0), json=body) as r:
+                p = (await r.json())["usage"]["prompt_tokens"]
+            async with http.post(_url(c, "/v1/chat/completions", 1), json=body) as r:
+                cached = (await r.json())["usage"]["prompt_tokens_details"]["cached_tokens"]
+            async with http.get(_url(c, "/metrics", 1)) as r:
+                text = await r.text()
+        hits = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+        assert cached == (p - 1) // 16 * 16  # loaded from the global tier ...
+        assert hits["vllm:prefix_cache_hits_total"] == 0  # ... not a local (GPU-tier) hit
+    finally:
+        await c.stop()

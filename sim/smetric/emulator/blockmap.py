@@ -8,8 +8,11 @@ local id ``p`` gets ``p + 1`` when that id is free (so a session's chain stays o
 a fresh base id. Because ids are 1:1 with chained hashes, an id still stands for its whole prefix.
 
 The map remembers, per local id, what a ``BlockStored`` event needs (hash, parent hash, token ids).
-An entry lives while the block is cached or referenced by a request in flight, so memory stays
-proportional to the cache plus the running batch.
+An entry lives while the block is cached (by any instance sharing the map) or referenced by a
+request in flight, so memory stays proportional to the caches plus the running batches. With a
+global tier the instances share one map (the tier matches ids, so an id must mean the same block
+on every instance) and ``keep_forever`` keeps every entry: the tier's content is not observable,
+so an entry it may still hold is never dropped (memory grows with the distinct blocks seen).
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ class BlockInfo:
 class BlockMap:
     """Interning table: 64-bit block hash <-> local chained id, with per-id event payloads."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_forever: bool = False) -> None:
         self._local: dict[int, int] = {}  # block hash -> local id
         self._info: dict[int, BlockInfo] = {}  # local id -> payload
         self._refs: dict[int, int] = {}  # local id -> requests in flight holding it
-        self._cached: set[int] = set()
+        self._cached: dict[int, int] = {}  # local id -> instances caching it
         self._next_base = 0
+        self.keep_forever = keep_forever
 
     def __len__(self) -> int:
         return len(self._info)
@@ -76,6 +80,8 @@ class BlockMap:
                 self._forget(lid)
 
     def _forget(self, lid: int) -> None:
+        if self.keep_forever:
+            return
         info = self._info.pop(lid, None)
         if info is not None:
             self._local.pop(info.block_hash, None)
@@ -84,26 +90,28 @@ class BlockMap:
         return self._info[lid]
 
     def stored(self, pieces: Sequence[Piece]) -> list[list[BlockInfo]]:
-        """Mark pieces cached; returns each piece's chain of payloads (one ``BlockStored`` each)."""
+        """Mark pieces cached by one more instance; returns each piece's chain of payloads (one ``BlockStored`` each)."""
         chains: list[list[BlockInfo]] = []
         for a, b in pieces:
             chain = []
             for lid in range(a, b + 1):
-                self._cached.add(lid)
+                self._cached[lid] = self._cached.get(lid, 0) + 1
                 chain.append(self._info[lid])
             chains.append(chain)
         return chains
 
     def removed(self, pieces: Sequence[Piece]) -> list[int]:
-        """Mark pieces evicted; returns their block hashes (one ``BlockRemoved``)."""
+        """Mark pieces evicted by one instance; returns their block hashes (one ``BlockRemoved``)."""
         hashes: list[int] = []
         for a, b in pieces:
             for lid in range(a, b + 1):
-                self._cached.discard(lid)
+                n = self._cached.pop(lid, 0) - 1
+                if n > 0:
+                    self._cached[lid] = n
                 info = self._info.get(lid)
                 if info is not None:
                     hashes.append(info.block_hash)
-                if lid not in self._refs:
+                if n <= 0 and lid not in self._refs:
                     self._forget(lid)
         return hashes
 

@@ -35,9 +35,10 @@ def build_instances(config: EmulatorConfig, ctx: zmq.asyncio.Context | None) -> 
     step_model = StepModel.from_preset(preset)
     tier = make_global_tier(config.global_tier, preset, config.instances, config.block_size)
     per_node = instances_per_node(preset)
+    shared = BlockMap(keep_forever=True) if tier is not None else None
     out: list[EmulatedInstance] = []
     for i in range(config.instances):
-        blocks = BlockMap()
+        blocks = shared if shared is not None else BlockMap()
         collector = _KvEventCollector(blocks, config.block_size)
         engine_config = EngineConfig(
             block_tokens=config.block_size,
