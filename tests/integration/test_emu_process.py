@@ -136,6 +136,12 @@ async def test_real_process_serves_caches_and_publishes(emulator: Emulator) -> N
             }
             assert removed & set(expected)
 
+            # vLLM's reset endpoint clears the cache and says so with one AllBlocksCleared event.
+            async with http.post(emulator.url("/reset_prefix_cache")) as r:
+                assert r.status == 200
+            batches = await _events(sub)
+            assert [e["type"] for _, _, evs in batches for e in evs] == ["AllBlocksCleared"]
+
             # Metrics of instance 0 parse and carry vLLM's names; instance 1 is untouched.
             async with http.get(emulator.url("/metrics")) as r:
                 text = await r.text()

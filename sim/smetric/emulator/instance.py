@@ -20,7 +20,13 @@ from itertools import count
 from smetric.emulator.blockmap import BlockMap, to_pieces
 from smetric.emulator.engine_adapter import AbortableInstance
 from smetric.emulator.faults import FaultState
-from smetric.emulator.kv_events import BlockRemoved, BlockStored, KVCacheEvent, KvEventPublisher
+from smetric.emulator.kv_events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVCacheEvent,
+    KvEventPublisher,
+)
 from smetric.emulator.metrics import InstanceMetrics
 from smetric.emulator.prompt import PreparedPrompt, PreparedRequest, Prompter
 from smetric.emulator.protocol import ApiError
@@ -196,6 +202,19 @@ class EmulatedInstance:
     def abort_all(self) -> None:
         for handle in list(self._live.values()):
             self.abort(handle)
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's ``POST /reset_prefix_cache``: drop every cached block and publish
+        ``AllBlocksCleared``. Refused (False) while requests are in the engine, as vLLM does."""
+        engine = self.engine
+        if engine.num_running or engine.num_waiting:
+            return False
+        earlier = self._collector.take()
+        engine.cache.clear()
+        self._collector.take()  # the per-block removals are summarised by one AllBlocksCleared
+        self._collector.pending.extend([*earlier, AllBlocksCleared()])
+        self._wake.set()
+        return True
 
     def render_metrics(self) -> bytes:
         m = self.metrics

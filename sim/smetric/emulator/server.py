@@ -49,6 +49,7 @@ class InstanceServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.router.add_get("/admin/fault", self.get_fault)
         app.router.add_post("/admin/fault", self.set_fault)
         return app
@@ -76,6 +77,11 @@ class InstanceServer:
             "permission": [],
         }
         return _json({"object": "list", "data": [card]})
+
+    async def reset_prefix_cache(self, _: web.Request) -> web.Response:
+        if not self.instance.reset_prefix_cache():
+            return _error(ApiError(503, "cannot reset the prefix cache while requests are running"))
+        return web.Response(status=200)
 
     async def get_fault(self, _: web.Request) -> web.Response:
         return _json(self.faults.as_dict())
