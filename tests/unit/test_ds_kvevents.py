@@ -97,6 +97,11 @@ def test_sequence_gap_resets_and_reports() -> None:
     sub.handle([b"only-one-frame"])
     sub.handle(_frames(1, b"\xc1"))
     assert sub.gaps == 4 and store.blocks("a") == set()
+    sub.handle(_frames(2, _map_payload([_stored([6])])))
+    assert store.blocks("a") == {6} and sub.gaps == 4
+    sub.reset()  # after an unexpected error: blocks and sequence forgotten, no gap on the next batch
+    sub.handle(_frames(42, _map_payload([_stored([8])])))
+    assert store.blocks("a") == {8} and sub.gaps == 4
 
 
 def _free_port() -> int:

@@ -94,7 +94,7 @@ class Datastore:
     def capacity_blocks(self, address: str) -> int | None:
         """The engine's ``num_gpu_blocks`` (sizes the approximate index's LRU), if scraped."""
         cache = self._scraper.cache_config(address)
-        return cache.num_gpu_blocks or None if cache is not None else None
+        return (cache.num_gpu_blocks or None) if cache is not None else None
 
     def _check_block_size(self, address: str, block_size: int) -> None:
         assert isinstance(self._index, PreciseIndex)
@@ -123,7 +123,7 @@ def build_datastore(args: argparse.Namespace, on_kv_gap: GapCallback | None = No
     scraper = ScrapeManager(interval_s=args.refresh_interval_ms / 1000.0)
     kv_events: KvEventManager | None = None
     index: PrefixIndex
-    holder: list[Datastore] = []
+    approximate: ApproximateIndex | None = None
     if args.prefix_index == "precise":
         store = BlockStore()
         seed = None if args.hash_seed == "" else args.hash_seed
@@ -131,12 +131,10 @@ def build_datastore(args: argparse.Namespace, on_kv_gap: GapCallback | None = No
         index = PreciseIndex(load_tokenizer(args.tokenizer), hasher, store)
         kv_events = KvEventManager(store, on_kv_gap)
     elif args.prefix_index == "approximate":
-        index = ApproximateIndex(
-            block_tokens=args.block_size,
-            capacity_blocks=lambda address: holder[0].capacity_blocks(address) if holder else None,
-        )
+        index = approximate = ApproximateIndex(block_tokens=args.block_size)
     else:
         raise ValueError(f"--prefix-index must be precise or approximate, got {args.prefix_index!r}")
     ds = Datastore(discovery, scraper, index, kv_events, args.staleness_threshold_ms / 1000.0)
-    holder.append(ds)
+    if approximate is not None:
+        approximate.set_capacity_source(ds.capacity_blocks)
     return ds

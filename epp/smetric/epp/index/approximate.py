@@ -61,6 +61,10 @@ class ApproximateIndex:
         self._default_capacity = default_capacity_blocks
         self._lrus: dict[str, _Lru] = {}
 
+    def set_capacity_source(self, capacity_blocks: CapacityFn) -> None:
+        """Where per-endpoint LRU sizes come from (the datastore's scraped ``num_gpu_blocks``)."""
+        self._capacity = capacity_blocks
+
     def key(self, prompt_text: str, token_ids: Sequence[int] | None = None) -> PromptKey:
         data = prompt_text.encode("utf-8")
         step = self._block_bytes

@@ -57,6 +57,11 @@ class KvEventSubscriber:
         if self._on_gap is not None:
             self._on_gap(self.address)
 
+    def reset(self) -> None:
+        """Forget the endpoint's blocks and the sequence (the next batch starts afresh)."""
+        self._store.resync(self.address)
+        self._seq.last = None
+
     def handle(self, frames: Sequence[bytes]) -> None:
         if len(frames) != 3 or len(frames[1]) != 8:
             self._gap(f"malformed message ({len(frames)} frames)")
@@ -125,7 +130,11 @@ class KvEventManager:
         try:
             while True:
                 frames = await sock.recv_multipart()
-                sub.handle(frames)
+                try:
+                    sub.handle(frames)
+                except Exception:  # a bug must not silence the endpoint's events for good
+                    log.exception("kv events from %s: unexpected error; resynchronising", sub.address)
+                    sub.reset()
         finally:
             sock.close(linger=0)
 

@@ -92,6 +92,9 @@ class ScrapeManager:
             error = f"{type(exc).__name__}: {exc}"
         except MetricsParseError as exc:
             error = str(exc)
+        except Exception as exc:  # never let one endpoint's surprise end its scrape loop
+            log.exception("unexpected error scraping %s", url)
+            error = f"unexpected {type(exc).__name__}"
         self.scrapes += 1
         was_down = self._down.get(address)
         if error:
