@@ -7,10 +7,11 @@
      SMetric policy, ledger) on already-parsed agentic multi-turn prompts;
    * ``ext_proc``: the full path over gRPC to a picker in another process (headers + body in
      64 KiB chunks as Envoy sends them -> deferred headers reply + echoed body), timed at the client.
-2. Added latency through a real Envoy: the same Envoy routes the same request through the picker
-   (listener 1: ext_proc FULL_DUPLEX_STREAMED -> ORIGINAL_DST) and straight to one backend
-   (listener 2: no picker); requests alternate between the two; 8 KB, 128 KB, 1 MB bodies. The
-   picker is the real ``smetric-epp`` (standalone discovery, /metrics scraping, approximate index).
+2. Added latency through a real Envoy: the same request goes straight to one backend (listener
+   without the picker), through the picker with ``FULL_DUPLEX_STREAMED`` and through a second Envoy
+   whose ext_proc uses ``BUFFERED``; requests rotate over the three paths; 8 KB, 128 KB, 1 MB
+   bodies. The picker is the real ``smetric-epp`` process (standalone discovery, /metrics
+   scraping, approximate index).
 3. Sustained requests/s with 128 KB bodies through the picker path: closed loop at rising
    concurrency until p99 exceeds twice the p99 at concurrency 1.
 
@@ -298,23 +299,25 @@ async def timed_post(session: aiohttp.ClientSession, url: str, body: bytes) -> f
 
 
 async def bench_added(
-    session: aiohttp.ClientSession, picker_url: str, direct_url: str, size: int, n: int
+    session: aiohttp.ClientSession, urls: dict[str, str], size: int, n: int
 ) -> dict[str, Any]:
+    """Round-robin over the paths (``direct`` and picker variants) so all see the same machine state."""
     rng = random.Random(size)
     bodies = [agent_body(rng, i % 32, i % 4, size) for i in range(n)]
-    via, direct = [], []
-    for b in bodies:  # alternate so both paths see the same machine state
-        via.append(await timed_post(session, picker_url, b))
-        direct.append(await timed_post(session, direct_url, b))
+    times: dict[str, list[float]] = {name: [] for name in urls}
+    for b in bodies:
+        for name, url in urls.items():
+            times[name].append(await timed_post(session, url, b))
     skip = n // 10
-    v, d = summary_ms(via[skip:]), summary_ms(direct[skip:])
-    return {
-        "body_bytes": size,
-        "picker": v,
-        "direct": d,
-        "added_p50_ms": round(v["p50_ms"] - d["p50_ms"], 3),
-        "added_p99_ms": round(v["p99_ms"] - d["p99_ms"], 3),
-    }
+    out: dict[str, Any] = {"body_bytes": size}
+    for name, xs in times.items():
+        out[name] = summary_ms(xs[skip:])
+    d = out["direct"]
+    for name in urls:
+        if name != "direct":
+            out[f"added_{name}_p50_ms"] = round(out[name]["p50_ms"] - d["p50_ms"], 3)
+            out[f"added_{name}_p99_ms"] = round(out[name]["p99_ms"] - d["p99_ms"], 3)
+    return out
 
 
 async def closed_loop(
@@ -373,18 +376,24 @@ async def run_envoy_benches(quick: bool) -> dict[str, Any]:
             direct_port=free_port(),
             direct_backend=f"127.0.0.1:{ports[0]}",
         )
-        async with EnvoyProcess(bootstrap(opts)):
-            picker_url = f"http://127.0.0.1:{opts.listen_port}/v1/chat/completions"
-            direct_url = f"http://127.0.0.1:{opts.direct_port}/v1/chat/completions"
+        buffered = EnvoyOptions(
+            listen_port=free_port(),
+            admin_port=free_port(),
+            picker_port=grpc_port,
+            request_body_mode="BUFFERED",
+        )
+        async with EnvoyProcess(bootstrap(opts)), EnvoyProcess(bootstrap(buffered)):
+            urls = {
+                "direct": f"http://127.0.0.1:{opts.direct_port}/v1/chat/completions",
+                "full_duplex": f"http://127.0.0.1:{opts.listen_port}/v1/chat/completions",
+                "buffered": f"http://127.0.0.1:{buffered.listen_port}/v1/chat/completions",
+            }
             timeout = aiohttp.ClientTimeout(total=60)
             async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as s:
                 await asyncio.sleep(0.5)  # a few scrapes
                 n = 60 if quick else 300
-                added = [
-                    await bench_added(s, picker_url, direct_url, size, n)
-                    for size in (8 * 1024, 128 * 1024, 1024 * 1024)
-                ]
-                sustained = await bench_sustained(s, picker_url, 2.0 if quick else 5.0)
+                added = [await bench_added(s, urls, size, n) for size in (8 * 1024, 128 * 1024, 1024 * 1024)]
+                sustained = await bench_sustained(s, urls["full_duplex"], 2.0 if quick else 5.0)
     finally:
         picker.stop()
         backends.stop()
@@ -419,12 +428,16 @@ def print_tables(results: dict[str, Any]) -> None:
             f"{r[k]['p50_ms']} / {r[k]['p99_ms']} ms" for k in ("parse", "index_key", "pick_without_key")
         )
         print(f"| {r['body_bytes'] // 1024} KiB | {cells} |")
-    print("\n| body | direct p50 / p99 | via picker p50 / p99 | added p50 / p99 |\n|---|---|---|---|")
+    print(
+        "\n| body | direct p50 / p99 | FULL_DUPLEX p50 / p99 | added p50 / p99 | BUFFERED p50 / p99 | added p50 / p99 |"
+        "\n|---|---|---|---|---|---|"
+    )
     for r in results["envoy"]["added_latency"]:
-        d, v = r["direct"], r["picker"]
+        d, f, b = r["direct"], r["full_duplex"], r["buffered"]
         print(
-            f"| {r['body_bytes'] // 1024} KiB | {d['p50_ms']} / {d['p99_ms']} ms | {v['p50_ms']} / {v['p99_ms']} ms"
-            f" | {r['added_p50_ms']} / {r['added_p99_ms']} ms |"
+            f"| {r['body_bytes'] // 1024} KiB | {d['p50_ms']} / {d['p99_ms']} ms | {f['p50_ms']} / {f['p99_ms']} ms"
+            f" | {r['added_full_duplex_p50_ms']} / {r['added_full_duplex_p99_ms']} ms"
+            f" | {b['p50_ms']} / {b['p99_ms']} ms | {r['added_buffered_p50_ms']} / {r['added_buffered_p99_ms']} ms |"
         )
     print("\n| concurrency | req/s | p50 | p99 |\n|---|---|---|---|")
     for r in results["envoy"]["sustained_128k"]["levels"]:

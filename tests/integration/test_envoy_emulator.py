@@ -110,6 +110,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         await envoy.stop()
         await _stop(epp)
         await _stop(emu)
+    assert epp.returncode == 0  # SIGTERM: drained and exited cleanly
 
 
 async def _chat_stream(c: Cluster, messages: list[dict[str, str]]) -> tuple[int, str]:

@@ -80,3 +80,11 @@ def test_main_rejects_bad_flags_and_config(tmp_path: Path, capsys: pytest.Captur
     assert main(["--endpoints", "127.0.0.1:1", "--config", str(bad)]) == 2
     assert "policy.name" in capsys.readouterr().err
     assert main(["--endpoints", "127.0.0.1:1", "--log-level", "loud"]) == 2
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_smetric_epp_subcommand_dispatches_to_the_picker(capsys: pytest.CaptureFixture[str]) -> None:
+    from smetric.core.cli import main as smetric_main
+
+    assert smetric_main(["epp"]) == 2
+    assert "--endpoints" in capsys.readouterr().err
