@@ -73,6 +73,10 @@ class Datastore:
         if isinstance(self._index, ApproximateIndex):
             for address in old - new:
                 self._index.forget(address)
+        elif isinstance(self._index, PreciseIndex):
+            for e in self._endpoints:
+                if not e.kv_events_endpoint and e.address not in old:
+                    log.warning("%s has no KV-event publisher: its precise prefix hits stay 0", e.address)
 
     # -- EndpointSource ----------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from smetric.epp.discovery.pool import (
 log = logging.getLogger(__name__)
 
 ClientFactory = Callable[[], Awaitable[client.ApiClient]]
+MAX_RETRY_S = 30.0
 
 
 async def default_api_client() -> client.ApiClient:
@@ -131,20 +132,30 @@ class KubeDiscovery:
         watcher: Callable[[str], Awaitable[None]],
         rv: str | None,
     ) -> None:
-        """``rv`` is the resourceVersion of the listing ``start()`` made (``None``: list first)."""
+        """``rv`` is the resourceVersion of the listing ``start()`` made (``None``: list first).
+
+        Failures back off exponentially from ``retry_s`` to ``MAX_RETRY_S``; a warning is logged on
+        the first failure of a streak, later ones at debug level (no log flood while RBAC is wrong).
+        """
+        failures = 0
         while True:
             try:
                 if rv is None:
                     rv = await lister()
                     self._publish()
+                failures = 0
                 await watcher(rv)
                 rv = None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # API errors, dropped connections: relist after a pause
-                log.warning("watch in %s failed (%s: %s); relisting", self.namespace, type(exc).__name__, exc)
+                level = logging.WARNING if failures == 0 else logging.DEBUG
+                log.log(
+                    level, "watch in %s failed (%s: %s); relisting", self.namespace, type(exc).__name__, exc
+                )
                 rv = None
-                await asyncio.sleep(self._retry_s)
+                await asyncio.sleep(min(self._retry_s * 2**failures, MAX_RETRY_S))
+                failures += 1
 
     def _custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self._api)
