@@ -29,6 +29,9 @@ class ChatClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=10.0)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        # request id -> how far it got ("sent", "headers", "streaming N chunks"); removed when done.
+        # Read after a replay to say where requests that never finished were stuck.
+        self.in_flight: dict[str, str] = {}
 
     async def __aenter__(self) -> ChatClient:
         connector = aiohttp.TCPConnector(limit=self._max_connections, force_close=False)
@@ -61,18 +64,28 @@ class ChatClient:
         }
         payload = orjson.dumps(self.body(spec))
         start = time.perf_counter()
+        self.in_flight[spec.request_id] = "sent, no response headers"
+        outcome = await self._send(spec, payload, headers, start)  # a cancelled one stays listed
+        self.in_flight.pop(spec.request_id, None)
+        return outcome
+
+    async def _send(self, spec: SendSpec, payload: bytes, headers: dict[str, str], start: float) -> Outcome:
+        assert self._session is not None
         try:
             async with self._session.post(self.url, data=payload, headers=headers) as resp:
+                self.in_flight[spec.request_id] = f"HTTP {resp.status} headers, no data"
                 served = next((resp.headers[h] for h in SERVED_HEADERS if h in resp.headers), "")
                 if resp.status != 200:
                     text = (await resp.text())[:300]
                     return Outcome(ok=False, status=resp.status, error=text.strip(), served_by=served)
-                return await _read_stream(resp, start, served)
+                return await _read_stream(resp, start, served, self.in_flight, spec.request_id)
         except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as exc:
             return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, start: float, served: str) -> Outcome:
+async def _read_stream(
+    resp: aiohttp.ClientResponse, start: float, served: str, progress: dict[str, str], request_id: str
+) -> Outcome:
     ttft = float("nan")
     parts: list[str] = []
     chunks = 0
@@ -104,6 +117,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, start: float, served: str) 
                         if chunks == 0:
                             ttft = time.perf_counter() - start
                         chunks += 1
+                        progress[request_id] = f"streaming, {chunks} content chunks"
                         parts.append(content)
     e2e = time.perf_counter() - start
     if not done and chunks == 0:

@@ -83,6 +83,9 @@ async def run_row(
                     drain_s=settings.drain_timeout_s,
                 )
                 result = await _unless_a_process_dies(replay, sup)
+                if client.in_flight:  # requests cut at the drain deadline: say where they were stuck
+                    lines = [f"{rid}: {state}" for rid, state in sorted(client.in_flight.items())]
+                    (row_dir / "stuck-requests.txt").write_text("\n".join(lines) + "\n")
             async with aiohttp.ClientSession(timeout=timeout) as http:
                 after = await scrape_all(http, cluster.base_urls)
             phase("stopping")
