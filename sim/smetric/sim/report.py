@@ -80,12 +80,19 @@ def plot(rows: Sequence[Row], mode: str, out: Path, title: str) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
     ax_tps, ax_imb, ax_reuse = axes
     peaks: list[Row] = []
-    for p in policies:
+    cmap = plt.get_cmap("tab20")
+    markers = "os^vD<>ph*XP8"
+    for n, p in enumerate(policies):
+        style = {
+            "color": cmap(n % 20),
+            "marker": markers[n % len(markers)],
+            "linestyle": "-" if p.startswith("smetric") else "--",
+        }
         pr = sorted((r for r in rows if r["policy"] == p), key=lambda r: float(r["rate_multiplier"]))
         xs = [float(r["rate_multiplier"]) for r in pr]
         scale = 1.0 if mode == "colocated" else 1e-3
-        ax_tps.plot(xs, [float(r[key]) * scale for r in pr], marker="o", label=p)
-        ax_imb.plot(xs, [float(r["imbalance_mean"]) for r in pr], marker="o", label=p)
+        ax_tps.plot(xs, [float(r[key]) * scale for r in pr], label=p, **style)
+        ax_imb.plot(xs, [float(r["imbalance_mean"]) for r in pr], label=p, **style)
         finite = [r for r in pr if math.isfinite(float(r[key]))]
         if finite:
             peaks.append(max(finite, key=lambda r: float(r[key])))
