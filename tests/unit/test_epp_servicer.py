@@ -498,3 +498,30 @@ async def test_precise_index_sees_the_engine_rendering_and_its_token_count_is_us
     hit = index.hits.get(dest, 0)
     assert picker.ledger.queued_tokens(dest) == (len(expected) + 1) // 2 - hit  # index tokens, not chars/4
     call.cancel()
+
+
+async def test_a_response_path_bug_passes_the_response_through(
+    serve: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from smetric.epp.parse.usage import UsageReader
+
+    def broken(self: UsageReader, chunk: bytes) -> None:
+        raise ValueError("bug")
+
+    monkeypatch.setattr(UsageReader, "feed", broken)
+    servicer, *_ = build()
+    stub = await serve(servicer)  # type: ignore[operator]
+    call = stub.Process()
+    await call.write(headers_msg(BASE_HEADERS))
+    for m in body_msgs(chat()):
+        await call.write(m)
+    await call.read()
+    await call.read()
+    hm = base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=":status", raw_value=b"200")])
+    await call.write(ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=hm)))
+    assert (await call.read()).HasField("response_headers")
+    await call.write(ep.ProcessingRequest(response_body=ep.HttpBody(body=b'{"ok": 1}', end_of_stream=True)))
+    reply = await call.read()
+    assert reply.response_body.response.body_mutation.streamed_response.body == b'{"ok": 1}'
+    await call.done_writing()
+    assert await call.read() == grpc.aio.EOF

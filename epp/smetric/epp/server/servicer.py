@@ -95,34 +95,35 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         kind = m.WhichOneof("request")
         if kind == "request_body":
             return self._request_body(st, m.request_body)
-        if kind == "response_body":
-            return self._guarded(self._response_body, st, m.response_body)
         if kind == "request_headers":
             return self._request_headers(st, m)
-        if kind == "response_headers":
-            if m.HasField("metadata_context"):
-                st.served = msgs.served_endpoint(m.metadata_context)
-            return self._guarded(self._response_headers, st, m.response_headers)
         if kind == "request_trailers":
             return self._request_trailers(st)
-        if kind == "response_trailers":
-            self._complete(st)
-            return (msgs.CONTINUE_RESPONSE_TRAILERS,)
+        if kind in ("response_headers", "response_body", "response_trailers"):
+            return self._response(st, m, kind)
         raise RequestError(400, f"unexpected ext_proc message {kind!r}")
 
-    def _guarded(
-        self, fn: Callable[[StreamState, object], Responses], st: StreamState, part: object
-    ) -> Responses:
-        """Response path: never refuse; on a bug log and pass the data through unchanged."""
+    def _response(self, st: StreamState, m: ep.ProcessingRequest, kind: str) -> Responses:
+        """Response path: never refuse; on a bug log it and pass the data through unchanged."""
         try:
-            return fn(st, part)
+            if kind == "response_body":
+                return self._response_body(st, m.response_body)
+            if kind == "response_headers":
+                if m.HasField("metadata_context"):
+                    st.served = msgs.served_endpoint(m.metadata_context)
+                return self._response_headers(st, m.response_headers)
+            self._complete(st)
         except Exception:
             log.exception("response-path error on request %s (passed through)", st.request_id)
-            if isinstance(part, ep.HttpBody):
+            if kind == "response_body":
                 if st.resp_mode == msgs.MODE_FULL_DUPLEX:
-                    return msgs.streamed_chunks(part.body, part.end_of_stream, response=True)
+                    return msgs.streamed_chunks(
+                        m.response_body.body, m.response_body.end_of_stream, response=True
+                    )
                 return (msgs.CONTINUE_RESPONSE_BODY,)
-            return (msgs.CONTINUE_RESPONSE_HEADERS,)
+            if kind == "response_headers":
+                return (msgs.CONTINUE_RESPONSE_HEADERS,)
+        return (msgs.CONTINUE_RESPONSE_TRAILERS,)
 
     # -- request path ---------------------------------------------------------------------------
 
@@ -247,8 +248,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
 
     # -- response path --------------------------------------------------------------------------
 
-    def _response_headers(self, st: StreamState, part: object) -> Responses:
-        assert isinstance(part, ep.HttpHeaders)
+    def _response_headers(self, st: StreamState, part: ep.HttpHeaders) -> Responses:
         raw = msgs.header_map(part.headers)
         try:
             st.resp_status = int(raw.get(":status", "0"))
@@ -265,8 +265,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             self._complete(st)
         return (msgs.CONTINUE_RESPONSE_HEADERS,)
 
-    def _response_body(self, st: StreamState, part: object) -> Responses:
-        assert isinstance(part, ep.HttpBody)
+    def _response_body(self, st: StreamState, part: ep.HttpBody) -> Responses:
         if st.first_byte_at is None:
             st.first_byte_at = self.clock()
             self._prefill_done(st)
