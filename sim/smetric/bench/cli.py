@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from smetric.bench.plan import ReplayPlan, build_plan
 from smetric.bench.procs import BenchError
 from smetric.bench.replay import RequestRecord
-from smetric.bench.report import PolicyResult, record_line, render_table, write_json, write_plot
+from smetric.bench.report import PolicyResult, record_line, render_table, to_markdown, write_json, write_plot
 from smetric.bench.runner import RunSettings, run_row
 from smetric.bench.stacks import ClusterSpec, frontends
 from smetric.bench.synth import TokenCount
@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-dir", type=Path, help="process logs (default: a temporary folder)")
     p.add_argument("--json", type=Path, required=True, help="write results here")
     p.add_argument("--plot", type=Path, help="write a PNG figure here")
+    p.add_argument("--markdown", type=Path, help="write the summary table here (Markdown)")
     p.add_argument("--records", type=Path, help="write every request's record here (JSON lines)")
     return p
 
@@ -253,6 +254,8 @@ async def run_all(args: argparse.Namespace, preset: Preset, console: Console) ->
             write_json(args.json, results, meta)  # partial results survive an interrupted run
     render_table(results, console, f"smetric bench: {preset.instances} emulated instances ({args.preset})")
     write_json(args.json, results, meta)
+    if args.markdown is not None:
+        args.markdown.write_text(to_markdown(results))
     if args.plot is not None:
         write_plot(args.plot, results, f"{preset.instances} x {args.preset}, {plan.n_sessions} sessions")
     return results

@@ -33,6 +33,16 @@ def _fmt(value: float, spec: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+def _pct(value: float, sep: str = "") -> str:
+    text = _fmt(value * 100, ".1f")
+    return text if text == "-" else f"{text}{sep}%"
+
+
+def _unit(value: float, spec: str, unit: str) -> str:
+    text = _fmt(value, spec)
+    return text if text == "-" else text + unit
+
+
 def render_table(results: Sequence[PolicyResult], console: Console, title: str) -> None:
     table = Table(title=title, header_style="bold")
     cols = [
@@ -60,17 +70,40 @@ def render_table(results: Sequence[PolicyResult], console: Console, title: str) 
             r.label,
             r.router,
             _fmt(s.tps_within_slo, ".1f"),
-            _fmt(s.slo_attainment * 100, ".1f") + "%",
-            _fmt(s.ttft_p50_s, ".2f") + "s",
-            _fmt(s.ttft_p90_s, ".2f") + "s",
-            _fmt(s.tpot_p50_s * 1000, ".1f") + "ms",
-            _fmt(s.engine_ttft_mean_s, ".2f") + "s",
-            _fmt(s.local_hit_ratio * 100, ".1f") + "%",
-            _fmt(s.imbalance_mean, ".2f") + "x",
+            _pct(s.slo_attainment),
+            _unit(s.ttft_p50_s, ".2f", "s"),
+            _unit(s.ttft_p90_s, ".2f", "s"),
+            _unit(s.tpot_p50_s * 1000, ".1f", "ms"),
+            _unit(s.engine_ttft_mean_s, ".2f", "s"),
+            _pct(s.local_hit_ratio),
+            _unit(s.imbalance_mean, ".2f", "x"),
             _fmt(s.router_overhead_ms, ".1f"),
             f"{s.n_ok}/{s.n_sent}",
         )
     console.print(table)
+
+
+def to_markdown(results: Sequence[PolicyResult]) -> str:
+    """The summary as a Markdown table (for docs and issue comments)."""
+    head = (
+        "| policy | router | TPS in SLO | SLO att. | TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) "
+        "| local hit | usage hit | imbalance | router ms (share of e2e) | ok / sent |"
+    )
+    lines = [head, "|" + "---|" * 12]
+    for r in results:
+        s = r.summary
+        if s is None:
+            lines.append(f"| {r.label} | {r.router} | {r.status}: {r.note} |" + " |" * 9)
+            continue
+        lines.append(
+            f"| {r.label} | {r.router} | {_fmt(s.tps_within_slo, '.1f')} | {_pct(s.slo_attainment, ' ')} "
+            f"| {_fmt(s.ttft_p50_s, '.2f')} / {_fmt(s.ttft_p90_s, '.2f')} | {_fmt(s.tpot_p50_s * 1000, '.1f')} "
+            f"| {_fmt(s.engine_ttft_mean_s, '.2f')} | {_pct(s.local_hit_ratio, ' ')} "
+            f"| {_pct(s.usage_hit_ratio, ' ')} | {_unit(s.imbalance_mean, '.2f', '×')} "
+            f"| {_fmt(s.router_overhead_ms, '.1f')} ({_pct(s.router_share_of_e2e, ' ')}) "
+            f"| {s.n_ok} / {s.n_sent} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _clean(value: Any) -> Any:
