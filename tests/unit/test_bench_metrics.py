@@ -110,3 +110,13 @@ def test_router_overhead_from_engine_ttft() -> None:
 def test_bad_metrics_text_is_a_clear_error() -> None:
     with pytest.raises(MetricsFormatError, match="num_requests_running"):
         parse_engine_metrics("# TYPE foo counter\nfoo_total 1\n")
+
+
+def test_router_time_can_be_counted_unscaled() -> None:
+    # 0.2 s wall TTFT of which 0.05 s router: scaled -> 2.0 model s (misses 1.0625);
+    # router unscaled -> 0.15 / 0.1 + 0.05 = 1.55 model s (still misses); 0.12 s wall -> 0.75 (meets)
+    slow = rec(0.2, 0.2 + 9 * 0.001, 10)
+    fast = rec(0.12, 0.12 + 9 * 0.001, 10)
+    assert meets_slo(slow, SLO, TS, router_wall_s=0.05)[0] is False
+    assert meets_slo(fast, SLO, TS)[0] is False
+    assert meets_slo(fast, SLO, TS, router_wall_s=0.05)[0] is True
