@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from smetric.epp.config import PickerConfig, policy_params
+from smetric.epp.config import PickerConfig, parse_config, policy_params
 from smetric.epp.datastore import Datastore, build_datastore
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.flags import build_parser
@@ -139,16 +139,17 @@ async def _wait_fresh(ds: Datastore, addresses: list[str], timeout_s: float = 10
     raise AssertionError("backends never scraped")
 
 
-async def make_stack(body_mode: str = "FULL_DUPLEX_STREAMED") -> AsyncIterator[Stack]:
+async def make_stack(
+    body_mode: str = "FULL_DUPLEX_STREAMED", roles: tuple[str, ...] = (), cfg: PickerConfig | None = None
+) -> AsyncIterator[Stack]:
     backends = [Backend(ip) for ip in IPS]
     for b in backends:
         await b.start()
-    args = build_parser().parse_args(
-        ["--endpoints", ",".join(b.address for b in backends), "--refresh-interval-ms", "50"]
-    )
+    spec = ",".join(b.address + (f"={roles[i]}" if roles else "") for i, b in enumerate(backends))
+    args = build_parser().parse_args(["--endpoints", spec, "--refresh-interval-ms", "50"])
     ds = build_datastore(args)
     await ds.start()
-    cfg = PickerConfig()
+    cfg = cfg or PickerConfig()
     picker = build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0)
     servicer = ExtProcServicer(
         picker, PickerMetrics(CollectorRegistry()), ServicerSettings(max_body_bytes=MAX_BODY)
@@ -316,3 +317,15 @@ async def test_buffered_mode_routes_and_delivers_the_body() -> None:
         assert info2["served_by"] == info["served_by"]
         status, _ = await s.post(b"{bad")
         assert status == 400
+
+
+async def test_pd_disaggregation_routes_to_decode_with_the_prefiller_header() -> None:
+    cfg = parse_config({"pdDisaggregation": {"enabled": True}})
+    async for s in make_stack(roles=("prefill", "prefill", "decode"), cfg=cfg):
+        prefill = {s.backends[0].address, s.backends[1].address}
+        prefillers = []
+        for turns in range(3):
+            status, info = await s.post(session_body("pd", turns))
+            assert status == 200 and info["served_by"] == s.backends[2].address
+            prefillers.append(info["prefiller"])
+        assert prefillers[0] in prefill and len(set(prefillers)) == 1  # the session sticks to its prefill pod
