@@ -525,3 +525,42 @@ async def test_a_response_path_bug_passes_the_response_through(
     assert reply.response_body.response.body_mutation.streamed_response.body == b'{"ok": 1}'
     await call.done_writing()
     assert await call.read() == grpc.aio.EOF
+
+
+async def test_shutdown_drains_open_streams_and_reports_not_serving() -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from smetric.epp.obs.health import HealthReporter
+    from smetric.epp.server.app import PickerServer
+
+    servicer, source, _, metrics = build()
+    health = HealthReporter(source, metrics, is_stale=lambda a: False)
+    server = PickerServer(servicer, health, host="127.0.0.1", grpc_port=0, health_port=0)
+    await server.start()
+    async with (
+        grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch,
+        grpc.aio.insecure_channel(f"127.0.0.1:{server.health_port}") as hch,
+    ):
+        hstub = health_pb2_grpc.HealthStub(hch)
+        assert (
+            await hstub.Check(health_pb2.HealthCheckRequest())
+        ).status == health_pb2.HealthCheckResponse.SERVING
+        call = ep_grpc.ExternalProcessorStub(ch).Process()
+        await call.write(headers_msg(BASE_HEADERS))
+        for m in body_msgs(chat()):
+            await call.write(m)
+        await call.read()
+        await call.read()
+        stopping = asyncio.create_task(server.stop(grace_s=5.0))
+        await asyncio.sleep(0.2)
+        draining = await hstub.Check(health_pb2.HealthCheckRequest())
+        assert draining.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        hm = base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=":status", raw_value=b"200")])
+        await call.write(
+            ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=hm, end_of_stream=True))
+        )
+        assert (await call.read()).HasField("response_headers")  # the open stream is still served
+        await call.done_writing()
+        assert await call.read() == grpc.aio.EOF
+        await stopping
+    assert len(servicer.picker.ledger) == 0
