@@ -4,8 +4,9 @@ per worker process (cached by :func:`prepared`), every run deterministic for its
 Base rate: :data:`BASE_FAMILIES_PER_S_PER_32` session families per second for a 32-instance
 cluster, scaled linearly with the instance count (a multiplier means the same per-instance load
 at every cluster size). For the agentic trace on ``qwen3-30b-h20`` (32 instances, global tier
-full) 1x offers about 1 request/s (light load), the load-balancing baselines saturate near 6x
-and 10x is well past saturation; each run reports the absolute families/s and requests/s.
+full) 1x offers about 0.9 requests/s (light load), every policy peaks at 6x (3.6-4.6
+requests/s) and 10x is well past saturation; each run reports absolute families/s and
+requests/s.
 """
 
 from __future__ import annotations
