@@ -14,7 +14,7 @@ from smetric.core.blockhash import BlockHasher
 from smetric.core.tokenizer import load_tokenizer
 from smetric.emulator.blockmap import BlockMap
 from smetric.emulator.config import EmulatorConfig
-from smetric.emulator.engine_adapter import AbortableInstance
+from smetric.emulator.engine_adapter import SafeInstance
 from smetric.emulator.faults import FaultState
 from smetric.emulator.instance import EmulatedInstance, _KvEventCollector
 from smetric.emulator.kv_events import KvEventPublisher
@@ -48,7 +48,7 @@ def build_instances(config: EmulatorConfig, ctx: zmq.asyncio.Context | None) -> 
             node=i // per_node,
         )
         name = f"{config.host}:{config.http_port(i)}"
-        engine = AbortableInstance(name, step_model, engine_config, tier, collector)
+        engine = SafeInstance(name, step_model, engine_config, tier, collector)
         endpoint = config.kv_events_endpoint(i)
         publisher = (
             KvEventPublisher(ctx, endpoint, config.kv_topic(i)) if ctx is not None and endpoint else None

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from itertools import count
 
 from smetric.emulator.blockmap import BlockMap, to_pieces
-from smetric.emulator.engine_adapter import AbortableInstance
+from smetric.emulator.engine_adapter import SafeInstance
 from smetric.emulator.faults import FaultState
 from smetric.emulator.kv_events import (
     AllBlocksCleared,
@@ -117,7 +117,7 @@ class EmulatedInstance:
     def __init__(
         self,
         name: str,
-        engine: AbortableInstance,
+        engine: SafeInstance,
         blocks: BlockMap,
         collector: _KvEventCollector,
         prompter: Prompter,
