@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import zmq.asyncio
@@ -16,7 +17,7 @@ from smetric.emulator.blockmap import BlockMap
 from smetric.emulator.config import EmulatorConfig
 from smetric.emulator.engine_adapter import SafeInstance
 from smetric.emulator.faults import FaultState
-from smetric.emulator.instance import EmulatedInstance, _KvEventCollector
+from smetric.emulator.instance import EmulatedInstance, KvEventCollector
 from smetric.emulator.kv_events import KvEventPublisher
 from smetric.emulator.metrics import InstanceMetrics
 from smetric.emulator.prompt import Prompter
@@ -39,7 +40,7 @@ def build_instances(config: EmulatorConfig, ctx: zmq.asyncio.Context | None) -> 
     out: list[EmulatedInstance] = []
     for i in range(config.instances):
         blocks = shared if shared is not None else BlockMap()
-        collector = _KvEventCollector(blocks, config.block_size)
+        collector = KvEventCollector(blocks, config.block_size)
         engine_config = EngineConfig(
             block_tokens=config.block_size,
             capacity_blocks=config.num_gpu_blocks,
@@ -78,6 +79,7 @@ class RunningCluster:
     drivers: list[asyncio.Task[None]]
     runners: list[web.AppRunner]
     ctx: zmq.asyncio.Context | None
+    executor: ThreadPoolExecutor | None = None
 
     async def stop(self) -> None:
         await stop_servers(self.runners)
@@ -91,16 +93,21 @@ class RunningCluster:
                 inst.publisher.close()
         if self.ctx is not None:
             self.ctx.term()
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
 
 
 async def start_cluster(config: EmulatorConfig) -> RunningCluster:
     ctx = zmq.asyncio.Context() if config.kv_events_port else None
     instances = build_instances(config, ctx)
+    # One worker thread for request preparation (tokenize + hash): more threads would only fight
+    # the event loop for the GIL and delay the drivers' wake-ups.
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="emu-prepare")
     drivers = [asyncio.create_task(inst.run(), name=f"driver-{inst.name}") for inst in instances]
     servers = [
-        (InstanceServer(inst, inst.prompter, config.model_name, config.context_tokens), config.host,
-         config.http_port(i))
+        (InstanceServer(inst, inst.prompter, config.model_name, config.context_tokens, executor),
+         config.host, config.http_port(i))
         for i, inst in enumerate(instances)
     ]  # fmt: skip
     runners = await start_servers(servers)
-    return RunningCluster(instances, drivers, runners, ctx)
+    return RunningCluster(instances, drivers, runners, ctx, executor)

@@ -11,7 +11,6 @@ HTTP handlers, and publishes the KV events the engine's cache emitted. Engine ti
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ class RequestHandle:
     done: bool = False
 
 
-class _KvEventCollector:
+class KvEventCollector:
     """The engine cache's :class:`KvEventSink`: translates id pieces to vLLM events at once
     (the block map changes as blocks are evicted), kept until the driver publishes them."""
 
@@ -119,7 +118,7 @@ class EmulatedInstance:
         name: str,
         engine: SafeInstance,
         blocks: BlockMap,
-        collector: _KvEventCollector,
+        collector: KvEventCollector,
         prompter: Prompter,
         metrics: InstanceMetrics,
         publisher: KvEventPublisher | None,
@@ -141,7 +140,7 @@ class EmulatedInstance:
         self._ids = count()
         self._wake = asyncio.Event()
         self._clock: _Clock | None = None
-        self.lag_s = 0.0  # largest delay of the driver behind its schedule (diagnostics)
+        self.lag_s = 0.0  # latest a timed wake-up of the driver came (event-loop lag, diagnostics)
 
     # ------------------------------------------------------------------ API for handlers
     @property
@@ -271,9 +270,6 @@ class EmulatedInstance:
             clock.set_factor(self.faults.time_factor)
             wall = loop.time()
             now_e = clock.engine_at(wall)
-            due = engine.next_event_s()
-            if due <= now_e:
-                self.lag_s = max(self.lag_s, wall - clock.wall_at(due))
             for ev in engine.advance(now_e):
                 self._on_event(ev, wall)
             decoding = engine.decoded_tokens(now_e)
@@ -293,5 +289,8 @@ class EmulatedInstance:
             if decoding:
                 delay = min(delay, self._stream_interval_s)
             if delay > 0:
-                with contextlib.suppress(TimeoutError):
+                target = loop.time() + delay
+                try:
                     await asyncio.wait_for(self._wake.wait(), delay)
+                except TimeoutError:
+                    self.lag_s = max(self.lag_s, loop.time() - target)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from concurrent.futures import Executor
 from typing import Any, Literal
 
 import orjson
@@ -34,13 +35,19 @@ class InstanceServer:
     validates, submits, and relays tokens as they are produced."""
 
     def __init__(
-        self, instance: EmulatedInstance, prompter: Prompter, model: str, context_tokens: int
+        self,
+        instance: EmulatedInstance,
+        prompter: Prompter,
+        model: str,
+        context_tokens: int,
+        executor: Executor | None = None,
     ) -> None:
         self.instance = instance
         self.prompter = prompter
         self.model = model
         self.context_tokens = context_tokens
         self.faults: FaultState = instance.faults
+        self._executor = executor  # None = the loop's default thread pool
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -102,9 +109,21 @@ class InstanceServer:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "completion")
 
+    def _parse_and_prepare(
+        self, kind: Literal["chat", "completion"], raw: bytes
+    ) -> tuple[ChatRequest | CompletionRequest, PreparedRequest]:
+        """Decode, validate, render, tokenize and hash. Pure, so it runs in a worker thread: a
+        100k-token prompt does not stall the other instances' drivers on the event loop."""
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(400, f"malformed JSON body: {exc}") from None
+        req = parse_request(kind, body)
+        if req.model and req.model != self.model:
+            raise ApiError(404, f"The model `{req.model}` does not exist.", "model")
+        return req, self._prepare(req)
+
     def _prepare(self, req: ChatRequest | CompletionRequest) -> PreparedRequest:
-        """Render, tokenize and hash (pure; runs in a worker thread so a 100k-token prompt does
-        not stall the other instances' drivers on the event loop)."""
         if isinstance(req, ChatRequest):
             prompt = self.prompter.chat([m.model_dump() for m in req.messages])
         else:
@@ -134,14 +153,9 @@ class InstanceServer:
         try:
             if self.faults.dead:
                 raise ApiError(503, "engine is dead")
-            try:
-                body = orjson.loads(await request.read())
-            except orjson.JSONDecodeError as exc:
-                raise ApiError(400, f"malformed JSON body: {exc}") from None
-            req = parse_request(kind, body)
-            if req.model and req.model != self.model:
-                raise ApiError(404, f"The model `{req.model}` does not exist.", "model")
-            prepared = await asyncio.to_thread(self._prepare, req)
+            raw = await request.read()
+            loop = asyncio.get_running_loop()
+            req, prepared = await loop.run_in_executor(self._executor, self._parse_and_prepare, kind, raw)
             request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
             handle = self.instance.submit(prepared, request_id, received)
         except ApiError as exc:
