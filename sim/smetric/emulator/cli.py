@@ -22,7 +22,9 @@ def _parser() -> argparse.ArgumentParser:
         "the simulator's instance model.",
     )
     p.add_argument("--instances", type=int, default=1, help="number of instances (default 1)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind and to name in KV topics")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (HTTP and ZMQ)")
+    p.add_argument("--advertise-host", default="",
+                   help="address named in KV-event topics (default --host; the pod IP when binding 0.0.0.0)")  # fmt: skip
     p.add_argument("--port", type=int, default=8000, help="HTTP port of instance 0; instance i uses port+i")
     p.add_argument("--kv-events-port", type=int, default=0,
                    help="ZMQ PUB port of instance 0 (instance i: +i); 0 disables KV events")  # fmt: skip
@@ -52,6 +54,7 @@ def config_from_args(argv: Sequence[str]) -> EmulatorConfig:
         port=a.port,
         kv_events_port=a.kv_events_port,
         kv_events_host=a.host,
+        advertise_host=a.advertise_host,
         preset_name=a.preset,
         time_scale=a.time_scale,
         model=a.model,

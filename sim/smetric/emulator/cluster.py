@@ -48,7 +48,7 @@ def build_instances(config: EmulatorConfig, ctx: zmq.asyncio.Context | None) -> 
             max_num_seqs=preset.max_num_seqs,
             node=i // per_node,
         )
-        name = f"{config.host}:{config.http_port(i)}"
+        name = f"{config.public_host}:{config.http_port(i)}"
         engine = SafeInstance(name, step_model, engine_config, tier, collector)
         endpoint = config.kv_events_endpoint(i)
         publisher = (

@@ -25,6 +25,9 @@ class EmulatorConfig:
     port: int = 8000
     kv_events_port: int = 0  # 0 = no KV events; instance i publishes on kv_events_port + i
     kv_events_host: str = "127.0.0.1"
+    advertise_host: str = (
+        ""  # address in KV topics / instance names ("" = host; set the pod IP when binding 0.0.0.0)
+    )
     preset_name: str = "qwen3-30b-h20"
     time_scale: float = 1.0
     model: str = ""  # "" = the preset's model name
@@ -88,4 +91,8 @@ class EmulatorConfig:
 
     def kv_topic(self, index: int) -> str:
         """vLLM's topic convention ``kv@<pod-ip>:<port>@<model>``."""
-        return f"kv@{self.host}:{self.http_port(index)}@{self.model_name}"
+        return f"kv@{self.public_host}:{self.http_port(index)}@{self.model_name}"
+
+    @property
+    def public_host(self) -> str:
+        return self.advertise_host or self.host
