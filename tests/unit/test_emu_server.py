@@ -186,3 +186,39 @@ async def test_global_tier_is_shared_by_the_process_instances() -> None:
         assert hits["vllm:prefix_cache_hits_total"] == 0  # ... not a local (GPU-tier) hit
     finally:
         await c.stop()
+
+
+async def test_dead_instance_ends_running_streams_and_slow_mode_slows_down() -> None:
+    c = await _cluster(time_scale=0.3)
+    inst = c.instances[0]
+    try:
+        body = {"model": MODEL, "prompt": "x " * 100, "max_tokens": 5000, "stream": True}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(_url(c, "/v1/completions"), json=body) as r:
+                await r.content.readuntil(b"\n\n")
+                async with http.post(_url(c, "/admin/fault"), json={"mode": "dead"}) as f:
+                    assert f.status == 200
+                rest = await r.read()
+            frames = list(sse.parse_frames(rest))
+            assert frames[-1] is None
+            assert frames[-2] is not None and frames[-2]["error"]["code"] == 503
+            assert inst.engine.num_running == 0 and inst.engine.kv_usage == 0.0
+            # slow: the same request takes about `slowdown` times longer
+            async with http.post(_url(c, "/admin/fault"), json={"mode": "ok"}):
+                pass
+            short = {"model": MODEL, "prompt": "x " * 1500, "max_tokens": 1}
+            loop = asyncio.get_running_loop()
+            t = loop.time()
+            async with http.post(_url(c, "/v1/completions"), json=short) as r:
+                assert r.status == 200
+            fast = loop.time() - t
+            async with http.post(_url(c, "/admin/fault"), json={"mode": "slow", "slowdown": 3}):
+                pass
+            short["prompt"] = "y " * 1500  # no prefix hit
+            t = loop.time()
+            async with http.post(_url(c, "/v1/completions"), json=short) as r:
+                assert r.status == 200
+            slow = loop.time() - t
+        assert slow > 2 * fast
+    finally:
+        await c.stop()
