@@ -62,13 +62,13 @@ async def run_row(
             phase("starting emulator")
             cluster = await start_cluster(sup, settings.cluster)
             phase(f"starting {frontend.router}")
-            url = await frontend.start(sup, cluster, settings.cluster, row_dir)
+            urls = await frontend.start(sup, cluster, settings.cluster, row_dir)
             timeout = aiohttp.ClientTimeout(total=5.0)
             async with aiohttp.ClientSession(timeout=timeout) as http:
                 before = await scrape_all(http, cluster.base_urls)
             phase("replaying")
             async with (
-                ChatClient(url, settings.cluster.model) as client,
+                ChatClient(urls.base_url, settings.cluster.model) as client,
                 LoadSampler(cluster.base_urls, settings.sample_interval_s) as sampler,
             ):
                 replay = ClosedLoopReplay(
@@ -88,6 +88,7 @@ async def run_row(
                     (row_dir / "stuck-requests.txt").write_text("\n".join(lines) + "\n")
             async with aiohttp.ClientSession(timeout=timeout) as http:
                 after = await scrape_all(http, cluster.base_urls)
+                await _save_text(http, urls.metrics_url, row_dir / "router-metrics.txt")
             phase("stopping")
     except BenchError as exc:
         return PolicyResult(frontend.label, frontend.router, frontend.policy, "failed", str(exc))
@@ -119,6 +120,15 @@ async def _unless_a_process_dies(replay: ClosedLoopReplay, sup: Supervisor) -> R
         for t in (task, watcher):
             t.cancel()
         await asyncio.gather(task, watcher, return_exceptions=True)
+
+
+async def _save_text(http: aiohttp.ClientSession, url: str, path: Path) -> None:
+    """Keep the router's own metrics of the row (decision counts, kv_aware lookups) for later reading."""
+    try:
+        async with http.get(url) as resp:
+            path.write_bytes(await resp.read())
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        path.write_text(f"could not read {url}: {type(exc).__name__}\n")
 
 
 def _first_error(records: tuple[RequestRecord, ...]) -> str:

@@ -79,8 +79,14 @@ async def start_cluster(sup: Supervisor, spec: ClusterSpec) -> Cluster:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class FrontendUrls:
+    base_url: str  # where the client sends requests
+    metrics_url: str  # the router's own Prometheus endpoint (saved at the end of each row)
+
+
 class Frontend(Protocol):
-    """A router in front of the cluster; ``start`` returns the base URL the client sends to."""
+    """A router in front of the cluster; ``start`` returns where to send requests and its metrics."""
 
     @property
     def label(self) -> str: ...
@@ -89,7 +95,9 @@ class Frontend(Protocol):
     @property
     def policy(self) -> str: ...
 
-    async def start(self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path) -> str: ...
+    async def start(
+        self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path
+    ) -> FrontendUrls: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +113,9 @@ class PickerFrontend:
     def label(self) -> str:
         return self.policy
 
-    async def start(self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path) -> str:
+    async def start(
+        self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path
+    ) -> FrontendUrls:
         from smetric.epp.envoy import EnvoyError, EnvoyOptions, bootstrap, envoy_binary
 
         try:
@@ -138,7 +148,7 @@ class PickerFrontend:
                       "--concurrency", "1"]  # fmt: skip
         await sup.start("envoy", envoy_argv)
         await wait_http_ok(f"http://{HOST}:{admin_port}/ready", sup, self.startup_timeout_s, "envoy")
-        return f"http://{HOST}:{listen_port}"
+        return FrontendUrls(f"http://{HOST}:{listen_port}", f"http://{HOST}:{metrics_port}/metrics")
 
 
 async def wait_grpc_serving(target: str, sup: Supervisor, timeout_s: float, what: str) -> None:
@@ -180,7 +190,9 @@ class VllmRouterFrontend:
     def label(self) -> str:
         return f"vllm-router:{self.policy}"
 
-    async def start(self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path) -> str:
+    async def start(
+        self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path
+    ) -> FrontendUrls:
         binary = shutil.which("vllm-router", path=str(Path(sys.executable).parent)) or shutil.which(
             "vllm-router"
         )
@@ -208,7 +220,7 @@ class VllmRouterFrontend:
                 argv.append(f"--kv-event-source={url}={endpoint}")
         await sup.start(f"vllm-router-{self.policy}", argv)
         await wait_http_ok(f"http://{HOST}:{port}/health", sup, self.startup_timeout_s, "vllm-router")
-        return f"http://{HOST}:{port}"
+        return FrontendUrls(f"http://{HOST}:{port}", f"http://{HOST}:{prom_port}/metrics")
 
 
 def frontends(policies: Sequence[str], peers: Sequence[str], envoy_binary: str) -> list[Frontend]:
