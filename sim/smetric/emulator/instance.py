@@ -140,6 +140,7 @@ class EmulatedInstance:
         self._ids = count()
         self._wake = asyncio.Event()
         self._clock: _Clock | None = None
+        self._advanced_e = 0.0  # engine time of the driver's last advance
         self.lag_s = 0.0  # latest a timed wake-up of the driver came (event-loop lag, diagnostics)
 
     # ------------------------------------------------------------------ API for handlers
@@ -161,7 +162,9 @@ class EmulatedInstance:
         self, prepared: PreparedRequest, request_id: str, received_wall_s: float | None = None
     ) -> RequestHandle:
         """Queue a request in the engine. ``received_wall_s`` (event-loop time the HTTP request
-        arrived) is its arrival time, so parsing/tokenizing/hashing is not modelled as engine time."""
+        arrived) is its arrival time, so parsing/tokenizing/hashing is not modelled as engine time
+        -- unless the driver advanced the engine past it meanwhile (busy instance), then it
+        arrives at that point."""
         if self.faults.dead:
             raise ApiError(503, "engine is dead")
         bs = self.engine.config.block_tokens
@@ -180,7 +183,8 @@ class EmulatedInstance:
         arrival = clock.now() if received_wall_s is None else received_wall_s
         handle = RequestHandle(request_id, engine_id, prompt, output_tokens, ids, arrival)
         try:
-            self.engine.submit(spec, max(clock.engine_at(arrival), self.engine.now_s))
+            # Never before the driver's last advance (the engine's contract: times never go back).
+            self.engine.submit(spec, max(clock.engine_at(arrival), self._advanced_e, self.engine.now_s))
         except ValueError as exc:
             self.blocks.release(ids)
             raise ApiError(400, str(exc)) from None
@@ -270,6 +274,7 @@ class EmulatedInstance:
             clock.set_factor(self.faults.time_factor)
             wall = loop.time()
             now_e = clock.engine_at(wall)
+            self._advanced_e = max(self._advanced_e, now_e)
             for ev in engine.advance(now_e):
                 self._on_event(ev, wall)
             decoding = engine.decoded_tokens(now_e)
