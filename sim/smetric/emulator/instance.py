@@ -202,6 +202,13 @@ class EmulatedInstance:
         self.metrics.success_abort.inc()
         self._wake.set()
 
+    def fault_changed(self) -> None:
+        """Apply a fault switch now: abort everything if dead, and let the driver re-anchor its
+        clock at once if the speed changed."""
+        if self.faults.dead:
+            self.abort_all()
+        self._wake.set()
+
     def abort_all(self) -> None:
         for handle in list(self._live.values()):
             self.abort(handle)

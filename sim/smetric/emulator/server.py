@@ -98,8 +98,7 @@ class InstanceServer:
             self.faults.apply(orjson.loads(await request.read()))
         except (orjson.JSONDecodeError, ValueError) as exc:
             return _error(ApiError(400, f"bad fault spec: {exc}"))
-        if self.faults.dead:
-            self.instance.abort_all()
+        self.instance.fault_changed()
         return _json(self.faults.as_dict())
 
     # ------------------------------------------------------------------ generation
