@@ -65,16 +65,29 @@ async def _events(sub: zmq.asyncio.Socket, until: float = 0.3) -> list[tuple[byt
     return out
 
 
+async def _await_subscription(http: aiohttp.ClientSession, reset_url: str, sub: zmq.asyncio.Socket) -> None:
+    """PUB/SUB slow joiner: poke the (empty) cache until its AllBlocksCleared reaches us, then drain."""
+    for _ in range(100):
+        async with http.post(reset_url) as r:
+            assert r.status == 200
+        if await sub.poll(100):
+            break
+    else:
+        raise AssertionError("the KV-event subscription never came up")
+    while await sub.poll(100):
+        await sub.recv_multipart()
+
+
 async def test_real_process_serves_caches_and_publishes(emulator: Emulator) -> None:
     ctx = zmq.asyncio.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.connect(f"tcp://127.0.0.1:{emulator.kv_port}")
     try:
-        await asyncio.sleep(0.5)  # let the subscription reach the publisher (PUB/SUB slow joiner)
         hasher, tok = BlockHasher(16, "42"), FallbackTokenizer()
         turn1 = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "List the files."}]
         async with aiohttp.ClientSession() as http:
+            await _await_subscription(http, emulator.url("/reset_prefix_cache"), sub)
             body = {"model": MODEL, "messages": turn1, "max_tokens": 24, "stream": True,
                     "stream_options": {"include_usage": True}}  # fmt: skip
             async with http.post(emulator.url("/v1/chat/completions"), json=body) as r:

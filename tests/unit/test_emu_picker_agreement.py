@@ -3,8 +3,6 @@ index so that the index predicts the emulator's ``cached_tokens``, and its metri
 
 from __future__ import annotations
 
-import asyncio
-
 import aiohttp
 import zmq
 import zmq.asyncio
@@ -45,9 +43,15 @@ async def test_precise_index_fed_by_emulator_events_predicts_cached_tokens() -> 
                 store.apply(addr, decode_payload(payload).events)
 
     try:
-        await asyncio.sleep(0.3)  # subscriptions reach the publishers
         turn1 = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Run the tests."}]
         async with aiohttp.ClientSession() as http:
+            for addr, sub in zip(addrs, subs, strict=True):  # PUB/SUB slow joiner: wait until live
+                for _ in range(100):
+                    async with http.post(f"http://{addr}/reset_prefix_cache") as r:
+                        assert r.status == 200
+                    if await sub.poll(100):
+                        break
+            await drain()
             url = f"http://{addrs[0]}/v1/chat/completions"
             async with http.post(url, json={"model": MODEL, "messages": turn1, "max_tokens": 30}) as r:
                 answer = (await r.json())["choices"][0]["message"]["content"]
