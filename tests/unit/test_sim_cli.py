@@ -92,3 +92,18 @@ def test_real_trace_subsample_runs_briefly() -> None:
     m = res.metrics
     assert int(m["requests_served_in_window"]) > 0
     assert 0.5 < float(m["reuse_ratio"]) <= 1.0
+
+
+def test_undefined_metrics_are_json_null(tmp_path: Path) -> None:
+    trace = tmp_path / "tiny.jsonl.gz"
+    write_agentic(trace)
+    out = tmp_path / "pd.json"
+    argv = ["--trace", str(trace), "--instances", "2", "--mode", "disaggregated", "--policies", "dynamo",
+            "--rates", "1", "--base-rate", "0.2", "--warmup-s", "0", "--measure-s", "120",
+            "--workers", "1", "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    text = out.read_text()
+    assert "NaN" not in text
+    row = json.loads(text)["results"][0]
+    assert row["tps_within_slo"] is None and row["tpot_p50_s"] is None
+    assert row["prefill_tps_within_slo"] > 0

@@ -54,6 +54,17 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
     return vals
 
 
+def _finite(x: object) -> object:
+    """JSON has no NaN/inf: undefined metrics (e.g. TPOT in disaggregated mode) become null."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_finite(v) for v in x]
+    return x
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="smetric simulate", description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -220,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1, default=float))
+        args.json.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False))
         console.print(f"wrote {args.json}")
     if args.plot is not None:
         plot(rows, sim.mode, args.plot, title)
