@@ -83,6 +83,15 @@ class CompletionRequest(_Common):
         return value
 
 
+def completion_input(prompt: str | list[int] | list[str]) -> str | list[int]:
+    """The one prompt of a completion request: a string, or token ids (``[]`` if empty)."""
+    if isinstance(prompt, str):
+        return prompt
+    if prompt and isinstance(prompt[0], str):
+        return str(prompt[0])
+    return [int(t) for t in prompt]
+
+
 def parse_request(kind: Literal["chat", "completion"], body: Any) -> ChatRequest | CompletionRequest:
     """Validate a decoded JSON body; raises :class:`ApiError` (400) with pydantic's reason."""
     if not isinstance(body, dict):

@@ -17,7 +17,14 @@ from smetric.emulator.faults import FaultState
 from smetric.emulator.instance import EmulatedInstance, RequestHandle
 from smetric.emulator.metrics import CONTENT_TYPE
 from smetric.emulator.prompt import PreparedRequest, Prompter
-from smetric.emulator.protocol import ApiError, ChatRequest, CompletionRequest, ResponseShaper, parse_request
+from smetric.emulator.protocol import (
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+    ResponseShaper,
+    completion_input,
+    parse_request,
+)
 
 _JSON = "application/json"
 
@@ -126,9 +133,7 @@ class InstanceServer:
         if isinstance(req, ChatRequest):
             prompt = self.prompter.chat([m.model_dump() for m in req.messages])
         else:
-            raw = req.prompt[0] if isinstance(req.prompt, list) and req.prompt and isinstance(
-                req.prompt[0], str) else req.prompt  # fmt: skip
-            prompt = self.prompter.completion(raw)  # type: ignore[arg-type]
+            prompt = self.prompter.completion(completion_input(req.prompt))
         total = prompt.num_tokens + req.output_tokens
         if prompt.num_tokens == 0:
             raise ApiError(
