@@ -95,6 +95,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(PRESETS), default="qwen3-30b-h20")
     p.add_argument("--slack", type=float, default=1.0, help="SMetric SLACK")
     p.add_argument("--hit-ratio", type=float, default=0.5, help="SMetric HIT_RATIO")
+    p.add_argument(
+        "--local-only-slo-check",
+        action="store_true",
+        help="SMetric's SLO check counts local hits only (algorithms.md literally); default credits the "
+        "global tier's copy of the session at NIC bandwidth when a tier exists",
+    )
     p.add_argument("--refresh-ms", type=float, default=50.0, help="router metrics scrape interval")
     p.add_argument(
         "--warmup-s",
@@ -144,6 +150,7 @@ def _spec(a: argparse.Namespace) -> SweepSpec:
         slack=a.slack,
         hit_ratio=a.hit_ratio,
         nic_gbit_s=a.nic_gbit_s,
+        global_aware_slo=not a.local_only_slo_check,
         warmup_s=a.warmup_s if a.warmup_s is not None else (QUICK_WARMUP_S if quick else 3600.0),
         measure_s=a.measure_s if a.measure_s is not None else (QUICK_MEASURE_S if quick else 3600.0),
         seed=a.seed,
@@ -211,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "nic_gbit_s": sim.nic_gbit_s,
             "slack": sim.slack,
             "hit_ratio": sim.hit_ratio,
+            "global_aware_slo": sim.global_aware_slo,
             "refresh_s": sim.refresh_s,
             "warmup_s": sim.warmup_s,
             "measure_s": sim.measure_s,

@@ -28,7 +28,7 @@ import numpy as np
 from smetric.core.presets import InstancePreset, get_preset
 from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
 from smetric.engine.global_tier import instances_per_node
-from smetric.policy import DecodeStepModel, PolicyParams, Router, make_policy
+from smetric.policy import DecodeStepModel, PolicyParams, Router, fetch_s_per_token, make_policy
 from smetric.sim.metrics import LoadTracker, summarise
 from smetric.sim.view import RouterView
 from smetric.sim.workload import PreparedWorkload
@@ -49,6 +49,9 @@ class SimConfig:
     slack: float = 1.0
     hit_ratio: float = 0.5
     nic_gbit_s: float = 200.0
+    # SMetric's SLO check credits the global tier (a migrated session is reloaded over the NIC,
+    # paper §4.2); off = algorithms.md's literal local-hit-only check. Ignored without a tier.
+    global_aware_slo: bool = True
     warmup_s: float = 3600.0
     measure_s: float = 3600.0
     seed: int = 0
@@ -103,6 +106,11 @@ class RunResult:
 
 
 def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> PolicyParams:
+    fetch_s = (
+        fetch_s_per_token(preset.model.kv_bytes_per_token, cfg.nic_gbit_s)
+        if cfg.global_aware_slo and cfg.global_tier != "none"
+        else None
+    )
     return PolicyParams(
         mode="colocated" if cfg.mode == "colocated" else "disaggregated",
         slack=cfg.slack,
@@ -113,6 +121,7 @@ def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
         chunk_tokens=preset.max_num_batched_tokens,
         block_tokens=block_tokens,
         seed=cfg.seed,
+        global_fetch_s_per_token=fetch_s,
     )
 
 
