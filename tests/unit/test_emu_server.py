@@ -25,7 +25,7 @@ async def _cluster(**overrides: object) -> RunningCluster:
         "time_scale": 0.01,
     }
     kwargs.update(overrides)
-    return await start_cluster(EmulatorConfig(**kwargs))  # type: ignore[arg-type]
+    return await start_cluster(EmulatorConfig(**kwargs))
 
 
 @pytest.fixture

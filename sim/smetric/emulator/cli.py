@@ -23,26 +23,49 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--instances", type=int, default=1, help="number of instances (default 1)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (HTTP and ZMQ)")
-    p.add_argument("--advertise-host", default="",
-                   help="address named in KV-event topics (default --host; the pod IP when binding 0.0.0.0)")  # fmt: skip
+    p.add_argument(
+        "--advertise-host",
+        default="",
+        help="address named in KV-event topics (default --host; the pod IP when binding 0.0.0.0)",
+    )
     p.add_argument("--port", type=int, default=8000, help="HTTP port of instance 0; instance i uses port+i")
-    p.add_argument("--kv-events-port", type=int, default=0,
-                   help="ZMQ PUB port of instance 0 (instance i: +i); 0 disables KV events")  # fmt: skip
+    p.add_argument(
+        "--kv-events-port",
+        type=int,
+        default=0,
+        help="ZMQ PUB port of instance 0 (instance i: +i); 0 disables KV events",
+    )
     p.add_argument("--preset", default="qwen3-30b-h20", choices=sorted(PRESETS), help="instance model preset")
-    p.add_argument("--time-scale", type=float, default=1.0,
-                   help="wall seconds per modelled second (0.1 = ten times faster than the model)")  # fmt: skip
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="wall seconds per modelled second (0.1 = ten times faster than the model)",
+    )
     p.add_argument("--model", default="", help="served model name (default: the preset's model)")
     p.add_argument("--hash-seed", default="0", help="PYTHONHASHSEED shared with the picker (block hashes)")
     p.add_argument("--block-size", type=int, default=16, help="KV block size in tokens")
     p.add_argument("--kv-capacity-tokens", type=int, default=0, help="GPU KV capacity (0 = preset's)")
     p.add_argument("--max-model-len", type=int, default=0, help="context length (0 = preset model's)")
     p.add_argument("--tokenizer", default="", help="tokenizer.json path (default: shared fallback tokenizer)")
-    p.add_argument("--global-tier", default="none", choices=GLOBAL_TIER_KINDS,
-                   help="shared global KV tier across this process's instances")  # fmt: skip
-    p.add_argument("--fail-after", type=int, default=0,
-                   help="instances turn dead (503) after this many requests each (0 = never)")  # fmt: skip
-    p.add_argument("--stream-interval-ms", type=float, default=10.0,
-                   help="wall-clock flush interval of streamed tokens while decoding")  # fmt: skip
+    p.add_argument(
+        "--global-tier",
+        default="none",
+        choices=GLOBAL_TIER_KINDS,
+        help="shared global KV tier across this process's instances",
+    )
+    p.add_argument(
+        "--fail-after",
+        type=int,
+        default=0,
+        help="instances turn dead (503) after this many requests each (0 = never)",
+    )
+    p.add_argument(
+        "--stream-interval-ms",
+        type=float,
+        default=10.0,
+        help="wall-clock flush interval of streamed tokens while decoding",
+    )
     return p
 
 

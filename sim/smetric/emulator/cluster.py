@@ -105,9 +105,12 @@ async def start_cluster(config: EmulatorConfig) -> RunningCluster:
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="emu-prepare")
     drivers = [asyncio.create_task(inst.run(), name=f"driver-{inst.name}") for inst in instances]
     servers = [
-        (InstanceServer(inst, inst.prompter, config.model_name, config.context_tokens, executor),
-         config.host, config.http_port(i))
+        (
+            InstanceServer(inst, inst.prompter, config.model_name, config.context_tokens, executor),
+            config.host,
+            config.http_port(i),
+        )
         for i, inst in enumerate(instances)
-    ]  # fmt: skip
+    ]
     runners = await start_servers(servers)
     return RunningCluster(instances, drivers, runners, ctx, executor)

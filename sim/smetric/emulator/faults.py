@@ -50,5 +50,9 @@ class FaultState:
             self.fail_after = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "slowdown": self.slowdown, "fail_after": self.fail_after,
-                "accepted": self.accepted}  # fmt: skip
+        return {
+            "mode": self.mode,
+            "slowdown": self.slowdown,
+            "fail_after": self.fail_after,
+            "accepted": self.accepted,
+        }

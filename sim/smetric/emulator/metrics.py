@@ -92,8 +92,12 @@ class InstanceMetrics:
             "cache_dtype": "auto",
             "engine": engine,
         }
-        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                     tuple(cache_labels), registry=reg)  # fmt: skip
+        info = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            tuple(cache_labels),
+            registry=reg,
+        )
         info.labels(**cache_labels).set(1)
 
     def render(self) -> bytes:
