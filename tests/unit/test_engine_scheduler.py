@@ -206,3 +206,14 @@ def test_decoded_tokens_progress_inside_a_stretch() -> None:
     assert inst.decoded_tokens(t_first) == {"a": 1}
     assert inst.decoded_tokens(t_first + 10.5 * step) == {"a": 11}
     assert inst.decoded_tokens(t_first + 1_000.0) == {"a": 100}
+
+
+def test_submit_keeps_events_that_happened_before_the_arrival() -> None:
+    """Regression: submit() advanced the engine and dropped the events it produced."""
+    inst = Instance("i", MODEL, cfg())
+    inst.submit(req("a", 640, 4), 0.0)
+    inst.submit(req("b", 640, 4, first_id=1_000), 100.0)  # "a" finished long before
+    events = inst.advance(200.0)
+    by_request = {(e.request.request_id, e.kind) for e in events}
+    assert ("a", "first_token") in by_request and ("a", "finished") in by_request
+    assert ("b", "finished") in by_request

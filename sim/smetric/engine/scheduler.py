@@ -183,7 +183,9 @@ class Instance:
                 f"{self.name}: request {request.request_id} needs {self._total_blocks(request)} KV "
                 f"blocks, more than the instance holds ({self.config.capacity_blocks})"
             )
-        self._pending.extend(self.advance(now_s))
+        # Bind after advance(): it swaps ``_pending`` for a fresh list.
+        caught_up = self.advance(now_s)
+        self._pending.extend(caught_up)
         self._waiting.append(_Req(request, now_s, count_blocks(request.prompt_pieces)))
         if self._kind == _IDLE:
             self._schedule(now_s)
