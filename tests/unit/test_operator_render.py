@@ -564,3 +564,21 @@ def test_policy_config_is_accepted_by_the_picker(variant: str) -> None:
     assert cfg.policy.name == "smetric"
     assert params.mode == ("disaggregated" if variant.startswith("disaggregated") else "colocated")
     assert params.hit_ratio == 0.5 and params.slack == 1.0
+
+
+def test_global_fetch_parameter_reaches_the_picker_config_only_with_a_global_tier() -> None:
+    from smetric.operator.render_picker import policy_config
+    from smetric.operator.spec import SMetricPoolSpec
+    from smetric.policy import params_from_mapping
+
+    base = {
+        "model": {"name": "Qwen/Qwen3-Coder-30B-A3B-Instruct"},
+        "topology": {"mode": "colocated", "replicas": 2},
+        "router": {"parameters": {"globalFetchSPerToken": 3.93e-6}},
+    }
+    with_tier = SMetricPoolSpec.model_validate({**base, "globalKV": {"enabled": True}})
+    params = policy_config(with_tier)["policy"]["parameters"]
+    assert params["globalFetchSPerToken"] == 3.93e-6
+    assert params_from_mapping(params).global_fetch_s_per_token == 3.93e-6
+    without = SMetricPoolSpec.model_validate({**base, "globalKV": {"enabled": False}})
+    assert "globalFetchSPerToken" not in policy_config(without)["policy"]["parameters"]

@@ -35,6 +35,8 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
     }
     if params.cost_model is not None:
         parameters["costModel"] = {"cLinS": params.cost_model.c_lin_s, "cAttS": params.cost_model.c_att_s}
+    if params.global_fetch_s_per_token is not None and spec.global_kv.enabled:
+        parameters["globalFetchSPerToken"] = params.global_fetch_s_per_token
     return {
         "policy": {"name": spec.router.policy, "parameters": parameters},
         "pdDisaggregation": {"enabled": spec.topology.mode == "disaggregated"},

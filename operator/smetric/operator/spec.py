@@ -149,6 +149,7 @@ class PolicyParameters(_Spec):
     ttft_slo_per_k_tok_s: float = Field(default=0.0625, ge=0.0, alias="ttftSloPerKTokS")
     tpot_slo_s: float = Field(default=0.02, gt=0.0, alias="tpotSloS")
     cost_model: CostModelSpec | None = None
+    global_fetch_s_per_token: float | None = Field(default=None, ge=0.0, alias="globalFetchSPerToken")
 
 
 class RouterSpec(_Spec):
