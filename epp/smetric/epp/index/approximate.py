@@ -1,8 +1,11 @@
 """Approximate prefix index: no tokenizer, no engine events -- learn from routing decisions.
 
 The prompt's UTF-8 bytes are cut into blocks of ``chars_per_token * block_tokens`` bytes (4 bytes
-per token, the usual estimate for English and code) and each block is keyed by a 64-bit BLAKE2b of
-the *whole prefix* up to and including it (an incremental hash, so one pass over the prompt). Every
+per token, the usual estimate for English and code) and each block is keyed by a chained 64-bit
+hash standing for the *whole prefix* up to and including it: ``key[i] = hash((key[i-1], block[i]))``
+with Python's built-in SipHash (one pass, ~6x cheaper than an incremental BLAKE2b copy per block:
+0.44 vs 2.7 ms for 128 KiB measured here). Keys are process-local (SipHash is salted per process);
+they never leave the process, and decisions depend only on hit lengths, so replicas still agree. Every
 routed request inserts its keys into that endpoint's LRU (tail first, so the prefix is the most
 recent and eviction takes tails first, as in vLLM). The LRU holds as many blocks as the engine has
 GPU blocks (``num_gpu_blocks`` from ``vllm:cache_config_info``, via ``capacity_blocks``), or
@@ -14,7 +17,6 @@ restarts other than through capacity; it never learns from requests sent elsewhe
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -68,11 +70,12 @@ class ApproximateIndex:
     def key(self, prompt_text: str, token_ids: Sequence[int] | None = None) -> PromptKey:
         data = prompt_text.encode("utf-8")
         step = self._block_bytes
-        h = hashlib.blake2b(digest_size=8)
         keys: list[int] = []
+        append = keys.append
+        prev = 0
         for start in range(0, len(data) - step + 1, step):
-            h.update(data[start : start + step])
-            keys.append(int.from_bytes(h.copy().digest(), "big"))
+            prev = hash((prev, data[start : start + step]))
+            append(prev)
         tokens = len(token_ids) if token_ids is not None else -(-len(prompt_text) // self._chars_per_token)
         return PromptKey(text=prompt_text, prompt_tokens=tokens, block_keys=tuple(keys))
 
