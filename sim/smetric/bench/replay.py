@@ -118,15 +118,20 @@ class ClosedLoopReplay:
         hard_deadline = deadline + self.drain_s if self.duration_s > 0 else float("inf")
         timeout = None if hard_deadline == float("inf") else max(0.0, hard_deadline - loop.time())
         try:
-            await asyncio.wait_for(asyncio.gather(*tasks), timeout)
-        except TimeoutError:
-            for spec, scheduled, sent in list(self._in_flight.values()):
-                outcome = Outcome(ok=False, error=f"timed out {self.drain_s:g} s after the replay window")
-                self._record(spec, scheduled, sent, outcome)
+            pending: set[asyncio.Task[None]] = set()
+            if tasks:
+                _, pending = await asyncio.wait(tasks, timeout=timeout)
+            if pending:  # the drain deadline passed: what is still in flight counts as failed
+                for spec, scheduled, sent in list(self._in_flight.values()):
+                    outcome = Outcome(ok=False, error=f"timed out {self.drain_s:g} s after the replay window")
+                    self._record(spec, scheduled, sent, outcome)
         finally:
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, Exception)]
+        if failures:
+            raise failures[0]
         records = tuple(sorted(self._records, key=lambda r: r.sent_s))
         return ReplayResult(records, self._not_sent, loop.time() - t0)
 
