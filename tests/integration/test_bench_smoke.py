@@ -6,8 +6,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,15 @@ from smetric.bench.procs import port_is_free
 pytestmark = pytest.mark.integration
 
 TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "claude-code-agentic.jsonl.gz"
+
+
+def _assert_all_stopped(logs: Path) -> None:
+    """Nothing refers to the log folder any more, and every emulator's ports are free again."""
+    assert _running_with(str(logs)) == []
+    for log in logs.glob("*/emulator.log"):
+        m = re.search(r"http://127\.0\.0\.1:(\d+)\.\.(\d+)", log.read_text())
+        assert m is not None
+        assert all(port_is_free(p) for p in range(int(m.group(1)), int(m.group(2)) + 1))
 
 
 def _running_with(fragment: str) -> list[int]:
@@ -58,12 +69,7 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
     assert (tmp_path / "r.jsonl").read_text().count("\n") == sum(
         r["summary"]["n_sent"] for r in doc["results"]
     )
-    # every process is gone: nothing refers to the log folder, and the emulator ports are free again
-    assert _running_with(str(logs)) == []
-    for log in logs.glob("*/emulator.log"):
-        m = re.search(r"http://127\.0\.0\.1:(\d+)\.\.(\d+)", log.read_text())
-        assert m is not None
-        assert all(port_is_free(p) for p in range(int(m.group(1)), int(m.group(2)) + 1))
+    _assert_all_stopped(logs)
 
 
 def test_missing_envoy_is_a_clear_failure(tmp_path: Path) -> None:
@@ -75,3 +81,27 @@ def test_missing_envoy_is_a_clear_failure(tmp_path: Path) -> None:
     row = json.loads(out.read_text())["results"][0]
     assert row["status"] == "failed" and "/nonexistent/envoy" in row["note"]
     assert _running_with(str(tmp_path)) == []
+
+
+@pytest.mark.skipif(
+    not TRACE.is_file() and not os.environ.get("SMETRIC_TRACES"), reason="agentic trace not found"
+)
+def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", "smetric",
+            "--json", str(tmp_path / "b.json"), "--log-dir", str(logs)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (logs / "smetric" / "envoy.json").exists():
+            time.sleep(0.5)
+        time.sleep(3)  # replaying by now
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-2000:]
+    assert "every started process was stopped" in out
+    assert list(logs.glob("*/emulator.log"))
+    _assert_all_stopped(logs)
