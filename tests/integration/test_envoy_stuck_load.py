@@ -35,6 +35,7 @@ import pytest
 
 from smetric.emulator.ports import free_port_block
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
+from smetric.epp.envoy.bootstrap import BodyMode
 
 MODEL = "emu/stuck-model"
 
@@ -47,6 +48,8 @@ class Outcome:
     done: bool = False
     error: str = ""
     last_progress_s: float = 0.0
+    sent_s: float = 0.0
+    first_chunk_s: float = 0.0
 
 
 @dataclass
@@ -69,6 +72,14 @@ class LoadResult:
             f"requests={len(self.outcomes)} ok={ok} stuck={len(self.stuck)} "
             f"failed={len(self.failed)} wall_s={self.wall_s:.1f}"
         ]
+        done = [o for o in self.outcomes if o.done and o.chunks > 1]
+        if done:
+            ttft = sorted(o.first_chunk_s - o.sent_s for o in done)
+            gap = sorted((o.last_progress_s - o.first_chunk_s) / (o.chunks - 1) for o in done)
+            lines.append(
+                f"  wall ms: first chunk p50 {1e3 * ttft[len(ttft) // 2]:.0f} p90 {1e3 * ttft[len(ttft) * 9 // 10]:.0f}"
+                f"; mean gap per chunk p50 {1e3 * gap[len(gap) // 2]:.1f} p90 {1e3 * gap[len(gap) * 9 // 10]:.1f}"
+            )
         lines += [f"  stuck #{i}: {o.state}" for i, o in self.stuck[:40]]
         lines += [f"  failed #{i}: {o.error}" for i, o in self.failed[:10]]
         lines += [f"  {k}: {v}" for k, v in sorted(self.envoy_stats.items()) if v]
@@ -131,7 +142,7 @@ def make_body(rng: random.Random, i: int) -> bytes:
 
 
 async def _one(session: aiohttp.ClientSession, url: str, body: bytes, o: Outcome) -> None:
-    o.last_progress_s = time.monotonic()
+    o.sent_s = o.last_progress_s = time.monotonic()
     o.state = "sent, no response headers"
     try:
         async with session.post(url, data=body, headers={"content-type": "application/json"}) as r:
@@ -140,6 +151,8 @@ async def _one(session: aiohttp.ClientSession, url: str, body: bytes, o: Outcome
                 o.last_progress_s = time.monotonic()
                 if raw.startswith(b"data: ") and raw.strip() != b"data: [DONE]":
                     o.chunks += 1
+                    if o.chunks == 1:
+                        o.first_chunk_s = o.last_progress_s
                     o.state = f"streaming, {o.chunks} content chunks"
             o.done, o.state = True, f"done ({r.status})"
     except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as exc:
@@ -205,6 +218,7 @@ async def run_load(
     cap_s: float = 600.0,
     seed: int = 0,
     direct: bool = False,
+    response_body_mode: BodyMode = "FULL_DUPLEX_STREAMED",
     log_dir: str | None = None,
 ) -> LoadResult:
     """``direct``: send round-robin straight to the emulator (no Envoy, no picker)."""
@@ -221,7 +235,12 @@ async def run_load(
         "--metrics-port", str(metrics_port), "--log-level", "warning",
         log=f"{log_dir}/epp.log" if log_dir else None,
     )  # fmt: skip
-    opts = EnvoyOptions(listen_port=free_port(), admin_port=free_port(), picker_port=grpc_port)
+    opts = EnvoyOptions(
+        listen_port=free_port(),
+        admin_port=free_port(),
+        picker_port=grpc_port,
+        response_body_mode=response_body_mode,
+    )
     envoy = EnvoyProcess(bootstrap(opts), concurrency=1)  # as the bench runs it
     hog_procs: list[multiprocessing.Process] = []
     result = LoadResult()
@@ -277,6 +296,11 @@ def main() -> None:
     ap.add_argument("--idle-s", type=float, default=20.0, help="no progress this long = stuck")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--direct", action="store_true", help="straight to the emulator (no Envoy/picker)")
+    ap.add_argument(
+        "--response-body-mode",
+        default="FULL_DUPLEX_STREAMED",
+        choices=["FULL_DUPLEX_STREAMED", "STREAMED", "NONE"],
+    )
     ap.add_argument("--log-dir", default=None, help="keep the picker's and Envoy's logs here")
     a = ap.parse_args()
     r = asyncio.run(
@@ -289,6 +313,7 @@ def main() -> None:
             idle_s=a.idle_s,
             seed=a.seed,
             direct=a.direct,
+            response_body_mode=a.response_body_mode,
             log_dir=a.log_dir,
         )
     )
