@@ -57,6 +57,7 @@ class LoadResult:
     outcomes: list[Outcome] = field(default_factory=list)
     envoy_stats: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    picker_cpu_s: float = 0.0  # the picker process's CPU time during the load
 
     @property
     def stuck(self) -> list[tuple[int, Outcome]]:
@@ -70,7 +71,7 @@ class LoadResult:
         ok = sum(o.done and o.status == 200 for o in self.outcomes)
         lines = [
             f"requests={len(self.outcomes)} ok={ok} stuck={len(self.stuck)} "
-            f"failed={len(self.failed)} wall_s={self.wall_s:.1f}"
+            f"failed={len(self.failed)} wall_s={self.wall_s:.1f} picker_cpu_s={self.picker_cpu_s:.1f}"
         ]
         done = [o for o in self.outcomes if o.done and o.chunks > 1]
         if done:
@@ -170,6 +171,16 @@ async def _envoy_stats(admin_port: int) -> dict[str, int]:
     return out
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc; 0.0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _hog() -> None:  # a busy loop: the loaded machine
     while True:
         pass
@@ -260,7 +271,9 @@ async def run_load(
         urls = [f"http://127.0.0.1:{port + i}" for i in range(instances)]
         if not direct:
             urls = [f"http://127.0.0.1:{opts.listen_port}"]
+        cpu0 = _cpu_s(epp.pid)
         result.outcomes, result.wall_s = await _drive(urls, bodies, concurrency, idle_s, cap_s)
+        result.picker_cpu_s = _cpu_s(epp.pid) - cpu0
         result.envoy_stats = await _envoy_stats(opts.admin_port)
         if log_dir:
             with open(f"{log_dir}/envoy.log", "w") as f:
