@@ -17,3 +17,7 @@ for hr in 0.1 0.3 0.7 0.9; do
   $S --policies smetric --rates 6 --hit-ratio "$hr" --json "$OUT/sens-hit-$hr.json"
 done
 $S --mode colocated --global-tier small --policies smetric,smetric-slo-tokens --local-only-slo-check --rates 2 --json "$OUT/coloc-small-local-only.json"
+# The simulator at the bench's scale (8 and 16 instances), for comparison with `smetric bench`.
+P=smetric,lmetric,bailian,llmd-session,preble,dynamo,load-balance
+$S --instances 8 --policies $P --rates 4,6,8 --json "$OUT/sim-8.json"
+$S --instances 16 --policies $P --rates 4,6,8 --json "$OUT/sim-16.json"
