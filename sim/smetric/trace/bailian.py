@@ -16,9 +16,9 @@ from typing import Annotated
 
 import msgspec
 
-from smetric.trace.build import finalize
+from smetric.trace.build import chained_request, finalize
 from smetric.trace.errors import BadLines, OnError
-from smetric.trace.model import Trace, TraceRequest, compress_hashes
+from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.prefix import shared_prefix_depth
 from smetric.trace.reader import numbered_lines
 
@@ -86,32 +86,13 @@ def load_bailian(
         prev = by_chat.get(line.parent_chat_id, -1) if line.parent_chat_id != -1 else -1
         if line.parent_chat_id != -1 and prev < 0:
             orphans += 1
-        if prev >= 0:
-            p = requests[prev]
-            session, turn = p.session_id, p.turn + 1
-            est_hit = min(p.prompt_tokens + p.output_tokens, line.input_length)
-        else:
-            session, turn, est_hit = f"chat{line.chat_id}", 0, 0
-            session_start[session] = line.timestamp
         requests.append(
-            TraceRequest(
-                index=i,
-                session_id=session,
-                family_id=session,
-                parent_session_id=None,
-                turn=turn,
-                offset_s=line.timestamp - session_start[session],
-                think_time_s=0.0,
-                prompt_tokens=line.input_length,
-                output_tokens=line.output_length,
-                hash_ranges=compress_hashes(line.hash_ids),
-                trigger="first" if prev < 0 else "unknown",
-                prev_index=prev,
-                est_hit_tokens=est_hit,
-                think_time_recorded=prev < 0,
-                system_blocks=min(depth, len(line.hash_ids)) if prev < 0 else 0,
+            chained_request(
+                requests, prev, f"chat{line.chat_id}", session_start,
+                timestamp_s=line.timestamp, prompt_tokens=line.input_length,
+                output_tokens=line.output_length, hash_ids=line.hash_ids, system_depth=depth,
             )
-        )
+        )  # fmt: skip
         by_chat[line.chat_id] = i
     notes += [
         f"bailian: sessions from parent_chat_id links: {len(session_start)} sessions "

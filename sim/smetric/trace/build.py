@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from smetric.trace.model import TraceRequest
+from smetric.trace.model import TraceRequest, compress_hashes
 
 
 def finalize(requests: list[TraceRequest], max_context_tokens: int | None) -> tuple[list[TraceRequest], int]:
@@ -38,3 +38,48 @@ def finalize(requests: list[TraceRequest], max_context_tokens: int | None) -> tu
         else:
             out.append(dataclasses.replace(r, index=new_index[i], prev_index=prev))
     return out, len(requests) - len(out)
+
+
+def chained_request(
+    requests: list[TraceRequest],
+    prev: int,
+    new_session_id: str,
+    session_start_s: dict[str, float],
+    *,
+    timestamp_s: float,
+    prompt_tokens: int,
+    output_tokens: int,
+    hash_ids: list[int],
+    system_depth: int,
+) -> TraceRequest:
+    """The next request of a trace whose sessions are chains of (parent -> follow-up) requests
+    with recorded timestamps and no think times (Bailian, Mooncake).
+
+    ``prev`` is the index of the request this one follows (-1 starts session ``new_session_id``,
+    whose start time is recorded in ``session_start_s``). Turn, ``est_hit_tokens`` (previous prompt
+    + output, capped at this prompt) and the session come from ``prev``.
+    """
+    if prev >= 0:
+        p = requests[prev]
+        session, turn = p.session_id, p.turn + 1
+        est_hit = min(p.prompt_tokens + p.output_tokens, prompt_tokens)
+    else:
+        session, turn, est_hit = new_session_id, 0, 0
+        session_start_s[session] = timestamp_s
+    return TraceRequest(
+        index=len(requests),
+        session_id=session,
+        family_id=session,
+        parent_session_id=None,
+        turn=turn,
+        offset_s=timestamp_s - session_start_s[session],
+        think_time_s=0.0,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        hash_ranges=compress_hashes(hash_ids),
+        trigger="first" if prev < 0 else "unknown",
+        prev_index=prev,
+        est_hit_tokens=est_hit,
+        think_time_recorded=prev < 0,
+        system_blocks=min(system_depth, len(hash_ids)) if prev < 0 else 0,
+    )

@@ -15,9 +15,9 @@ from typing import Annotated
 
 import msgspec
 
-from smetric.trace.build import finalize
+from smetric.trace.build import chained_request, finalize
 from smetric.trace.errors import BadLines, OnError
-from smetric.trace.model import Trace, TraceRequest, compress_hashes
+from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.prefix import shared_prefix_depth
 from smetric.trace.reader import numbered_lines
 
@@ -76,7 +76,7 @@ def load_mooncake(
         raise ValueError(f"system_blocks must be >= 0, got {system_blocks}")
     t0_ms = lines[0].timestamp if lines else 0.0
     holder: dict[int, int] = {}  # block hash -> latest request index holding it
-    session_start_ms: dict[str, float] = {}
+    session_start_s: dict[str, float] = {}
     requests: list[TraceRequest] = []
     for i, line in enumerate(lines):
         hashes = line.hash_ids
@@ -84,35 +84,16 @@ def load_mooncake(
         while shared < len(hashes) and hashes[shared] in holder:
             shared += 1
         prev = holder[hashes[shared - 1]] if shared > depth else -1
-        if prev >= 0:
-            p = requests[prev]
-            session, turn = p.session_id, p.turn + 1
-            est_hit = min(p.prompt_tokens + p.output_tokens, line.input_length)
-        else:
-            session, turn, est_hit = f"mc{i:06d}", 0, 0
-            session_start_ms[session] = line.timestamp
         requests.append(
-            TraceRequest(
-                index=i,
-                session_id=session,
-                family_id=session,
-                parent_session_id=None,
-                turn=turn,
-                offset_s=(line.timestamp - session_start_ms[session]) / 1000.0,
-                think_time_s=0.0,
-                prompt_tokens=line.input_length,
-                output_tokens=line.output_length,
-                hash_ranges=compress_hashes(hashes),
-                trigger="first" if prev < 0 else "unknown",
-                prev_index=prev,
-                est_hit_tokens=est_hit,
-                think_time_recorded=prev < 0,
-                system_blocks=min(depth, len(hashes)) if prev < 0 else 0,
+            chained_request(
+                requests, prev, f"mc{i:06d}", session_start_s,
+                timestamp_s=line.timestamp / 1000.0, prompt_tokens=line.input_length,
+                output_tokens=line.output_length, hash_ids=hashes, system_depth=depth,
             )
-        )
+        )  # fmt: skip
         for h in hashes:
             holder[h] = i
-    n_sessions = len(session_start_ms)
+    n_sessions = len(session_start_s)
     notes += [
         f"mooncake: sessions inferred by prefix extension beyond a {depth}-block shared system "
         f"prefix ({'detected' if system_blocks is None else 'given'}): {n_sessions} sessions, "
@@ -123,7 +104,7 @@ def load_mooncake(
     kept, dropped = finalize(requests, max_context_tokens)
     if dropped:
         notes.append(f"dropped {dropped} request(s) over max_context_tokens={max_context_tokens}")
-    starts = {s: (ms - t0_ms) / 1000.0 for s, ms in session_start_ms.items()}
+    starts = {s: v - t0_ms / 1000.0 for s, v in session_start_s.items()}
     kept_families = {r.family_id for r in kept}
     return Trace(
         name=path.name,
