@@ -233,6 +233,9 @@ async def run_all(args: argparse.Namespace, preset: Preset, console: Console) ->
         "started_unix_s": time.time(),
     }
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    for path in (args.records, args.markdown):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
     records_out = args.records.open("wb") if args.records is not None else None
     with Progress(*columns, console=console, transient=False) as progress, contextlib.ExitStack() as stack:
         if records_out is not None:
