@@ -127,12 +127,12 @@ def load_agentic(
     if share_system_prompt:
         requests, note = _share_system_prompt(requests)
         notes.append(note)
-    kept, dropped = finalize(requests, max_context_tokens)
-    if dropped:
-        notes.append(
-            f"dropped {dropped} request(s) over max_context_tokens={max_context_tokens}; "
-            "their sessions continue (successors link to the previous kept request)"
-        )
+    kept, dropped = finalize(
+        requests,
+        max_context_tokens,
+        notes,
+        "; their sessions continue (successors link to the previous kept request)",
+    )
     return Trace(
         name=path.name,
         block_tokens=BLOCK_TOKENS,

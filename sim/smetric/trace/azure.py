@@ -85,9 +85,7 @@ def load_azure(
             )
         )
     notes += bad.notes()
-    kept, dropped = finalize(requests, max_context_tokens)
-    if dropped:
-        notes.append(f"dropped {dropped} request(s) over max_context_tokens={max_context_tokens}")
+    kept, dropped = finalize(requests, max_context_tokens, notes)
     kept_ids = {r.family_id for r in kept}
     return Trace(
         name=path.name,

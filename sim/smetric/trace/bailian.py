@@ -16,11 +16,11 @@ from typing import Annotated
 
 import msgspec
 
-from smetric.trace.build import chained_request, finalize
+from smetric.trace.build import chained_request, finalize, sort_by_timestamp
 from smetric.trace.errors import BadLines, OnError
 from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.prefix import shared_prefix_depth
-from smetric.trace.reader import numbered_lines
+from smetric.trace.reader import decode_hashed_lines
 
 BLOCK_TOKENS = 16
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -38,28 +38,15 @@ class BailianLine(msgspec.Struct, frozen=True):
 
 
 def _decode(path: Path, bad: BadLines) -> list[BailianLine]:
-    decoder = msgspec.json.Decoder(BailianLine)
-    lines: list[BailianLine] = []
     seen: set[int] = set()
-    for number, raw in numbered_lines(path):
-        try:
-            line = decoder.decode(raw)
-        except msgspec.MsgspecError as exc:
-            bad.report(number, f"invalid bailian record: {exc}")
-            continue
-        max_blocks = -(-line.input_length // BLOCK_TOKENS)
-        if len(line.hash_ids) > max_blocks:
-            bad.report(
-                number,
-                f"{len(line.hash_ids)} hash_ids exceed ceil({line.input_length}/{BLOCK_TOKENS}) = {max_blocks}",
-            )
-            continue
+
+    def unique(line: BailianLine) -> str | None:
         if line.chat_id in seen:
-            bad.report(number, f"duplicate chat_id {line.chat_id}")
-            continue
+            return f"duplicate chat_id {line.chat_id}"
         seen.add(line.chat_id)
-        lines.append(line)
-    return lines
+        return None
+
+    return decode_hashed_lines(path, bad, BailianLine, "bailian", BLOCK_TOKENS, unique)
 
 
 def load_bailian(
@@ -72,10 +59,7 @@ def load_bailian(
     bad = BadLines(path, on_error)
     lines = _decode(path, bad)
     notes: list[str] = []
-    order = sorted(range(len(lines)), key=lambda i: lines[i].timestamp)
-    if order != list(range(len(lines))):
-        notes.append("lines were not in timestamp order; sorted by timestamp (stable)")
-        lines = [lines[i] for i in order]
+    lines = sort_by_timestamp(lines, notes)
     depth = shared_prefix_depth([ln.hash_ids for ln in lines])
     t0 = lines[0].timestamp if lines else 0.0
     by_chat: dict[int, int] = {}
@@ -100,9 +84,7 @@ def load_bailian(
         f"{depth}-block shared system prefix detected; think times not recorded (0)",
         *bad.notes(),
     ]
-    kept, dropped = finalize(requests, max_context_tokens)
-    if dropped:
-        notes.append(f"dropped {dropped} request(s) over max_context_tokens={max_context_tokens}")
+    kept, dropped = finalize(requests, max_context_tokens, notes)
     kept_families = {r.family_id for r in kept}
     return Trace(
         name=path.name,

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol, TypeVar
 
 from smetric.trace.model import TraceRequest, compress_hashes
 
 
-def finalize(requests: list[TraceRequest], max_context_tokens: int | None) -> tuple[list[TraceRequest], int]:
+def finalize(
+    requests: list[TraceRequest],
+    max_context_tokens: int | None,
+    notes: list[str] | None = None,
+    note_detail: str = "",
+) -> tuple[list[TraceRequest], int]:
     """Drop requests whose prompt exceeds ``max_context_tokens``; return ``(kept, n_dropped)``.
+
+    When something was dropped and ``notes`` is given, a note saying so (plus ``note_detail``) is
+    appended to it.
 
     ``requests`` must be in file order with ``index`` equal to their position and ``prev_index``
     pointing at an earlier position (or -1). A dropped request's session continues: its successor
@@ -37,7 +46,29 @@ def finalize(requests: list[TraceRequest], max_context_tokens: int | None) -> tu
             out.append(r)
         else:
             out.append(dataclasses.replace(r, index=new_index[i], prev_index=prev))
-    return out, len(requests) - len(out)
+    dropped = len(requests) - len(out)
+    if dropped and notes is not None:
+        notes.append(
+            f"dropped {dropped} request(s) over max_context_tokens={max_context_tokens}{note_detail}"
+        )
+    return out, dropped
+
+
+class Timestamped(Protocol):
+    @property
+    def timestamp(self) -> float: ...
+
+
+StampedT = TypeVar("StampedT", bound=Timestamped)
+
+
+def sort_by_timestamp(lines: list[StampedT], notes: list[str]) -> list[StampedT]:
+    """``lines`` in timestamp order (stable); says so in ``notes`` when the file was not."""
+    order = sorted(range(len(lines)), key=lambda i: lines[i].timestamp)
+    if order == list(range(len(lines))):
+        return lines
+    notes.append("lines were not in timestamp order; sorted by timestamp (stable)")
+    return [lines[i] for i in order]
 
 
 def chained_request(

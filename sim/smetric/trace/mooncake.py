@@ -15,11 +15,11 @@ from typing import Annotated
 
 import msgspec
 
-from smetric.trace.build import chained_request, finalize
+from smetric.trace.build import chained_request, finalize, sort_by_timestamp
 from smetric.trace.errors import BadLines, OnError
 from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.prefix import shared_prefix_depth
-from smetric.trace.reader import numbered_lines
+from smetric.trace.reader import decode_hashed_lines
 
 BLOCK_TOKENS = 512
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -33,23 +33,7 @@ class MooncakeLine(msgspec.Struct, frozen=True):
 
 
 def _decode(path: Path, bad: BadLines) -> list[MooncakeLine]:
-    decoder = msgspec.json.Decoder(MooncakeLine)
-    lines: list[MooncakeLine] = []
-    for number, raw in numbered_lines(path):
-        try:
-            line = decoder.decode(raw)
-        except msgspec.MsgspecError as exc:
-            bad.report(number, f"invalid mooncake record: {exc}")
-            continue
-        max_blocks = -(-line.input_length // BLOCK_TOKENS)
-        if len(line.hash_ids) > max_blocks:
-            bad.report(
-                number,
-                f"{len(line.hash_ids)} hash_ids exceed ceil({line.input_length}/{BLOCK_TOKENS}) = {max_blocks}",
-            )
-            continue
-        lines.append(line)
-    return lines
+    return decode_hashed_lines(path, bad, MooncakeLine, "mooncake", BLOCK_TOKENS)
 
 
 def load_mooncake(
@@ -67,10 +51,7 @@ def load_mooncake(
     bad = BadLines(path, on_error)
     lines = _decode(path, bad)
     notes: list[str] = []
-    order = sorted(range(len(lines)), key=lambda i: lines[i].timestamp)
-    if order != list(range(len(lines))):
-        notes.append("lines were not in timestamp order; sorted by timestamp (stable)")
-        lines = [lines[i] for i in order]
+    lines = sort_by_timestamp(lines, notes)
     depth = shared_prefix_depth([ln.hash_ids for ln in lines]) if system_blocks is None else system_blocks
     if depth < 0:
         raise ValueError(f"system_blocks must be >= 0, got {system_blocks}")
@@ -101,9 +82,7 @@ def load_mooncake(
         "mooncake: think times are not recorded (0); offsets come from the recorded timestamps",
         *bad.notes(),
     ]
-    kept, dropped = finalize(requests, max_context_tokens)
-    if dropped:
-        notes.append(f"dropped {dropped} request(s) over max_context_tokens={max_context_tokens}")
+    kept, dropped = finalize(requests, max_context_tokens, notes)
     starts = {s: v - t0_ms / 1000.0 for s, v in session_start_s.items()}
     kept_families = {r.family_id for r in kept}
     return Trace(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol, TypeVar
 
-from smetric.trace.errors import TraceFormatError
+import msgspec
+
+from smetric.trace.errors import BadLines, TraceFormatError
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -45,3 +47,50 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                     yield number, stripped
         except (OSError, EOFError, zlib.error) as exc:  # truncated or corrupt gzip stream
             raise TraceFormatError(path, None, f"cannot read: {exc}") from exc
+
+
+class HashedLine(Protocol):
+    @property
+    def input_length(self) -> int: ...
+
+    @property
+    def hash_ids(self) -> list[int]: ...
+
+
+LineT = TypeVar("LineT", bound=HashedLine)
+
+
+def decode_hashed_lines(
+    path: Path,
+    bad: BadLines,
+    line_type: type[LineT],
+    label: str,
+    block_tokens: int,
+    check: Callable[[LineT], str | None] | None = None,
+) -> list[LineT]:
+    """Decode a JSON-lines trace whose records carry ``input_length`` and ``hash_ids``.
+
+    A record that fails to decode, has more hash ids than ``ceil(input_length / block_tokens)``, or
+    for which ``check`` returns a message is reported to ``bad`` (raise or skip-and-count).
+    """
+    decoder = msgspec.json.Decoder(line_type)
+    lines: list[LineT] = []
+    for number, raw in numbered_lines(path):
+        try:
+            line = decoder.decode(raw)
+        except msgspec.MsgspecError as exc:
+            bad.report(number, f"invalid {label} record: {exc}")
+            continue
+        max_blocks = -(-line.input_length // block_tokens)
+        if len(line.hash_ids) > max_blocks:
+            bad.report(
+                number,
+                f"{len(line.hash_ids)} hash_ids exceed ceil({line.input_length}/{block_tokens}) = {max_blocks}",
+            )
+            continue
+        problem = check(line) if check is not None else None
+        if problem is not None:
+            bad.report(number, problem)
+            continue
+        lines.append(line)
+    return lines
