@@ -5,9 +5,6 @@ by KV events) + a real Envoy. A multi-turn agent session must keep hitting one i
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +14,7 @@ import grpc
 import orjson
 import pytest
 import yaml
+from childproc import spawn, stop
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,26 +35,6 @@ class Cluster:
     session: aiohttp.ClientSession
 
 
-async def _spawn(*args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), 15)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-
-
 async def _wait_serving(port: int, timeout_s: float = 30.0) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         stub = health_pb2_grpc.HealthStub(ch)
@@ -74,7 +52,7 @@ async def _wait_serving(port: int, timeout_s: float = 30.0) -> None:
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     port, kv_port = free_port_block(N), free_port_block(N)
-    emu = await _spawn(
+    emu = await spawn(
         "-m", "smetric.core.cli", "emulate", "--instances", str(N), "--port", str(port),
         "--kv-events-port", str(kv_port), "--time-scale", "0.05", "--model", MODEL, "--hash-seed", "0",
     )  # fmt: skip
@@ -91,7 +69,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         )
     )
     grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
-    epp = await _spawn(
+    epp = await spawn(
         "-m", "smetric.epp.main", "--endpoints", f"@{endpoints}", "--prefix-index", "precise",
         "--hash-seed", "0", "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
         "--metrics-port", str(metrics_port), "--log-level", "warning",
@@ -108,8 +86,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             yield Cluster(url, port, f"http://127.0.0.1:{metrics_port}/metrics", session)
     finally:
         await envoy.stop()
-        await _stop(epp)
-        await _stop(emu)
+        await stop(epp)
+        await stop(emu)
     assert epp.returncode == 0  # SIGTERM: drained and exited cleanly
 
 

@@ -24,14 +24,13 @@ import asyncio
 import multiprocessing
 import os
 import random
-import signal
-import sys
 import time
 from dataclasses import dataclass, field
 
 import aiohttp
 import orjson
 import pytest
+from childproc import spawn, stop
 
 from smetric.emulator.ports import free_port_block
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
@@ -85,27 +84,6 @@ class LoadResult:
         lines += [f"  failed #{i}: {o.error}" for i, o in self.failed[:10]]
         lines += [f"  {k}: {v}" for k, v in sorted(self.envoy_stats.items()) if v]
         return "\n".join(lines)
-
-
-async def _spawn(*args: str, log: str | None = None) -> asyncio.subprocess.Process:
-    err = open(log, "wb") if log else asyncio.subprocess.DEVNULL  # noqa: SIM115 (child owns it)
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=err,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), 15)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
 
 
 async def _wait_http(url: str, timeout_s: float = 60.0) -> None:
@@ -234,13 +212,13 @@ async def run_load(
 ) -> LoadResult:
     """``direct``: send round-robin straight to the emulator (no Envoy, no picker)."""
     port, kv_port = free_port_block(instances), free_port_block(instances)
-    emu = await _spawn(
+    emu = await spawn(
         "-m", "smetric.core.cli", "emulate", "--instances", str(instances), "--port", str(port),
         "--kv-events-port", str(kv_port), "--time-scale", str(time_scale), "--model", MODEL,
         "--hash-seed", "0",
     )  # fmt: skip
     grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
-    epp = await _spawn(
+    epp = await spawn(
         "-m", "smetric.epp.main", "--endpoints", ",".join(f"127.0.0.1:{port + i}" for i in range(instances)),
         "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
         "--metrics-port", str(metrics_port), "--log-level", "warning",
@@ -282,8 +260,8 @@ async def run_load(
         for p in hog_procs:
             p.terminate()
         await envoy.stop()
-        await _stop(epp)
-        await _stop(emu)
+        await stop(epp)
+        await stop(emu)
     return result
 
 
