@@ -39,6 +39,7 @@ pytestmark = pytest.mark.integration
             direct_backend="10.0.0.1:8000",
             subset_hint_header=True,
         ),
+        EnvoyOptions(listen_port=10000, admin_port=10001, picker_port=9002, response_path="observer"),
     ],
 )
 def test_envoy_accepts_the_bootstrap(opts: EnvoyOptions) -> None:
@@ -91,3 +92,17 @@ async def test_envoy_starts_and_stops() -> None:
     async with EnvoyProcess(bootstrap(opts)) as envoy:
         assert envoy.log_path is not None and envoy.log_path.exists()
     assert envoy.log_path is None
+
+
+def test_observer_response_path_shape() -> None:
+    cfg = bootstrap(EnvoyOptions(listen_port=1, admin_port=2, picker_port=3, response_path="observer"))
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    routing, observer, router = hcm["http_filters"]
+    assert router["name"] == "envoy.filters.http.router"
+    mode = routing["typed_config"]["processing_mode"]
+    assert (mode["response_header_mode"], mode["response_body_mode"]) == ("SKIP", "NONE")
+    assert mode["request_body_mode"] == "FULL_DUPLEX_STREAMED"
+    obs = observer["typed_config"]
+    assert obs["observability_mode"] is True and obs["failure_mode_allow"] is True
+    assert obs["processing_mode"]["response_body_mode"] == "STREAMED"
+    assert obs["processing_mode"]["request_body_mode"] == "NONE"

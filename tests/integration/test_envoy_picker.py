@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -140,7 +140,10 @@ async def _wait_fresh(ds: Datastore, addresses: list[str], timeout_s: float = 10
 
 
 async def make_stack(
-    body_mode: str = "FULL_DUPLEX_STREAMED", roles: tuple[str, ...] = (), cfg: PickerConfig | None = None
+    body_mode: str = "FULL_DUPLEX_STREAMED",
+    roles: tuple[str, ...] = (),
+    cfg: PickerConfig | None = None,
+    response_path: str = "inline",
 ) -> AsyncIterator[Stack]:
     backends = [Backend(ip) for ip in IPS]
     for b in backends:
@@ -152,7 +155,9 @@ async def make_stack(
     cfg = cfg or PickerConfig()
     picker = build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0)
     servicer = ExtProcServicer(
-        picker, PickerMetrics(CollectorRegistry()), ServicerSettings(max_body_bytes=MAX_BODY)
+        picker,
+        PickerMetrics(CollectorRegistry()),
+        ServicerSettings(max_body_bytes=MAX_BODY, response_observer=response_path == "observer"),
     )
     server = PickerServer(servicer, None, host="127.0.0.1", grpc_port=0, health_port=None)
     await server.start()
@@ -162,6 +167,7 @@ async def make_stack(
         picker_port=server.grpc_port,
         request_body_mode=body_mode,  # type: ignore[arg-type]
         subset_hint_header=True,
+        response_path=response_path,  # type: ignore[arg-type]
     )
     envoy = EnvoyProcess(bootstrap(opts))
     await envoy.start()
@@ -329,3 +335,47 @@ async def test_pd_disaggregation_routes_to_decode_with_the_prefiller_header() ->
             assert status == 200 and info["served_by"] == s.backends[2].address
             prefillers.append(info["prefiller"])
         assert prefillers[0] in prefill and len(set(prefillers)) == 1  # the session sticks to its prefill pod
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    for _ in range(int(timeout_s / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition never held")
+
+
+async def test_observer_response_path_feeds_the_same_observations() -> None:
+    """--response-path=observer: Envoy sends the response to a second, observability_mode ext_proc
+    stream; sessions still stick, SSE and JSON pass intact, usage/TTFT reach the picker, the ledger
+    empties, and a held first token still blocks the ledger (so an overloaded turn migrates)."""
+    async for s in make_stack(response_path="observer"):
+        await _observer_checks(s)
+
+
+async def _observer_checks(s: Stack) -> None:
+    reg = s.servicer.metrics.registry
+    status, first = await s.post(session_body("obs", 0))
+    assert status == 200
+    for turns in range(1, 4):
+        status, info = await s.post(session_body("obs", turns, stream=turns == 2))
+        assert status == 200 and info["served_by"] == first["served_by"]
+    async with s.session.post(
+        s.url + "/v1/chat/completions", data=orjson.dumps(session_body("obs-sse", 0, stream=True))
+    ) as r:
+        raw = await r.read()
+    assert r.status == 200 and raw.endswith(b"data: [DONE]\n\n") and raw.count(b"data: ") == 4
+    await _until(lambda: reg.get_sample_value("smetric_epp_ttft_seconds_count") == 2)
+    await _until(lambda: len(s.servicer.picker.ledger) == 0)
+    assert reg.get_sample_value("smetric_epp_usage_tokens_total", {"kind": "cached"}) == 5 * 40
+    assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "matched"}) == 5
+
+    home = s.backend(str(first["served_by"]))
+    home.held = asyncio.Event()
+    held = asyncio.create_task(s.post(session_body("obs", 4)))
+    await _until(lambda: len(home.seen) == 5)
+    assert len(s.servicer.picker.ledger) == 1  # no first byte yet: its prefill is still queued
+    home.held.set()
+    assert (await held)[0] == 200
+    await _until(lambda: len(s.servicer.picker.ledger) == 0)
+    assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "missing"}) is None

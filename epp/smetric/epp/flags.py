@@ -40,6 +40,13 @@ FLAGS: tuple[Flag, ...] = (
         "engines' --prefix-caching-hash-algo: sha256 | sha256_cbor (precise index)",
     ),
     Flag("block-size", int, 16, "engine KV block size in tokens (precise index)"),
+    Flag(
+        "response-path",
+        str,
+        "inline",
+        "inline: the response passes through this stream (GIE gateways) | observer: a second ext_proc "
+        "filter in observability_mode reports it and Envoy never waits for the picker on responses",
+    ),
     Flag("log-level", str, "info", "debug | info | warning | error"),
 )
 

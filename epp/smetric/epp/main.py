@@ -48,7 +48,11 @@ async def serve(args: argparse.Namespace) -> int:
     servicer = ExtProcServicer(
         picker,
         metrics,
-        ServicerSettings(max_body_bytes=args.max_body_bytes, served_models=frozenset(cfg.servedModels)),
+        ServicerSettings(
+            max_body_bytes=args.max_body_bytes,
+            served_models=frozenset(cfg.servedModels),
+            response_observer=args.response_path == "observer",
+        ),
         renderer=renderer,
     )
     health = HealthReporter(datastore, metrics, datastore.is_stale)
@@ -101,6 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(args.log_level)
     except ValueError as exc:
         print(f"smetric-epp: {exc}", file=sys.stderr)
+        return 2
+    if args.response_path not in ("inline", "observer"):
+        print(
+            f"smetric-epp: --response-path must be inline or observer, got {args.response_path!r}",
+            file=sys.stderr,
+        )
         return 2
     if not args.endpoints and not args.pool_name:
         print(

@@ -28,6 +28,7 @@ function envoy_on_request(h)
 end
 """
 BodyMode = Literal["FULL_DUPLEX_STREAMED", "BUFFERED", "STREAMED", "NONE"]
+ResponsePath = Literal["inline", "observer"]
 
 _HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 _EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
@@ -59,7 +60,15 @@ class EnvoyOptions:
 
     Measured with tests/integration/test_envoy_stuck_load.py (200 requests, 50 at a time, 8
     emulated instances, x0.1): all three modes finished every request; wall first-chunk and
-    per-chunk gaps differed by less than the run-to-run noise on the shared 2-core box."""
+    per-chunk gaps differed by less than the run-to-run noise on the shared 2-core box.
+
+    ``response_path="observer"`` (pair it with the picker's ``--response-path=observer``): the
+    routing filter skips the response (``response_body_mode`` is then ignored) and a second
+    ext_proc filter in ``observability_mode`` sends the request headers and the STREAMED response
+    to the picker without waiting for replies. The picker observes the same things (status, first
+    body byte, usage) while Envoy never holds a response for it: one ext_proc round trip per
+    request instead of three, and a slow or stalled picker cannot delay a token
+    (bench/picker_latency.py measures both paths side by side)."""
 
     listen_port: int
     admin_port: int
@@ -68,6 +77,7 @@ class EnvoyOptions:
     listen_host: str = "127.0.0.1"
     request_body_mode: BodyMode = "FULL_DUPLEX_STREAMED"
     response_body_mode: BodyMode = "FULL_DUPLEX_STREAMED"
+    response_path: ResponsePath = "inline"
     failure_mode_allow: bool = False
     message_timeout_s: float = 10.0
     route_timeout_s: float = 600.0
@@ -109,26 +119,55 @@ def _trailer_mode(body_mode: BodyMode) -> str:
 
 
 def ext_proc_filter(o: EnvoyOptions) -> dict[str, Any]:
+    """The routing filter (with ``response_path="observer"`` it sees the request only)."""
+    inline = o.response_path == "inline"
+    response_body_mode = o.response_body_mode if inline else "NONE"
     return {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
-            "@type": _EXT_PROC,
-            "grpc_service": {"envoy_grpc": {"cluster_name": "picker"}, "timeout": _secs(o.message_timeout_s)},
+            **_ext_proc_common(o),
             "failure_mode_allow": o.failure_mode_allow,
             "allow_mode_override": True,
-            "message_timeout": _secs(o.message_timeout_s),
-            "metadata_options": {
-                "forwarding_namespaces": {"untyped": [SUBSET_NAMESPACE, "envoy.lb"]},
-                "receiving_namespaces": {"untyped": ["envoy.lb"]},
+            "processing_mode": {
+                "request_header_mode": "SEND",
+                "response_header_mode": "SEND" if inline else "SKIP",
+                "request_body_mode": o.request_body_mode,
+                "response_body_mode": response_body_mode,
+                "request_trailer_mode": _trailer_mode(o.request_body_mode),
+                "response_trailer_mode": _trailer_mode(response_body_mode) if inline else "SKIP",
             },
+        },
+    }
+
+
+def observer_filter(o: EnvoyOptions) -> dict[str, Any]:
+    """The response observer: send and go, after the routing filter (it sees the routed headers)."""
+    return {
+        "name": "smetric.response_observer",
+        "typed_config": {
+            **_ext_proc_common(o),
+            "observability_mode": True,
+            "failure_mode_allow": True,  # observing must never fail a request
             "processing_mode": {
                 "request_header_mode": "SEND",
                 "response_header_mode": "SEND",
-                "request_body_mode": o.request_body_mode,
-                "response_body_mode": o.response_body_mode,
-                "request_trailer_mode": _trailer_mode(o.request_body_mode),
-                "response_trailer_mode": _trailer_mode(o.response_body_mode),
+                "request_body_mode": "NONE",
+                "response_body_mode": "STREAMED",
+                "request_trailer_mode": "SKIP",
+                "response_trailer_mode": "SKIP",
             },
+        },
+    }
+
+
+def _ext_proc_common(o: EnvoyOptions) -> dict[str, Any]:
+    return {
+        "@type": _EXT_PROC,
+        "grpc_service": {"envoy_grpc": {"cluster_name": "picker"}, "timeout": _secs(o.message_timeout_s)},
+        "message_timeout": _secs(o.message_timeout_s),
+        "metadata_options": {
+            "forwarding_namespaces": {"untyped": [SUBSET_NAMESPACE, "envoy.lb"]},
+            "receiving_namespaces": {"untyped": ["envoy.lb"]},
         },
     }
 
@@ -182,6 +221,8 @@ def _listener(
 
 def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
     filters = [ext_proc_filter(o)]
+    if o.response_path == "observer":
+        filters.append(observer_filter(o))
     if o.subset_hint_header:
         lua_config = {"@type": _LUA, "default_source_code": {"inline_string": SUBSET_FROM_HEADER_LUA}}
         filters.insert(0, {"name": "envoy.filters.http.lua", "typed_config": lua_config})

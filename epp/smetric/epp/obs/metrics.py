@@ -82,6 +82,14 @@ class PickerMetrics:
             registry=registry,
         )
         self.active_streams = Gauge("smetric_epp_active_streams", "Open ext_proc streams", registry=registry)
+        self.observer_streams = Counter(
+            "smetric_epp_observer_streams",
+            "Response-observer streams (--response-path=observer) by outcome: matched a decision, "
+            "unmatched (no decision waiting under that x-request-id), missing (a decision's observer "
+            "never came within the attach timeout)",
+            ["outcome"],
+            registry=registry,
+        )
 
 
 class KvEventGapCounter:

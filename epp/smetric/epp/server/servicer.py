@@ -7,10 +7,20 @@ picker refuses. Response path: headers, body and trailers pass through unchanged
 first body chunk (TTFT of a streaming response) and the usage feed the dispatch ledger and the
 online prefill-rate estimate. A bad request ends only its own stream: any exception becomes a 500
 ImmediateResponse on the request path, and is logged and ignored on the response path.
+
+Response path ``observer`` (``ServicerSettings.response_observer``, flag ``--response-path``): the
+gateway skips the response on the routing stream and runs a second ext_proc filter in Envoy's
+``observability_mode`` (send and go: Envoy never waits for the picker on the response). Its stream
+carries the request headers (the ``x-request-id`` Envoy's HCM set, or the one the picker generated)
+then the response; the servicer matches it to the waiting decision and feeds the same observations.
+A decision whose observer has not attached ``observer_attach_timeout_s`` after its routing stream
+ended is finished as if the response had ended (ledger entry released, no TTFT sample), with a
+warning: the gateway is not running the observer filter.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -43,10 +53,15 @@ class ChatRenderer(Protocol):
     def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str: ...
 
 
+_RESPONSE_KINDS = frozenset(("response_headers", "response_body", "response_trailers"))
+
+
 @dataclass(frozen=True, slots=True)
 class ServicerSettings:
     max_body_bytes: int = 16 * 1024 * 1024
     served_models: frozenset[str] = frozenset()  # empty: accept any model
+    response_observer: bool = False  # the response comes on a separate observability_mode stream
+    observer_attach_timeout_s: float = 2.0
 
 
 class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
@@ -65,6 +80,8 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         self.metrics = metrics
         self.settings = settings if settings is not None else ServicerSettings()
         self.clock = clock
+        self._awaiting: dict[str, StreamState] = {}  # observer mode: decisions by x-request-id
+        self._warned: set[str] = set()
 
     async def Process(
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: grpc.aio.ServicerContext
@@ -73,6 +90,9 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         self.metrics.active_streams.inc()
         try:
             async for message in request_iterator:
+                if message.observability_mode:  # a response observer: it gets no replies
+                    await self._observe(message, request_iterator)
+                    return
                 closed = False
                 try:
                     out = self.handle(st, message)
@@ -99,7 +119,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             return self._request_headers(st, m)
         if kind == "request_trailers":
             return self._request_trailers(st)
-        if kind in ("response_headers", "response_body", "response_trailers"):
+        if kind in _RESPONSE_KINDS:
             return self._response(st, m, kind)
         raise RequestError(400, f"unexpected ext_proc message {kind!r}")
 
@@ -205,6 +225,8 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
                 text = self.renderer.render_chat(parsed.messages)
         pick = self.picker.pick(view, text, parsed.token_ids if parsed else (), st.subset)
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
+        if self.settings.response_observer:
+            self._awaiting[h.request_id] = st
         m = self.metrics
         m.decision_latency.observe(time.perf_counter() - t0)
         m.decisions.labels(policy=pick.policy, reason=pick.reason).inc()
@@ -325,8 +347,80 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         return pick.cost_s
 
     def _finish(self, st: StreamState) -> None:
-        """Stream over (normally, on error or cancel): the ledger entry must not outlive it."""
-        if st.pick is not None:
-            if st.first_byte_at is not None or st.resp_status:
-                self._complete(st)
-            self._prefill_done(st)
+        """Routing stream over (normally, on error or cancel): the ledger entry must not outlive it,
+        unless a response observer reports (or is about to report) this request's response."""
+        if st.pick is None:
+            return
+        if self.settings.response_observer and not st.completed:
+            if not st.observer_attached and st.observer_timer is None:
+                loop = asyncio.get_running_loop()
+                st.observer_timer = loop.call_later(
+                    self.settings.observer_attach_timeout_s, self._observer_missing, st
+                )
+            return
+        self._settle(st)
+
+    def _settle(self, st: StreamState) -> None:
+        """The response is over (or will not be reported): usage, TTFT sample, ledger entry."""
+        if st.first_byte_at is not None or st.resp_status:
+            self._complete(st)
+        self._prefill_done(st)
+        if self._awaiting.get(st.request_id) is st:
+            del self._awaiting[st.request_id]
+
+    # -- response observer (--response-path=observer) --------------------------------------------
+
+    async def _observe(self, first: ep.ProcessingRequest, rest: AsyncIterator[ep.ProcessingRequest]) -> None:
+        st = self._attach(first)
+        try:
+            if st is None:
+                async for _ in rest:  # nothing to report to: let Envoy finish the stream
+                    pass
+                return
+            async for m in rest:
+                kind = m.WhichOneof("request")
+                if kind in _RESPONSE_KINDS:
+                    self._response(st, m, kind)  # replies are not sent: Envoy ignores them here
+        finally:
+            if st is not None:
+                self._settle(st)
+
+    def _attach(self, first: ep.ProcessingRequest) -> StreamState | None:
+        if not self.settings.response_observer:
+            self._warn_once(
+                "observer-off",
+                "a response-observer stream arrived but --response-path is inline: ignored "
+                "(the ledger is released when the routing stream ends)",
+            )
+        rid = ""
+        if first.WhichOneof("request") == "request_headers":
+            rid = msgs.header_map(first.request_headers.headers).get(HDR_REQUEST_ID, "")
+        st = self._awaiting.get(rid) if rid else None
+        if st is None or st.observer_attached:
+            self.metrics.observer_streams.labels(outcome="unmatched").inc()
+            return None
+        st.observer_attached = True
+        if st.observer_timer is not None:
+            st.observer_timer.cancel()
+            st.observer_timer = None
+        self.metrics.observer_streams.labels(outcome="matched").inc()
+        return st
+
+    def _observer_missing(self, st: StreamState) -> None:
+        st.observer_timer = None
+        if st.observer_attached:
+            return
+        self.metrics.observer_streams.labels(outcome="missing").inc()
+        self._warn_once(
+            "observer-missing",
+            "--response-path=observer but no observer stream came for request %s within %.1f s: "
+            "is the gateway running the observability_mode ext_proc filter?",
+            st.request_id,
+            self.settings.observer_attach_timeout_s,
+        )
+        self._settle(st)
+
+    def _warn_once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from smetric.epp.parse.body import ParsedBody
 from smetric.epp.parse.headers import RequestHeaders
 from smetric.epp.parse.usage import UsageReader
@@ -17,6 +19,8 @@ class StreamState:
         "first_byte_at",
         "generated_id",
         "headers",
+        "observer_attached",
+        "observer_timer",
         "parsed",
         "pick",
         "req_mode",
@@ -44,6 +48,8 @@ class StreamState:
         self.completed = False
         self.generated_id = False
         self.served = ""  # x-gateway-destination-endpoint-served, when the gateway reports it
+        self.observer_attached = False  # --response-path=observer: an observer stream reports the response
+        self.observer_timer: asyncio.TimerHandle | None = None
 
     @property
     def request_id(self) -> str:
