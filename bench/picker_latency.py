@@ -8,12 +8,15 @@
    * ``ext_proc``: the full path over gRPC to a picker in another process (headers + body in
      64 KiB chunks as Envoy sends them -> deferred headers reply + echoed body), timed at the client.
 2. Added latency through a real Envoy: the same request goes straight to one backend (listener
-   without the picker), through the picker with ``FULL_DUPLEX_STREAMED`` and through a second Envoy
-   whose ext_proc uses ``BUFFERED``; requests rotate over the three paths; 8 KB, 128 KB, 1 MB
-   bodies. The picker is the real ``smetric-epp`` process (standalone discovery, /metrics
-   scraping, approximate index).
-3. Sustained requests/s with 128 KB bodies through the picker path: closed loop at rising
-   concurrency until p99 exceeds twice the p99 at concurrency 1.
+   without the picker) and through the picker three ways, each its own Envoy: ``full_duplex``
+   (``FULL_DUPLEX_STREAMED`` request, response inline through the picker: what GIE gateways
+   configure), ``observer`` (the same request path, response reported by an observability_mode
+   filter: ``--response-path=observer``) and ``buffered`` (``BUFFERED`` request, response inline);
+   requests rotate over the paths; 8 KB, 128 KB, 1 MB bodies. The picker is one real
+   ``smetric-epp`` process (standalone discovery, /metrics scraping, approximate index) run with
+   ``--response-path=observer``, which serves inline streams unchanged.
+3. Sustained requests/s with 128 KB bodies through the ``full_duplex`` and ``observer`` paths:
+   closed loop at rising concurrency until p99 exceeds twice the p99 at concurrency 1.
 
 Every process (client, Envoy, picker, backends) shares this machine's cores: numbers are upper
 bounds of what the picker adds, not isolated measurements.
@@ -364,6 +367,7 @@ async def run_envoy_benches(quick: bool) -> dict[str, Any]:
             "--endpoints", ",".join(f"127.0.0.1:{p}" for p in ports),
             "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
             "--metrics-port", str(metrics_port), "--log-level", "warning",
+            "--response-path", "observer",
         ],
         wait_ready=False,
     )  # fmt: skip
@@ -382,10 +386,18 @@ async def run_envoy_benches(quick: bool) -> dict[str, Any]:
             picker_port=grpc_port,
             request_body_mode="BUFFERED",
         )
-        async with EnvoyProcess(bootstrap(opts)), EnvoyProcess(bootstrap(buffered)):
+        observer = EnvoyOptions(
+            listen_port=free_port(), admin_port=free_port(), picker_port=grpc_port, response_path="observer"
+        )
+        async with (
+            EnvoyProcess(bootstrap(opts)),
+            EnvoyProcess(bootstrap(observer)),
+            EnvoyProcess(bootstrap(buffered)),
+        ):
             urls = {
                 "direct": f"http://127.0.0.1:{opts.direct_port}/v1/chat/completions",
                 "full_duplex": f"http://127.0.0.1:{opts.listen_port}/v1/chat/completions",
+                "observer": f"http://127.0.0.1:{observer.listen_port}/v1/chat/completions",
                 "buffered": f"http://127.0.0.1:{buffered.listen_port}/v1/chat/completions",
             }
             timeout = aiohttp.ClientTimeout(total=60)
@@ -393,11 +405,17 @@ async def run_envoy_benches(quick: bool) -> dict[str, Any]:
                 await asyncio.sleep(0.5)  # a few scrapes
                 n = 60 if quick else 300
                 added = [await bench_added(s, urls, size, n) for size in (8 * 1024, 128 * 1024, 1024 * 1024)]
-                sustained = await bench_sustained(s, urls["full_duplex"], 2.0 if quick else 5.0)
+                duration_s = 2.0 if quick else 5.0
+                sustained = await bench_sustained(s, urls["full_duplex"], duration_s)
+                sustained_observer = await bench_sustained(s, urls["observer"], duration_s)
     finally:
         picker.stop()
         backends.stop()
-    return {"added_latency": added, "sustained_128k": sustained}
+    return {
+        "added_latency": added,
+        "sustained_128k": sustained,
+        "sustained_128k_observer": sustained_observer,
+    }
 
 
 async def run_decision_benches(quick: bool) -> list[dict[str, Any]]:
@@ -428,23 +446,27 @@ def print_tables(results: dict[str, Any]) -> None:
             f"{r[k]['p50_ms']} / {r[k]['p99_ms']} ms" for k in ("parse", "index_key", "pick_without_key")
         )
         print(f"| {r['body_bytes'] // 1024} KiB | {cells} |")
+    paths = ("full_duplex", "observer", "buffered")
     print(
-        "\n| body | direct p50 / p99 | FULL_DUPLEX p50 / p99 | added p50 / p99 | BUFFERED p50 / p99 | added p50 / p99 |"
-        "\n|---|---|---|---|---|---|"
+        "\n| body | direct p50 / p99 | "
+        + " | ".join(f"{p} p50 / p99 | added p50 / p99" for p in paths)
+        + "|\n|---|---|"
+        + "---|---|" * len(paths)
     )
     for r in results["envoy"]["added_latency"]:
-        d, f, b = r["direct"], r["full_duplex"], r["buffered"]
-        print(
-            f"| {r['body_bytes'] // 1024} KiB | {d['p50_ms']} / {d['p99_ms']} ms | {f['p50_ms']} / {f['p99_ms']} ms"
-            f" | {r['added_full_duplex_p50_ms']} / {r['added_full_duplex_p99_ms']} ms"
-            f" | {b['p50_ms']} / {b['p99_ms']} ms | {r['added_buffered_p50_ms']} / {r['added_buffered_p99_ms']} ms |"
+        d = r["direct"]
+        cells = " | ".join(
+            f"{r[p]['p50_ms']} / {r[p]['p99_ms']} ms | {r[f'added_{p}_p50_ms']} / {r[f'added_{p}_p99_ms']} ms"
+            for p in paths
         )
-    print("\n| concurrency | req/s | p50 | p99 |\n|---|---|---|---|")
-    for r in results["envoy"]["sustained_128k"]["levels"]:
-        print(f"| {r['concurrency']} | {r['req_s']} | {r['p50_ms']} ms | {r['p99_ms']} ms |")
-    print(
-        f"\nmax req/s (128 KiB) before p99 doubles: {results['envoy']['sustained_128k']['max_req_s_before_p99_doubles']}"
-    )
+        print(f"| {r['body_bytes'] // 1024} KiB | {d['p50_ms']} / {d['p99_ms']} ms | {cells} |")
+    for key in ("sustained_128k", "sustained_128k_observer"):
+        print(f"\n{key}\n| concurrency | req/s | p50 | p99 |\n|---|---|---|---|")
+        for r in results["envoy"][key]["levels"]:
+            print(f"| {r['concurrency']} | {r['req_s']} | {r['p50_ms']} ms | {r['p99_ms']} ms |")
+        print(
+            f"\nmax req/s (128 KiB) before p99 doubles: {results['envoy'][key]['max_req_s_before_p99_doubles']}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

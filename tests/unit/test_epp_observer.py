@@ -149,3 +149,18 @@ async def test_an_observer_while_inline_is_configured_is_ignored(serve: object) 
     await end(call)
     assert len(servicer.picker.ledger) == 0  # inline: released when the routing stream ended
     assert await observe(stub, observed("o5")) == []
+
+
+async def test_the_picker_ends_the_observer_rpc_at_the_end_of_the_response(serve: object) -> None:
+    """Envoy keeps an observability_mode stream open for deferred_close_timeout (5 s) after the
+    request unless the server ends it: the picker ends it once the response is complete."""
+    servicer = observer_servicer()
+    stub = await serve(servicer)  # type: ignore[operator]
+    call, _ = await route(stub, "o6")
+    await end(call)
+    obs = stub.Process()
+    for m in observed("o6"):
+        await obs.write(m)
+    assert await asyncio.wait_for(obs.read(), 5) == grpc.aio.EOF  # no done_writing from the client
+    assert await obs.code() == grpc.StatusCode.OK
+    assert len(servicer.picker.ledger) == 0

@@ -96,10 +96,28 @@ def _socket(host: str, port: int) -> dict[str, Any]:
     return {"socket_address": {"address": host, "port_value": port}}
 
 
+# Envoy's default circuit breakers allow 1,024 concurrent requests per cluster: the picker cluster
+# carries one ext_proc stream per in-flight request (two with the response observer, which Envoy
+# keeps open up to deferred_close_timeout after the request) and the model-server cluster every
+# in-flight generation, so both would start failing requests with 500/503 at moderate load.
+_UNLIMITED = 1 << 30
+CIRCUIT_BREAKERS = {
+    "thresholds": [
+        {
+            "max_connections": _UNLIMITED,
+            "max_pending_requests": _UNLIMITED,
+            "max_requests": _UNLIMITED,
+            "max_retries": 16,
+        }
+    ]
+}
+
+
 def _static_cluster(name: str, host: str, port: int, connect_timeout_s: float, h2: bool) -> dict[str, Any]:
     cluster: dict[str, Any] = {
         "name": name,
         "type": "STATIC",
+        "circuit_breakers": CIRCUIT_BREAKERS,
         "connect_timeout": _secs(connect_timeout_s),
         "load_assignment": {
             "cluster_name": name,
@@ -232,6 +250,7 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
             "name": "original_destination",
             "type": "ORIGINAL_DST",
             "lb_policy": "CLUSTER_PROVIDED",
+            "circuit_breakers": CIRCUIT_BREAKERS,
             "connect_timeout": _secs(o.connect_timeout_s),
             "per_connection_buffer_limit_bytes": o.buffer_limit_bytes,
             "original_dst_lb_config": {"use_http_header": True, "http_header_name": DEST_HEADER},

@@ -381,6 +381,8 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
                 kind = m.WhichOneof("request")
                 if kind in _RESPONSE_KINDS:
                     self._response(st, m, kind)  # replies are not sent: Envoy ignores them here
+                    if st.completed:  # end the RPC now: Envoy would hold it deferred_close_timeout
+                        return
         finally:
             if st is not None:
                 self._settle(st)
