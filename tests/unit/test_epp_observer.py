@@ -10,7 +10,7 @@ import orjson
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
-from test_epp_servicer import BASE_HEADERS, body_msgs, build, chat, headers_msg, serve, set_headers
+from test_epp_servicer import BASE_HEADERS, body_msgs, build, chat, exchange, headers_msg, serve, set_headers
 
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 
@@ -69,16 +69,6 @@ def observed(rid: str, sse: bool = True) -> list[ep.ProcessingRequest]:
     return msgs
 
 
-async def observe(
-    stub: ep_grpc.ExternalProcessorStub, msgs: list[ep.ProcessingRequest]
-) -> list[ep.ProcessingResponse]:
-    call = stub.Process()
-    for m in msgs:
-        await call.write(m)
-    await call.done_writing()
-    return [r async for r in call]
-
-
 async def test_observer_after_the_routing_stream_ends_releases_the_ledger_at_the_first_byte(
     serve: object,
 ) -> None:
@@ -87,7 +77,7 @@ async def test_observer_after_the_routing_stream_ends_releases_the_ledger_at_the
     call, dest = await route(stub, "o1")
     await end(call)  # Envoy closes the routing stream before the response comes
     assert servicer.picker.ledger.queued_cost_s(dest) > 0  # kept for the observer
-    replies = await observe(stub, observed("o1"))
+    replies = await exchange(stub, observed("o1"))
     assert replies == []  # observability_mode: Envoy ignores replies, the servicer sends none
     reg = servicer.metrics.registry
     assert len(servicer.picker.ledger) == 0
@@ -102,7 +92,7 @@ async def test_observer_attaching_before_the_routing_stream_ends(serve: object) 
     servicer = observer_servicer(timeout_s=0.05)
     stub = await serve(servicer)  # type: ignore[operator]
     call, _ = await route(stub, "o2")
-    assert await observe(stub, observed("o2", sse=False)) == []
+    assert await exchange(stub, observed("o2", sse=False)) == []
     await end(call)
     await asyncio.sleep(0.1)  # past the attach timeout: nothing may fire twice
     reg = servicer.metrics.registry
@@ -126,16 +116,16 @@ async def test_a_missing_observer_releases_the_ledger_after_the_attach_timeout(s
     assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "missing"}) == 1
     assert not servicer._awaiting
     # a late observer finds nothing and is ignored
-    assert await observe(stub, observed("o3")) == []
+    assert await exchange(stub, observed("o3")) == []
     assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "unmatched"}) == 1
 
 
 async def test_an_unknown_observer_is_ignored_and_routing_goes_on(serve: object) -> None:
     servicer = observer_servicer()
     stub = await serve(servicer)  # type: ignore[operator]
-    assert await observe(stub, observed("nobody")) == []
+    assert await exchange(stub, observed("nobody")) == []
     headerless = observed("x")[1:]  # no request headers at all
-    assert await observe(stub, headerless) == []
+    assert await exchange(stub, headerless) == []
     reg = servicer.metrics.registry
     assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "unmatched"}) == 2
     call, _ = await route(stub, "o4")
@@ -148,7 +138,7 @@ async def test_an_observer_while_inline_is_configured_is_ignored(serve: object) 
     call, _ = await route(stub, "o5")
     await end(call)
     assert len(servicer.picker.ledger) == 0  # inline: released when the routing stream ended
-    assert await observe(stub, observed("o5")) == []
+    assert await exchange(stub, observed("o5")) == []
 
 
 async def test_the_picker_ends_the_observer_rpc_at_the_end_of_the_response(serve: object) -> None:
