@@ -49,8 +49,9 @@ async def _wait_serving(port: int, timeout_s: float = 30.0) -> None:
     raise AssertionError("picker never reported SERVING")
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+@pytest.fixture(params=["inline", "observer"])
+async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
+    response_path = request.param
     port, kv_port = free_port_block(N), free_port_block(N)
     emu = await spawn(
         "-m", "smetric.core.cli", "emulate", "--instances", str(N), "--port", str(port),
@@ -72,11 +73,15 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     epp = await spawn(
         "-m", "smetric.epp.main", "--endpoints", f"@{endpoints}", "--prefix-index", "precise",
         "--hash-seed", "0", "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
-        "--metrics-port", str(metrics_port), "--log-level", "warning",
+        "--metrics-port", str(metrics_port), "--log-level", "warning", "--response-path", response_path,
     )  # fmt: skip
-    envoy = EnvoyProcess(
-        bootstrap(EnvoyOptions(listen_port=free_port(), admin_port=free_port(), picker_port=grpc_port))
+    opts = EnvoyOptions(
+        listen_port=free_port(),
+        admin_port=free_port(),
+        picker_port=grpc_port,
+        response_path=response_path,  # type: ignore[arg-type]
     )
+    envoy = EnvoyProcess(bootstrap(opts))
     try:
         await _wait_serving(health_port)
         await envoy.start()
@@ -139,3 +144,6 @@ async def test_agent_session_sticks_to_its_cache_through_envoy(cluster: Cluster)
     assert by_reason.get("balance") == 1 and by_reason.get("stick") == 3
     hits = await _prefix_hits(cluster)
     assert sorted(hits)[-1] > 0 and sorted(hits)[-2] == 0  # all reuse happened on one instance
+    # every streamed answer gave the picker its first-token time (inline or via the observer)
+    ttft = await _samples(cluster.session, cluster.metrics_url, "smetric_epp_ttft_seconds_count")
+    assert sum(ttft.values()) == 4

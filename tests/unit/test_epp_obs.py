@@ -80,6 +80,9 @@ def test_main_rejects_bad_flags_and_config(tmp_path: Path, capsys: pytest.Captur
     assert main(["--endpoints", "127.0.0.1:1", "--config", str(bad)]) == 2
     assert "policy.name" in capsys.readouterr().err
     assert main(["--endpoints", "127.0.0.1:1", "--log-level", "loud"]) == 2
+    capsys.readouterr()
+    assert main(["--endpoints", "127.0.0.1:1", "--response-path", "sideways"]) == 2
+    assert "--response-path must be inline or observer" in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("restore_root_logger")
