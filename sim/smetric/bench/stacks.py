@@ -107,7 +107,11 @@ class PickerFrontend:
     policy: str
     envoy_binary: str = ""
     startup_timeout_s: float = 60.0
-    router: str = "envoy+smetric-epp"
+    response_path: str = "inline"  # or "observer": the picker's --response-path and Envoy's filter
+
+    @property
+    def router(self) -> str:
+        return "envoy+smetric-epp" + ("" if self.response_path == "inline" else f" ({self.response_path})")
 
     @property
     def label(self) -> str:
@@ -136,12 +140,18 @@ class PickerFrontend:
             f"--metrics-port={metrics_port}",
             f"--block-size={spec.block_size}",
             f"--hash-seed={spec.hash_seed}",
+            f"--response-path={self.response_path}",
             "--log-level=warning",
         ]
         await sup.start("picker", argv, env={"PYTHONHASHSEED": spec.hash_seed})
         await wait_grpc_serving(f"{HOST}:{health_port}", sup, self.startup_timeout_s, "picker")
         listen_port, admin_port = free_port(), free_port()
-        options = EnvoyOptions(listen_port=listen_port, admin_port=admin_port, picker_port=grpc_port)
+        options = EnvoyOptions(
+            listen_port=listen_port,
+            admin_port=admin_port,
+            picker_port=grpc_port,
+            response_path="observer" if self.response_path == "observer" else "inline",
+        )
         bootstrap_path = work_dir / "envoy.json"
         bootstrap_path.write_text(json.dumps(bootstrap(options)))
         envoy_argv = [str(envoy), "-c", str(bootstrap_path), "--disable-hot-restart", "--log-level", "warning",
@@ -223,9 +233,13 @@ class VllmRouterFrontend:
         return FrontendUrls(f"http://{HOST}:{port}", f"http://{HOST}:{prom_port}/metrics")
 
 
-def frontends(policies: Sequence[str], peers: Sequence[str], envoy_binary: str) -> list[Frontend]:
+def frontends(
+    policies: Sequence[str], peers: Sequence[str], envoy_binary: str, response_path: str = "inline"
+) -> list[Frontend]:
     """Rows in run order: every picker policy, then each peer router's policies."""
-    out: list[Frontend] = [PickerFrontend(p, envoy_binary) for p in policies]
+    if response_path not in ("inline", "observer"):
+        raise BenchError(f"--response-path must be inline or observer, got {response_path!r}")
+    out: list[Frontend] = [PickerFrontend(p, envoy_binary, response_path=response_path) for p in policies]
     for peer in peers:
         name, _, only = peer.partition(":")
         if name != "vllm-router":
