@@ -34,7 +34,7 @@ from childproc import spawn, stop
 
 from smetric.emulator.ports import free_port_block
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
-from smetric.epp.envoy.bootstrap import BodyMode
+from smetric.epp.envoy.bootstrap import BodyMode, ResponsePath
 
 MODEL = "emu/stuck-model"
 
@@ -208,6 +208,7 @@ async def run_load(
     seed: int = 0,
     direct: bool = False,
     response_body_mode: BodyMode = "FULL_DUPLEX_STREAMED",
+    response_path: ResponsePath = "inline",
     log_dir: str | None = None,
 ) -> LoadResult:
     """``direct``: send round-robin straight to the emulator (no Envoy, no picker)."""
@@ -221,7 +222,7 @@ async def run_load(
     epp = await spawn(
         "-m", "smetric.epp.main", "--endpoints", ",".join(f"127.0.0.1:{port + i}" for i in range(instances)),
         "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
-        "--metrics-port", str(metrics_port), "--log-level", "warning",
+        "--metrics-port", str(metrics_port), "--log-level", "warning", "--response-path", response_path,
         log=f"{log_dir}/epp.log" if log_dir else None,
     )  # fmt: skip
     opts = EnvoyOptions(
@@ -229,6 +230,7 @@ async def run_load(
         admin_port=free_port(),
         picker_port=grpc_port,
         response_body_mode=response_body_mode,
+        response_path=response_path,
     )
     envoy = EnvoyProcess(bootstrap(opts), concurrency=1)  # as the bench runs it
     hog_procs: list[multiprocessing.Process] = []
@@ -266,15 +268,25 @@ async def run_load(
 
 
 @pytest.mark.integration
-async def test_every_streaming_request_finishes_through_envoy_and_picker() -> None:
+@pytest.mark.parametrize("response_path", ["inline", "observer"])
+async def test_every_streaming_request_finishes_through_envoy_and_picker(response_path: ResponsePath) -> None:
     """200 streaming requests, 100 at a time, over 8 emulated instances at time x0.01 (dense
     engine events, so arrivals often land on events the driver has not applied yet): all must
     finish. With the engine's event-dropping ``submit`` 7-12 of 200 stood forever in each of three
     runs (and 0 of 200 in each of three runs with it fixed, ~3 s); bounded by the 8 s watchdog."""
-    r = await run_load(requests=200, concurrency=100, instances=8, time_scale=0.01, idle_s=8.0, cap_s=120.0)
+    r = await run_load(
+        requests=200,
+        concurrency=100,
+        instances=8,
+        time_scale=0.01,
+        idle_s=8.0,
+        cap_s=120.0,
+        response_path=response_path,
+    )
     assert not r.stuck and not r.failed, r.summary()
     assert all(o.status == 200 for o in r.outcomes), r.summary()
-    assert r.envoy_stats.get("http.gateway.ext_proc.streams_started") == 200, r.summary()
+    streams = 200 if response_path == "inline" else 400  # the observer is a second stream
+    assert r.envoy_stats.get("http.gateway.ext_proc.streams_started") == streams, r.summary()
 
 
 def main() -> None:
@@ -292,6 +304,7 @@ def main() -> None:
         default="FULL_DUPLEX_STREAMED",
         choices=["FULL_DUPLEX_STREAMED", "STREAMED", "NONE"],
     )
+    ap.add_argument("--response-path", default="inline", choices=["inline", "observer"])
     ap.add_argument("--log-dir", default=None, help="keep the picker's and Envoy's logs here")
     a = ap.parse_args()
     r = asyncio.run(
@@ -305,6 +318,7 @@ def main() -> None:
             seed=a.seed,
             direct=a.direct,
             response_body_mode=a.response_body_mode,
+            response_path=a.response_path,
             log_dir=a.log_dir,
         )
     )
