@@ -10,7 +10,7 @@ import orjson
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
-from test_epp_servicer import BASE_HEADERS, body_msgs, build, chat, exchange, headers_msg, serve, set_headers
+from epp_harness import BASE_HEADERS, body_msgs, build, chat, exchange, headers_msg, serve, set_headers
 
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 
