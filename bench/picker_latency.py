@@ -52,6 +52,7 @@ from smetric.core.views import RequestView
 from smetric.epp.config import PickerConfig, policy_params
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.index.approximate import ApproximateIndex
+from smetric.epp.obs.health import wait_serving
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.parse.body import parse_body
 from smetric.epp.server.app import PickerServer, build_picker
@@ -272,23 +273,6 @@ def spawn(args: list[str], wait_ready: bool = True) -> Child:
     return Child(proc)
 
 
-async def wait_grpc_health(port: int, timeout_s: float = 30.0) -> None:
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    deadline = time.monotonic() + timeout_s
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while time.monotonic() < deadline:
-            try:
-                r = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError("picker never became healthy")
-
-
 # -- 2 + 3. through Envoy ------------------------------------------------------------------------------
 
 
@@ -372,7 +356,7 @@ async def run_envoy_benches(quick: bool) -> dict[str, Any]:
         wait_ready=False,
     )  # fmt: skip
     try:
-        await wait_grpc_health(health_port)
+        await wait_serving(f"127.0.0.1:{health_port}", 30.0)
         opts = EnvoyOptions(
             listen_port=free_port(),
             admin_port=free_port(),

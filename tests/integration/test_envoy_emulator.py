@@ -10,16 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-import grpc
 import orjson
 import pytest
 import yaml
 from childproc import spawn, stop
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from smetric.emulator.ports import free_port_block
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
+from smetric.epp.obs.health import wait_serving
 
 pytestmark = pytest.mark.integration
 
@@ -33,20 +32,6 @@ class Cluster:
     emu_port: int
     metrics_url: str
     session: aiohttp.ClientSession
-
-
-async def _wait_serving(port: int, timeout_s: float = 30.0) -> None:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        for _ in range(int(timeout_s / 0.2)):
-            try:
-                r = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            await asyncio.sleep(0.2)
-    raise AssertionError("picker never reported SERVING")
 
 
 @pytest.fixture(params=["inline", "observer"])
@@ -83,7 +68,7 @@ async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterat
     )
     envoy = EnvoyProcess(bootstrap(opts))
     try:
-        await _wait_serving(health_port)
+        await wait_serving(f"127.0.0.1:{health_port}", 30.0)
         await envoy.start()
         url = f"http://127.0.0.1:{envoy.config['static_resources']['listeners'][0]['address']['socket_address']['port_value']}"
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from smetric.epp.main import main
-from smetric.epp.obs.health import NOT_SERVING, SERVING, HealthReporter
+from smetric.epp.obs.health import NOT_SERVING, SERVING, HealthReporter, wait_serving
 from smetric.epp.obs.logging import JsonFormatter, configure_logging
 from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
 from smetric.epp.server.static import StaticEndpointSource
@@ -44,6 +44,33 @@ async def test_health_serving_only_with_a_ready_endpoint_and_not_while_draining(
     assert metrics.registry.get_sample_value("smetric_epp_stale_endpoints") == 1
     await health.drain()
     assert await status() == NOT_SERVING
+
+
+async def test_wait_serving_returns_once_serving_and_times_out_naming_the_last_status() -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2_grpc
+
+    source = StaticEndpointSource([])
+    health = HealthReporter(source, PickerMetrics(CollectorRegistry()), is_stale=lambda a: False)
+    await health.refresh()
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
+    target = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    try:
+        with pytest.raises(TimeoutError, match=r"^NOT_SERVING$"):
+            await wait_serving(target, 0.3, poll_s=0.05)
+
+        def died() -> None:
+            raise RuntimeError("picker exited")
+
+        with pytest.raises(RuntimeError, match="picker exited"):
+            await wait_serving(target, 5.0, died)
+        source.set_endpoints(["10.0.0.1:1"])
+        await health.refresh()
+        await wait_serving(target, 5.0, poll_s=0.05)
+    finally:
+        await server.stop(None)
 
 
 def _req(service: str) -> object:

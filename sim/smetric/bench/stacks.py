@@ -4,7 +4,6 @@ router) that the replay's client talks to. Every process goes through the :class
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import sys
@@ -163,25 +162,14 @@ class PickerFrontend:
 
 async def wait_grpc_serving(target: str, sup: Supervisor, timeout_s: float, what: str) -> None:
     """Poll ``grpc.health.v1.Health/Check`` (overall service) until SERVING."""
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from smetric.epp.obs.health import wait_serving
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    last = "no answer"
-    async with grpc.aio.insecure_channel(target) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while loop.time() < deadline:
-            sup.check_alive()
-            try:
-                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-                last = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-            except grpc.aio.AioRpcError as exc:
-                last = exc.code().name
-            await asyncio.sleep(0.2)
-    raise BenchError(f"{what} not serving gRPC health at {target} after {timeout_s:.0f} s ({last})")
+    try:
+        await wait_serving(target, timeout_s, sup.check_alive)
+    except TimeoutError as exc:
+        raise BenchError(
+            f"{what} not serving gRPC health at {target} after {timeout_s:.0f} s ({exc})"
+        ) from None
 
 
 PEER_POLICIES: tuple[str, ...] = ("cache_aware", "kv_aware")

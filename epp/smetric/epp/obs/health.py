@@ -1,7 +1,8 @@
 """grpc.health.v1 for the picker: SERVING only while at least one endpoint is ready.
 
 Both the overall status ("") and the ext_proc service name report the same state; a periodic
-task refreshes it (and the ready/stale gauges) from the endpoint source.
+task refreshes it (and the ready/stale gauges) from the endpoint source. :func:`wait_serving` is
+the client side: what launchers, benchmarks and tests use to wait for a picker to be ready.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from grpc_health.v1 import health, health_pb2
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from smetric.epp.contracts import EndpointSource
 from smetric.epp.obs.metrics import PickerMetrics
@@ -66,3 +68,30 @@ class HealthReporter:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+
+async def wait_serving(
+    target: str, timeout_s: float, alive: Callable[[], None] | None = None, poll_s: float = 0.2
+) -> None:
+    """Poll ``grpc.health.v1.Health/Check`` (overall service) at ``target`` until SERVING.
+
+    ``alive`` runs before every poll and may raise (the process being waited for has died).
+    Raises :class:`TimeoutError` whose message is the last status seen ("no answer" if none).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    last = "no answer"
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while loop.time() < deadline:
+            if alive is not None:
+                alive()
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                if reply.status == SERVING:
+                    return
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.aio.AioRpcError as exc:
+                last = exc.code().name
+            await asyncio.sleep(poll_s)
+    raise TimeoutError(last)
