@@ -13,7 +13,7 @@ from typing import Annotated
 import msgspec
 import numpy as np
 
-from smetric.trace.build import finalize
+from smetric.trace.build import build_trace
 from smetric.trace.errors import BadLines, OnError
 from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.reader import numbered_lines
@@ -127,18 +127,13 @@ def load_agentic(
     if share_system_prompt:
         requests, note = _share_system_prompt(requests)
         notes.append(note)
-    kept, dropped = finalize(
+    return build_trace(
+        path,
+        "agentic",
         requests,
-        max_context_tokens,
         notes,
-        "; their sessions continue (successors link to the previous kept request)",
-    )
-    return Trace(
-        name=path.name,
-        block_tokens=BLOCK_TOKENS,
-        requests=kept,
-        notes=notes,
-        dropped_over_context=dropped,
+        max_context_tokens=max_context_tokens,
         skipped_malformed=bad.count,
-        format="agentic",
+        block_tokens=BLOCK_TOKENS,
+        note_detail="; their sessions continue (successors link to the previous kept request)",
     )

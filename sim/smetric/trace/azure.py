@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smetric.trace.build import finalize
+from smetric.trace.build import build_trace
 from smetric.trace.errors import BadLines, OnError, TraceFormatError
 from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.reader import open_binary
@@ -85,17 +85,15 @@ def load_azure(
             )
         )
     notes += bad.notes()
-    kept, dropped = finalize(requests, max_context_tokens, notes)
-    kept_ids = {r.family_id for r in kept}
-    return Trace(
-        name=path.name,
+    return build_trace(
+        path,
+        "azure",
+        requests,
+        notes,
+        max_context_tokens=max_context_tokens,
+        skipped_malformed=bad.count,
         block_tokens=0,
-        requests=kept,
+        family_starts_s=starts,
         has_sessions=False,
         has_hashes=False,
-        notes=notes,
-        dropped_over_context=dropped,
-        skipped_malformed=bad.count,
-        format="azure",
-        recorded_family_starts_s={s: v for s, v in starts.items() if s in kept_ids},
     )

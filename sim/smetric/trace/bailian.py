@@ -16,7 +16,7 @@ from typing import Annotated
 
 import msgspec
 
-from smetric.trace.build import chained_request, finalize, sort_by_timestamp
+from smetric.trace.build import build_trace, chained_request, sort_by_timestamp
 from smetric.trace.errors import BadLines, OnError
 from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.prefix import shared_prefix_depth
@@ -84,15 +84,13 @@ def load_bailian(
         f"{depth}-block shared system prefix detected; think times not recorded (0)",
         *bad.notes(),
     ]
-    kept, dropped = finalize(requests, max_context_tokens, notes)
-    kept_families = {r.family_id for r in kept}
-    return Trace(
-        name=path.name,
-        block_tokens=BLOCK_TOKENS,
-        requests=kept,
-        notes=notes,
-        dropped_over_context=dropped,
+    return build_trace(
+        path,
+        "bailian",
+        requests,
+        notes,
+        max_context_tokens=max_context_tokens,
         skipped_malformed=bad.count,
-        format="bailian",
-        recorded_family_starts_s={s: v - t0 for s, v in session_start.items() if s in kept_families},
+        block_tokens=BLOCK_TOKENS,
+        family_starts_s={s: v - t0 for s, v in session_start.items()},
     )

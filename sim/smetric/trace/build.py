@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Protocol, TypeVar
 
-from smetric.trace.model import TraceRequest, compress_hashes
+from smetric.trace.model import Trace, TraceRequest, compress_hashes
 
 
 def finalize(
@@ -52,6 +54,43 @@ def finalize(
             f"dropped {dropped} request(s) over max_context_tokens={max_context_tokens}{note_detail}"
         )
     return out, dropped
+
+
+def build_trace(
+    path: Path,
+    fmt: str,
+    requests: list[TraceRequest],
+    notes: list[str],
+    *,
+    max_context_tokens: int | None,
+    skipped_malformed: int,
+    block_tokens: int,
+    note_detail: str = "",
+    family_starts_s: Mapping[str, float] | None = None,
+    sessions_inferred: bool = False,
+    has_sessions: bool = True,
+    has_hashes: bool = True,
+) -> Trace:
+    """:func:`finalize`, then the :class:`Trace` a loader returns; recorded family starts are kept
+    only for families that still have a request."""
+    kept, dropped = finalize(requests, max_context_tokens, notes, note_detail)
+    starts: dict[str, float] = {}
+    if family_starts_s:
+        kept_families = {r.family_id for r in kept}
+        starts = {s: v for s, v in family_starts_s.items() if s in kept_families}
+    return Trace(
+        name=path.name,
+        block_tokens=block_tokens,
+        requests=kept,
+        sessions_inferred=sessions_inferred,
+        has_sessions=has_sessions,
+        has_hashes=has_hashes,
+        notes=notes,
+        dropped_over_context=dropped,
+        skipped_malformed=skipped_malformed,
+        format=fmt,
+        recorded_family_starts_s=starts,
+    )
 
 
 class Timestamped(Protocol):

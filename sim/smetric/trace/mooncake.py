@@ -15,7 +15,7 @@ from typing import Annotated
 
 import msgspec
 
-from smetric.trace.build import chained_request, finalize, sort_by_timestamp
+from smetric.trace.build import build_trace, chained_request, sort_by_timestamp
 from smetric.trace.errors import BadLines, OnError
 from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.prefix import shared_prefix_depth
@@ -82,17 +82,14 @@ def load_mooncake(
         "mooncake: think times are not recorded (0); offsets come from the recorded timestamps",
         *bad.notes(),
     ]
-    kept, dropped = finalize(requests, max_context_tokens, notes)
-    starts = {s: v - t0_ms / 1000.0 for s, v in session_start_s.items()}
-    kept_families = {r.family_id for r in kept}
-    return Trace(
-        name=path.name,
-        block_tokens=BLOCK_TOKENS,
-        requests=kept,
-        sessions_inferred=True,
-        notes=notes,
-        dropped_over_context=dropped,
+    return build_trace(
+        path,
+        "mooncake",
+        requests,
+        notes,
+        max_context_tokens=max_context_tokens,
         skipped_malformed=bad.count,
-        format="mooncake",
-        recorded_family_starts_s={s: v for s, v in starts.items() if s in kept_families},
+        block_tokens=BLOCK_TOKENS,
+        family_starts_s={s: v - t0_ms / 1000.0 for s, v in session_start_s.items()},
+        sessions_inferred=True,
     )
