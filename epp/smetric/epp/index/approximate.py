@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 
 from smetric.epp.contracts import PromptKey
-from smetric.epp.index.chainhash import prefix_keys
+from smetric.epp.index.chainhash import ChainHasher
 
 CHARS_PER_TOKEN = 4  # bytes of prompt per estimated token (chars/4 rule of thumb)
 
@@ -85,7 +85,7 @@ class ApproximateIndex:
             )
         self._group_blocks = group_blocks
         self._block_tokens = block_tokens * group_blocks  # tokens per key
-        self._block_bytes = self._block_tokens * chars_per_token
+        self._hasher = ChainHasher(self._block_tokens * chars_per_token)
         self._chars_per_token = chars_per_token
         self._capacity = capacity_blocks
         self._default_capacity = default_capacity_blocks
@@ -96,7 +96,7 @@ class ApproximateIndex:
         self._capacity = capacity_blocks
 
     def key(self, prompt_text: str, token_ids: Sequence[int] | None = None) -> PromptKey:
-        keys = prefix_keys(prompt_text.encode("utf-8"), self._block_bytes)
+        keys = self._hasher.prefix_keys(prompt_text.encode("utf-8"))
         tokens = len(token_ids) if token_ids is not None else -(-len(prompt_text) // self._chars_per_token)
         return PromptKey(text=prompt_text, prompt_tokens=tokens, block_keys=tuple(keys))
 

@@ -1,6 +1,6 @@
 """Chained 64-bit keys of fixed-size byte blocks, computed in a few vectorized numpy passes.
 
-``prefix_keys(data, block_bytes)[i]`` stands for the whole prefix ``data[: (i + 1) * block_bytes]``:
+``ChainHasher(block_bytes).prefix_keys(data)[i]`` stands for the whole prefix ``data[: (i + 1) * block_bytes]``:
 
 * block ``j``'s little-endian 64-bit words (zero-padded to whole words) are combined with fixed
   odd per-lane multipliers (a dot product mod 2**64): ``h_j``;
@@ -44,26 +44,36 @@ def _lane_multipliers(lanes: int) -> U64:
     return mix(m) | np.uint64(1)
 
 
-def prefix_keys(data: bytes, block_bytes: int) -> list[int]:
-    """One key per *full* block of ``data`` (a trailing partial block gets none), as Python ints."""
-    if block_bytes <= 0:
-        raise ValueError("block_bytes must be positive")
-    n = len(data) // block_bytes
-    if n == 0:
-        return []
-    lanes = -(-block_bytes // 8)
-    if block_bytes % 8 == 0:
-        words = np.frombuffer(data, dtype="<u8", count=n * lanes).reshape(n, lanes)
-    else:  # pad each block to whole words
-        raw = np.zeros((n, lanes * 8), dtype=np.uint8)
-        raw[:, :block_bytes] = np.frombuffer(data, dtype=np.uint8, count=n * block_bytes).reshape(
-            n, block_bytes
-        )
-        words = raw.view("<u8")
-    block: U64 = words.dot(_lane_multipliers(lanes))  # integer dot: wraps mod 2**64
-    position = np.arange(n, dtype=np.uint64)
-    position *= _GOLDEN
-    block += position
-    sums = np.cumsum(mix(block), dtype=np.uint64)
-    keys: list[int] = mix(sums).tolist()
-    return keys
+class ChainHasher:
+    """Prefix keys for one block size (its per-lane multipliers computed once, not per prompt)."""
+
+    __slots__ = ("_lanes", "_multipliers", "block_bytes")
+
+    def __init__(self, block_bytes: int) -> None:
+        if block_bytes <= 0:
+            raise ValueError("block_bytes must be positive")
+        self.block_bytes = block_bytes
+        self._lanes = -(-block_bytes // 8)
+        self._multipliers = _lane_multipliers(self._lanes)
+
+    def prefix_keys(self, data: bytes) -> list[int]:
+        """One key per *full* block of ``data`` (a trailing partial block gets none), as Python ints."""
+        block_bytes, lanes = self.block_bytes, self._lanes
+        n = len(data) // block_bytes
+        if n == 0:
+            return []
+        if block_bytes % 8 == 0:
+            words = np.frombuffer(data, dtype="<u8", count=n * lanes).reshape(n, lanes)
+        else:  # pad each block to whole words
+            raw = np.zeros((n, lanes * 8), dtype=np.uint8)
+            raw[:, :block_bytes] = np.frombuffer(data, dtype=np.uint8, count=n * block_bytes).reshape(
+                n, block_bytes
+            )
+            words = raw.view("<u8")
+        block: U64 = words.dot(self._multipliers)  # integer dot: wraps mod 2**64
+        position = np.arange(n, dtype=np.uint64)
+        position *= _GOLDEN
+        block += position
+        sums = np.cumsum(mix(block), dtype=np.uint64)
+        keys: list[int] = mix(sums).tolist()
+        return keys
