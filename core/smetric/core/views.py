@@ -36,6 +36,11 @@ class EndpointSnapshot:
     ``local_hit_tokens`` is c[i] (GPU-tier prefix hit of *this* request's prompt).
     ``queued_prefill_tokens`` / ``queued_prefill_cost`` are q[i] from the router's dispatch
     ledger (uncached prompt tokens / cost-model seconds dispatched but not yet first-tokened).
+    ``queued_fetch_s`` is the global-tier fetch time of that queued work (kept apart from the
+    cost: it runs on the link, not the GPU).
+    ``global_hit_tokens`` is g[i]: the prompt prefix the global tier can supply to *this*
+    endpoint (0 without a global tier); the tokens really computed there are
+    ``L - max(c[i], g[i])`` (:func:`smetric.router.dispatch_work`).
     ``prefill_speed`` converts cost to wall time (1.0 = as the cost model predicts; learned online).
     ``stale`` marks an endpoint whose metrics are older than the staleness threshold; policies
     treat it as saturated (documented fallback) and never pick it while a fresh one exists.
@@ -51,6 +56,8 @@ class EndpointSnapshot:
     kv_capacity_tokens: int = 0
     prefill_speed: float = 1.0
     stale: bool = False
+    global_hit_tokens: int = 0
+    queued_fetch_s: float = 0.0
 
     @property
     def batch_size(self) -> int:
