@@ -58,6 +58,12 @@ class EndpointSnapshot:
     stale: bool = False
     global_hit_tokens: int = 0
     queued_fetch_s: float = 0.0
+    # Read by ``smetric-tiered`` (0 / "" where the source does not know them): seconds until this
+    # endpoint's link to the global tier is free, the node it runs on, and the session KV
+    # recently written into its local tier (decayed tokens, smetric.policy.footprint).
+    link_backlog_s: float = 0.0
+    node: str = ""
+    session_kv_tokens: float = 0.0
 
     @property
     def batch_size(self) -> int:
