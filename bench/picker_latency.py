@@ -351,7 +351,7 @@ async def run_envoy_benches(quick: bool) -> dict[str, Any]:
             "--endpoints", ",".join(f"127.0.0.1:{p}" for p in ports),
             "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
             "--metrics-port", str(metrics_port), "--log-level", "warning",
-            "--response-path", "observer",
+            "--response-path", "observer", "--secure-serving=false",
         ],
         wait_ready=False,
     )  # fmt: skip

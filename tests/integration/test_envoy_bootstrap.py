@@ -64,7 +64,7 @@ def test_bootstrap_shape() -> None:
     assert odst["type"] == "ORIGINAL_DST"
     assert odst["original_dst_lb_config"] == {
         "use_http_header": True,
-        "http_header_name": "x-gateway-destination-endpoint",
+        "http_header_name": "x-smetric-destination-primary",
     }
     with pytest.raises(ValueError):
         bootstrap(EnvoyOptions(listen_port=1, admin_port=2, picker_port=3, direct_port=4))

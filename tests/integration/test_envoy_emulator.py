@@ -59,6 +59,7 @@ async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterat
         "-m", "smetric.epp.main", "--endpoints", f"@{endpoints}", "--prefix-index", "precise",
         "--hash-seed", "0", "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
         "--metrics-port", str(metrics_port), "--log-level", "warning", "--response-path", response_path,
+        "--secure-serving=false",
     )  # fmt: skip
     opts = EnvoyOptions(
         listen_port=free_port(),

@@ -223,6 +223,7 @@ async def run_load(
         "-m", "smetric.epp.main", "--endpoints", ",".join(f"127.0.0.1:{port + i}" for i in range(instances)),
         "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
         "--metrics-port", str(metrics_port), "--log-level", "warning", "--response-path", response_path,
+        "--secure-serving=false",
         log=f"{log_dir}/epp.log" if log_dir else None,
     )  # fmt: skip
     opts = EnvoyOptions(

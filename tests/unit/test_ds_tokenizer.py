@@ -80,3 +80,42 @@ def test_hf_tokenizer_reads_chat_template_jinja(tmp_path: Path) -> None:
     _train(tmp_path, None)
     (tmp_path / "chat_template.jinja").write_text("{% for m in messages %}[{{ m.content }}]{% endfor %}")
     assert HFTokenizer(tmp_path).render_chat([{"role": "user", "content": "x"}]) == "[x]"
+
+
+def test_a_model_id_loads_offline_from_a_mounted_hub_cache(tmp_path: Path) -> None:
+    """The picker pod: ``--tokenizer=<HF model id>`` with the model volume holding the hub cache
+    (``HF_HOME``, ``HF_HUB_OFFLINE=1``) - no network, no crash-loop (issue 16 item 1)."""
+    import os
+    import subprocess
+    import sys
+
+    snapshot = tmp_path / "hf" / "hub" / "models--org--tiny" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    _train(snapshot, "{% for m in messages %}[{{ m.content }}]{% endfor %}")
+    refs = tmp_path / "hf" / "hub" / "models--org--tiny" / "refs"
+    refs.mkdir()
+    (refs / "main").write_text("a" * 40)
+    code = (
+        "from smetric.core.tokenizer import load_tokenizer\n"
+        "t = load_tokenizer('org/tiny')\n"
+        "print(len(t.encode('hello world')) > 0, t.render_chat([{'role': 'user', 'content': 'x'}]))\n"
+    )
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "[x]"]
+    missing = subprocess.run(
+        [sys.executable, "-c", "from smetric.core.tokenizer import load_tokenizer; load_tokenizer('org/absent')"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode != 0 and "TokenizerLoadError" in missing.stderr and "HF_HOME" in missing.stderr
+
+
+def test_a_missing_path_is_a_clear_error() -> None:
+    from smetric.core.tokenizer import TokenizerLoadError
+
+    with pytest.raises(TokenizerLoadError, match="model volume"):
+        load_tokenizer("/nonexistent/model")

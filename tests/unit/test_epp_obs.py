@@ -28,22 +28,31 @@ def test_two_metric_sets_do_not_collide_and_gaps_are_counted() -> None:
     )
 
 
-async def test_health_serving_only_with_a_ready_endpoint_and_not_while_draining() -> None:
+async def test_health_liveness_serves_once_started_readiness_once_synced_and_not_while_draining() -> None:
+    """Upstream semantics (GIE cmd/epp/runner/health.go): liveness never depends on endpoints, so a
+    pool whose engines are all loading does not restart the picker; readiness = discovery synced."""
     source = StaticEndpointSource([])
     metrics = PickerMetrics(CollectorRegistry())
-    health = HealthReporter(source, metrics, is_stale=lambda a: a.endswith(":2"))
+    synced = [False]
+    health = HealthReporter(source, metrics, is_stale=lambda a: a.endswith(":2"), synced=lambda: synced[0])
 
-    async def status() -> int:
+    async def status(service: str = "") -> int:
         await health.refresh()
-        reply = await health.servicer.Check(_req(""), None)
+        reply = await health.servicer.Check(_req(service), None)
         return int(reply.status)
 
-    assert await status() == NOT_SERVING
+    for name in ("", "readiness", "inference-extension", "envoy.service.ext_proc.v3.ExternalProcessor"):
+        assert await status(name) == NOT_SERVING
+    assert await status("liveness") == SERVING  # not synced, no endpoints: still alive
+    synced[0] = True
+    for name in ("", "readiness", "inference-extension", "envoy.service.ext_proc.v3.ExternalProcessor"):
+        assert await status(name) == SERVING  # synced with zero ready endpoints: ready (answers 503)
     source.set_endpoints(["10.0.0.1:1", "10.0.0.1:2"])
     assert await status() == SERVING
     assert metrics.registry.get_sample_value("smetric_epp_stale_endpoints") == 1
     await health.drain()
     assert await status() == NOT_SERVING
+    assert await status("liveness") == NOT_SERVING
 
 
 async def test_wait_serving_returns_once_serving_and_times_out_naming_the_last_status() -> None:
@@ -51,7 +60,10 @@ async def test_wait_serving_returns_once_serving_and_times_out_naming_the_last_s
     from grpc_health.v1 import health_pb2_grpc
 
     source = StaticEndpointSource([])
-    health = HealthReporter(source, PickerMetrics(CollectorRegistry()), is_stale=lambda a: False)
+    synced = [False]
+    health = HealthReporter(
+        source, PickerMetrics(CollectorRegistry()), is_stale=lambda a: False, synced=lambda: synced[0]
+    )
     await health.refresh()
     server = grpc.aio.server()
     health_pb2_grpc.add_HealthServicer_to_server(health.servicer, server)
@@ -66,7 +78,7 @@ async def test_wait_serving_returns_once_serving_and_times_out_naming_the_last_s
 
         with pytest.raises(RuntimeError, match="picker exited"):
             await wait_serving(target, 5.0, died)
-        source.set_endpoints(["10.0.0.1:1"])
+        synced[0] = True
         await health.refresh()
         await wait_serving(target, 5.0, poll_s=0.05)
     finally:

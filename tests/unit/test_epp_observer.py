@@ -29,7 +29,7 @@ async def route(stub: ep_grpc.ExternalProcessorStub, rid: str) -> tuple[grpc.aio
     await call.write(headers_msg({**BASE_HEADERS, "x-request-id": rid}))
     for m in body_msgs(chat(text=f"hello {rid}")):
         await call.write(m)
-    dest = set_headers(await call.read())["x-gateway-destination-endpoint"]
+    dest = set_headers(await call.read())["x-smetric-destination-primary"]
     await call.read()  # the echoed body
     return call, dest
 

@@ -52,11 +52,12 @@ async def test_full_duplex_streamed_body_in_chunks(serve: object) -> None:
     assert head.HasField("request_headers")
     assert head.request_headers.response.clear_route_cache
     hdrs = set_headers(head)
-    assert hdrs["x-gateway-destination-endpoint"] in EPS
+    assert hdrs["x-smetric-destination-primary"] in EPS
     assert hdrs["content-length"] == str(len(body))
     lb = head.dynamic_metadata.fields["envoy.lb"].struct_value.fields["x-gateway-destination-endpoint"]
     addrs = lb.string_value.split(",")
-    assert addrs[0] == hdrs["x-gateway-destination-endpoint"] and sorted(addrs) == sorted(EPS)
+    assert addrs[0] == hdrs["x-smetric-destination-primary"] and sorted(addrs) == sorted(EPS)
+    assert hdrs["x-gateway-destination-endpoint"] == lb.string_value  # header = metadata (protocol 004)
     echoed = [c.request_body.response.body_mutation.streamed_response for c in chunks]
     assert all(len(e.body) <= 62_000 for e in echoed)
     assert b"".join(e.body for e in echoed) == body
@@ -76,7 +77,7 @@ async def test_buffered_mode_routes_on_the_body_response(serve: object) -> None:
     assert out[1].HasField("request_body")
     assert out[1].request_body.response.clear_route_cache
     hdrs = set_headers(out[1], "request_body")
-    assert hdrs["x-gateway-destination-endpoint"] in EPS
+    assert hdrs["x-smetric-destination-primary"] in EPS
     assert hdrs["content-length"] == str(len(body))
     assert not out[1].request_body.response.HasField("body_mutation")  # body passes unchanged
     assert (
@@ -93,7 +94,7 @@ async def test_follow_up_turn_sticks_to_the_endpoint_holding_the_session(serve: 
     body = chat(turns=3)
     index.hits = {EPS[2]: len(body) // 4 - 10}
     out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(body)])
-    assert set_headers(out[0])["x-gateway-destination-endpoint"] == EPS[2]
+    assert set_headers(out[0])["x-smetric-destination-primary"] == EPS[2]
     assert decisions(metrics, "stick") == 1
 
 
@@ -102,7 +103,7 @@ async def test_subset_hint_restricts_candidates_and_empty_subset_is_503(serve: o
     stub = await serve(servicer)  # type: ignore[operator]
     for _ in range(4):
         out = await exchange(stub, [headers_msg(BASE_HEADERS, subset=["10.0.0.2:9999"]), *body_msgs(chat())])
-        assert set_headers(out[0])["x-gateway-destination-endpoint"] == EPS[1]  # matched on IP
+        assert set_headers(out[0])["x-smetric-destination-primary"] == EPS[1]  # matched on IP
     out = await exchange(stub, [headers_msg(BASE_HEADERS, subset=[]), *body_msgs(chat())])
     assert out[-1].immediate_response.status.code == 503
 
@@ -162,10 +163,10 @@ async def test_saturated_pool_sheds_only_sheddable_requests(serve: object) -> No
     )
     assert out[-1].immediate_response.status.code == 429
     out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
-    assert set_headers(out[0])["x-gateway-destination-endpoint"] in EPS
+    assert set_headers(out[0])["x-smetric-destination-primary"] in EPS
     source.set_metrics(EPS[0], idle_metrics(now))
     out = await exchange(stub, [headers_msg({**BASE_HEADERS, "x-sheddable": "true"}), *body_msgs(chat())])
-    assert set_headers(out[0])["x-gateway-destination-endpoint"] == EPS[0]
+    assert set_headers(out[0])["x-smetric-destination-primary"] == EPS[0]
 
 
 async def test_stale_endpoint_is_not_chosen_while_a_fresh_one_exists(serve: object) -> None:
@@ -177,7 +178,7 @@ async def test_stale_endpoint_is_not_chosen_while_a_fresh_one_exists(serve: obje
         out = await exchange(
             stub, [headers_msg({**BASE_HEADERS, "x-request-id": f"s{i}"}), *body_msgs(chat())]
         )
-        assert set_headers(out[0])["x-gateway-destination-endpoint"] == EPS[2]
+        assert set_headers(out[0])["x-smetric-destination-primary"] == EPS[2]
 
 
 async def test_bad_slo_header_is_400(serve: object) -> None:
@@ -200,7 +201,7 @@ async def test_internal_error_is_500_and_the_server_keeps_serving(serve: object)
     assert out[-1].immediate_response.status.code == 500
     servicer.picker.pick = original  # type: ignore[method-assign]
     out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
-    assert set_headers(out[0])["x-gateway-destination-endpoint"] in EPS
+    assert set_headers(out[0])["x-smetric-destination-primary"] in EPS
 
 
 async def test_header_only_request_is_routed_at_headers(serve: object) -> None:
@@ -208,7 +209,7 @@ async def test_header_only_request_is_routed_at_headers(serve: object) -> None:
     stub = await serve(servicer)  # type: ignore[operator]
     out = await exchange(stub, [headers_msg({":method": "GET", ":path": "/v1/models"}, eos=True)])
     hdrs = set_headers(out[0])
-    assert hdrs["x-gateway-destination-endpoint"] in EPS
+    assert hdrs["x-smetric-destination-primary"] in EPS
     assert "x-request-id" in hdrs  # generated and forwarded
 
 
@@ -228,7 +229,7 @@ async def test_response_path_passes_through_and_feeds_ledger_and_rate(serve: obj
         for m in body_msgs(chat(text=f"hi {i}")):
             await call.write(m)
         head = await call.read()
-        dest = set_headers(head)["x-gateway-destination-endpoint"]
+        dest = set_headers(head)["x-smetric-destination-primary"]
         await call.read()  # echoed body
         assert picker.ledger.queued_cost_s(dest) > 0
         resp_headers = base_pb2.HeaderMap(
@@ -266,7 +267,7 @@ async def test_error_status_counts_an_endpoint_error_and_clears_the_ledger(serve
     await call.write(headers_msg(BASE_HEADERS))
     for m in body_msgs(chat()):
         await call.write(m)
-    dest = set_headers(await call.read())["x-gateway-destination-endpoint"]
+    dest = set_headers(await call.read())["x-smetric-destination-primary"]
     await call.read()
     hm = base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=":status", raw_value=b"503")])
     served = ep.ProcessingRequest(response_headers=ep.HttpHeaders(headers=hm))
@@ -322,7 +323,7 @@ async def test_pd_disaggregation_sets_decode_destination_and_prefiller_header(se
     stub = await serve(servicer)  # type: ignore[operator]
     out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
     hdrs = set_headers(out[0])
-    assert hdrs["x-gateway-destination-endpoint"] == "10.0.2.2:8000"  # least loaded decode pod
+    assert hdrs["x-smetric-destination-primary"] == "10.0.2.2:8000"  # least loaded decode pod
     assert hdrs["x-prefiller-host-port"] in ("10.0.1.1:8000", "10.0.1.2:8000")
     assert index.routed == [hdrs["x-prefiller-host-port"]]
 
@@ -339,7 +340,7 @@ async def test_two_replicas_given_the_same_inputs_make_the_same_decisions(serve:
             out = await exchange(
                 stub, [headers_msg({**BASE_HEADERS, "x-request-id": f"r{i}"}), *body_msgs(body, 2)]
             )
-            decisions[k].append(set_headers(out[0])["x-gateway-destination-endpoint"])
+            decisions[k].append(set_headers(out[0])["x-smetric-destination-primary"])
     assert decisions[0] == decisions[1]
     assert len(set(decisions[0])) > 1
 
@@ -382,7 +383,7 @@ async def test_precise_index_sees_the_engine_rendering_and_its_token_count_is_us
         await call.write(m)
     head = await call.read()
     assert index.texts == [expected]
-    dest = set_headers(head)["x-gateway-destination-endpoint"]
+    dest = set_headers(head)["x-smetric-destination-primary"]
     assert decisions(servicer.metrics, "evicted") == 1
     hit = index.hits.get(dest, 0)
     assert picker.ledger.queued_tokens(dest) == (len(expected) + 1) // 2 - hit  # index tokens, not chars/4

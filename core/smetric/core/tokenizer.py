@@ -1,7 +1,8 @@
 """Tokenizers shared by the picker's precise prefix index and the emulator.
 
 * :class:`HFTokenizer` wraps a HuggingFace ``tokenizers`` fast tokenizer loaded from a local
-  ``tokenizer.json`` (or a model directory holding one); the chat template (``chat_template`` in
+  ``tokenizer.json`` (or a model directory holding one; :func:`load_tokenizer` also resolves a
+  Hugging Face model id through the hub cache or the network); the chat template (``chat_template`` in
   ``tokenizer_config.json``, or ``chat_template.jinja`` beside it) is rendered with ``jinja2`` when
   both are present. Both packages are optional.
 * :class:`FallbackTokenizer` needs nothing: regex word pieces (runs of word characters cut to at most
@@ -138,6 +139,13 @@ class HFTokenizer:
             config["chat_template"] = jinja_file.read_text(encoding="utf-8")
         self._load_template(config)
 
+    @classmethod
+    def from_tokenizer(cls, tok: Any, name: str) -> HFTokenizer:
+        """Wrap an already loaded ``tokenizers.Tokenizer`` (no chat template: raw concatenation)."""
+        self = cls.__new__(cls)
+        self._tok, self._name, self._template, self._special = tok, name, None, {}
+        return self
+
     def _load_template(self, config: Mapping[str, Any]) -> None:
         source = config.get("chat_template")
         if isinstance(source, list):  # named templates: take "default"
@@ -176,8 +184,62 @@ class HFTokenizer:
         return str(rendered)
 
 
+_HUB_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+class TokenizerLoadError(RuntimeError):
+    """The tokenizer named by ``--tokenizer`` cannot be loaded; the message says what to do."""
+
+
+def _from_hub(repo_id: str) -> HFTokenizer:
+    """A Hugging Face model id: its ``tokenizer.json`` (+ config/template) from the hub cache.
+
+    ``huggingface_hub`` (a dependency of ``tokenizers``) resolves ``HF_HOME`` (a mounted model
+    volume that holds the hub cache works offline with ``HF_HUB_OFFLINE=1``) and ``HF_TOKEN``
+    (gated models). Without it, ``tokenizers.Tokenizer.from_pretrained`` (network) is the fallback.
+    """
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        try:
+            from tokenizers import Tokenizer as _HFTokenizer
+        except ImportError as exc:
+            raise TokenizerLoadError("pip install 'smetric[tokenizer]' to load a tokenizer by model id") from exc
+        return HFTokenizer.from_tokenizer(_HFTokenizer.from_pretrained(repo_id), repo_id)
+    main = Path(hf_hub_download(repo_id, "tokenizer.json"))
+    for extra in _HUB_FILES[1:]:
+        try:
+            hf_hub_download(repo_id, extra)
+        except Exception:  # optional files: absent in many repos
+            continue
+    return HFTokenizer(main.parent)
+
+
 def load_tokenizer(spec: str) -> Tokenizer:
-    """``""`` -> :class:`FallbackTokenizer`; otherwise a local tokenizer.json file or model directory."""
+    """``""`` -> :class:`FallbackTokenizer`; a local tokenizer.json file or model directory; else a
+    Hugging Face model id (``Qwen/Qwen3-Coder-30B-A3B-Instruct``) resolved through the hub cache
+    (``HF_HOME``; offline from a mounted model volume) or downloaded (network, ``HF_TOKEN``).
+
+    Raises :class:`TokenizerLoadError` with an actionable message (never a bare traceback).
+    """
     if not spec:
         return FallbackTokenizer()
-    return HFTokenizer(spec)
+    path = Path(spec)
+    if path.exists():
+        try:
+            return HFTokenizer(path)
+        except FileNotFoundError as exc:
+            raise TokenizerLoadError(f"{exc}: point --tokenizer at a tokenizer.json or model directory") from None
+    if spec.startswith(("/", ".")) or not _REPO_ID.match(spec):
+        raise TokenizerLoadError(f"--tokenizer={spec}: no such file or directory (is the model volume mounted?)")
+    try:
+        return _from_hub(spec)
+    except TokenizerLoadError:
+        raise
+    except Exception as exc:  # network down, gated repo without HF_TOKEN, offline cache miss
+        raise TokenizerLoadError(
+            f"--tokenizer={spec}: cannot load from the Hugging Face hub or cache ({type(exc).__name__}: {exc}); "
+            "mount the model's files and pass their path, or set HF_HOME to a volume holding the hub cache, "
+            "or allow network access (and HF_TOKEN for gated models)"
+        ) from None

@@ -83,6 +83,10 @@ class Datastore:
     def ready_endpoints(self) -> Sequence[EndpointInfo]:
         return self._endpoints
 
+    def synced(self) -> bool:
+        """Discovery has completed its first listing (the picker's readiness)."""
+        return bool(getattr(self._discovery, "synced", True))
+
     def metrics(self, address: str) -> EngineMetrics | None:
         m = self._scraper.metrics(address)
         if m is not None and isinstance(self._index, PreciseIndex):

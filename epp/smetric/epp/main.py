@@ -16,13 +16,21 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from smetric.core.tokenizer import TokenizerLoadError
 from smetric.epp.config import ConfigError, load_config, policy_params
-from smetric.epp.flags import build_parser
+from smetric.epp.flags import build_parser, ignored_upstream_flags
 from smetric.epp.obs.health import HealthReporter
-from smetric.epp.obs.logging import configure_logging
+from smetric.epp.obs.logging import (
+    configure_logging,
+    level_from_verbosity,
+    set_decision_log,
+    toggle_decision_log,
+    use_console_encoder,
+)
 from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
+from smetric.epp.server.tls import TlsError, server_key_pair
 
 log = logging.getLogger("smetric.epp")
 
@@ -55,12 +63,19 @@ async def serve(args: argparse.Namespace) -> int:
         ),
         renderer=renderer,
     )
-    health = HealthReporter(datastore, metrics, datastore.is_stale)
-    server = PickerServer(servicer, health, grpc_port=args.grpc_port, health_port=args.grpc_health_port)
+    health = HealthReporter(datastore, metrics, datastore.is_stale, synced=datastore.synced)
+    server = PickerServer(
+        servicer,
+        health,
+        grpc_port=args.grpc_port,
+        health_port=args.grpc_health_port,
+        tls_key_pair=server_key_pair(args.secure_serving, args.cert_path),
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, toggle_decision_log)
     await datastore.start()
     try:
         start_http_server(args.metrics_port, registry=registry)
@@ -74,6 +89,7 @@ async def serve(args: argparse.Namespace) -> int:
                 "grpc_port": server.grpc_port,
                 "health_port": server.health_port,
                 "metrics_port": args.metrics_port,
+                "tls": args.secure_serving,
             },
         )
         await stop.wait()
@@ -101,10 +117,24 @@ def settle_gc() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    level = level_from_verbosity(args.v) if args.v >= 0 else args.log_level
     try:
-        configure_logging(args.log_level)
+        configure_logging(level)
     except ValueError as exc:
         print(f"smetric-epp: {exc}", file=sys.stderr)
+        return 2
+    if args.zap_encoder == "console":
+        use_console_encoder()
+    set_decision_log(args.decision_log or level == "debug")
+    ignored = ignored_upstream_flags(args)
+    if ignored:
+        log.warning("upstream picker flags without effect here: %s", ", ".join(ignored))
+    if args.pool_group != "inference.networking.k8s.io":
+        print(
+            f"smetric-epp: --pool-group={args.pool_group}: only InferencePool inference.networking.k8s.io/v1 "
+            "is supported",
+            file=sys.stderr,
+        )
         return 2
     if args.response_path not in ("inline", "observer"):
         print(
@@ -125,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return asyncio.run(serve(args))
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, TlsError, TokenizerLoadError) as exc:
         print(f"smetric-epp: {exc}", file=sys.stderr)
         return 2
 

@@ -141,6 +141,7 @@ class PickerFrontend:
             f"--hash-seed={spec.hash_seed}",
             f"--response-path={self.response_path}",
             "--log-level=warning",
+            "--secure-serving=false",  # the local Envoy speaks h2c to the picker
         ]
         await sup.start("picker", argv, env={"PYTHONHASHSEED": spec.hash_seed})
         await wait_grpc_serving(f"{HOST}:{health_port}", sup, self.startup_timeout_s, "picker")

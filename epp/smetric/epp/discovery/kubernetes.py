@@ -72,6 +72,12 @@ class KubeDiscovery:
         self._on_change: OnEndpoints | None = None
         self._selector_changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._listed: set[str] = set()  # which of the two listings has completed at least once
+
+    @property
+    def synced(self) -> bool:
+        """True once the pool and its pods have each been listed successfully (readiness)."""
+        return {"pool", "pods"} <= self._listed
 
     @property
     def endpoints(self) -> tuple[EndpointInfo, ...]:
@@ -84,7 +90,9 @@ class KubeDiscovery:
         pods_rv: str | None = None
         try:
             pool_rv = await self._list_pool()
+            self._listed.add("pool")
             pods_rv = await self._list_pods()
+            self._listed.add("pods")
         except Exception as exc:  # the loops below retry; start with what we have
             log.warning("initial listing of pool %s/%s failed: %s", self.namespace, self.pool_name, exc)
         self._publish(force=True)
@@ -142,6 +150,7 @@ class KubeDiscovery:
             try:
                 if rv is None:
                     rv = await lister()
+                    self._listed.add("pool" if lister == self._list_pool else "pods")
                     self._publish()
                 failures = 0
                 await watcher(rv)

@@ -135,6 +135,8 @@ class StaticDiscovery:
     def from_spec(cls, spec: str, kv_events_port: int = 5557) -> StaticDiscovery:
         return cls(parse_endpoints(spec, kv_events_port))
 
+    synced = True  # a fixed list is complete from the start (readiness)
+
     async def start(self, on_change: OnEndpoints) -> None:
         on_change(self._endpoints)
 

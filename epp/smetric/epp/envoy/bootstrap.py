@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 DEST_HEADER = "x-gateway-destination-endpoint"
+PRIMARY_HEADER = "x-smetric-destination-primary"  # ORIGINAL_DST needs one ip:port; DEST_HEADER carries the list
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 _LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
@@ -255,7 +256,7 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
             "circuit_breakers": CIRCUIT_BREAKERS,
             "connect_timeout": _secs(o.connect_timeout_s),
             "per_connection_buffer_limit_bytes": o.buffer_limit_bytes,
-            "original_dst_lb_config": {"use_http_header": True, "http_header_name": DEST_HEADER},
+            "original_dst_lb_config": {"use_http_header": True, "http_header_name": PRIMARY_HEADER},
         },
         _static_cluster("picker", o.picker_host, o.picker_port, o.connect_timeout_s, h2=True),
     ]

@@ -1,7 +1,12 @@
-"""grpc.health.v1 for the picker: SERVING only while at least one endpoint is ready.
+"""grpc.health.v1 for the picker, with the upstream picker's service names.
 
-Both the overall status ("") and the ext_proc service name report the same state; a periodic
-task refreshes it (and the ready/stale gauges) from the endpoint source. :func:`wait_serving` is
+As upstream (GIE ``cmd/epp/runner/health.go``): ``liveness`` is SERVING once the process serves
+(only a drain turns it off), so a pool whose engines are all loading or down never restarts the
+picker; ``readiness``, ``inference-extension`` (the upstream chart's probe service), the ext_proc
+service name and the overall status ``""`` are SERVING once endpoint discovery has synced (the
+first complete listing of the pool and its pods; a static ``--endpoints`` list is synced at once),
+whether or not any endpoint is ready (with none the picker answers 503). A periodic task refreshes
+the states and the ready/stale gauges. :func:`wait_serving` is
 the client side: what launchers, benchmarks and tests use to wait for a picker to be ready.
 """
 
@@ -18,6 +23,10 @@ from smetric.epp.contracts import EndpointSource
 from smetric.epp.obs.metrics import PickerMetrics
 
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+LIVENESS_SERVICE = "liveness"
+READINESS_SERVICE = "readiness"
+INFERENCE_EXTENSION_SERVICE = "inference-extension"
+READY_SERVICES: tuple[str, ...] = ("", EXT_PROC_SERVICE, READINESS_SERVICE, INFERENCE_EXTENSION_SERVICE)
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -29,11 +38,13 @@ class HealthReporter:
         metrics: PickerMetrics,
         is_stale: Callable[[str], bool],
         interval_s: float = 1.0,
+        synced: Callable[[], bool] = lambda: True,
     ) -> None:
         self.servicer = health.aio.HealthServicer()
         self._source = source
         self._metrics = metrics
         self._is_stale = is_stale
+        self._synced = synced
         self._interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
         self._draining = False
@@ -42,11 +53,11 @@ class HealthReporter:
         endpoints = self._source.ready_endpoints()
         self._metrics.ready_endpoints.set(len(endpoints))
         self._metrics.stale_endpoints.set(sum(1 for e in endpoints if self._is_stale(e.address)))
-        serving = bool(endpoints) and not self._draining
-        status = SERVING if serving else NOT_SERVING
-        for name in ("", EXT_PROC_SERVICE):
-            await self.servicer.set(name, status)
-        return serving
+        ready = self._synced() and not self._draining
+        for name in READY_SERVICES:
+            await self.servicer.set(name, SERVING if ready else NOT_SERVING)
+        await self.servicer.set(LIVENESS_SERVICE, NOT_SERVING if self._draining else SERVING)
+        return ready
 
     async def _loop(self) -> None:
         while True:

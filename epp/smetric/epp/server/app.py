@@ -41,6 +41,7 @@ def build_picker(
         pd_router=pd_router,
         saturation=Saturation(cfg.saturation.queueDepthThreshold, cfg.saturation.kvCacheUtilThreshold),
         staleness_s=staleness_s,
+        global_fetch_s_per_token=params.global_fetch_s_per_token,
     )
 
 
@@ -55,8 +56,10 @@ class PickerServer:
         host: str = "0.0.0.0",
         grpc_port: int = 9002,
         health_port: int | None = 9003,
+        tls_key_pair: tuple[bytes, bytes] | None = None,
     ) -> None:
         self.servicer = servicer
+        self.tls_key_pair = tls_key_pair  # (key PEM, cert PEM): ext_proc over TLS; None = h2c
         self.health = health
         self.host = host
         self.grpc_port = grpc_port
@@ -69,7 +72,7 @@ class PickerServer:
         options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
         server = grpc.aio.server(options=options)
         ep_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
-        self.grpc_port = _bind(server, self.host, self.grpc_port)
+        self.grpc_port = _bind(server, self.host, self.grpc_port, self.tls_key_pair)
         if self.health is not None and self.health_port is not None:
             hs = grpc.aio.server(options=options)
             health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, hs)
@@ -93,9 +96,15 @@ class PickerServer:
             self._health_server = None
 
 
-def _bind(server: grpc.aio.Server, host: str, port: int) -> int:
+def _bind(
+    server: grpc.aio.Server, host: str, port: int, tls_key_pair: tuple[bytes, bytes] | None = None
+) -> int:
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if tls_key_pair is None:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        else:
+            credentials = grpc.ssl_server_credentials([tls_key_pair])
+            bound = server.add_secure_port(f"{host}:{port}", credentials)
     except RuntimeError as exc:
         raise RuntimeError(f"cannot listen on {host}:{port}: {exc}") from None
     if bound == 0:

@@ -12,7 +12,10 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 MAX_CHUNK_BYTES = 62_000
-DEST_HEADER = "x-gateway-destination-endpoint"
+DEST_HEADER = "x-gateway-destination-endpoint"  # primary + fallbacks, the same list as the envoy.lb metadata
+# The primary alone, for proxies that route on one ip:port header (Envoy ORIGINAL_DST use_http_header):
+# protocol 004 (GIE PR #761) puts the whole comma-separated list in both the header and the metadata.
+PRIMARY_HEADER = "x-smetric-destination-primary"
 SERVED_KEY = "x-gateway-destination-endpoint-served"
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"

@@ -42,6 +42,7 @@ from smetric.epp.server.decide import Pick, Picker
 from smetric.epp.server.stream import StreamState
 
 log = logging.getLogger("smetric.epp")
+decision_log = logging.getLogger("smetric.epp.decisions")  # one line per decision, off by default
 
 Responses = Sequence[ep.ProcessingResponse]
 _NOTHING: Responses = ()
@@ -231,23 +232,27 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         m.decision_latency.observe(time.perf_counter() - t0)
         m.decisions.labels(policy=pick.policy, reason=pick.reason).inc()
         m.endpoint_local_hit.labels(endpoint=pick.ledger_address).set(pick.local_hit_tokens)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
+        if decision_log.isEnabledFor(logging.INFO):  # --decision-log / SIGUSR1 (obs.logging)
+            decision_log.info(
                 "routed",
                 extra={
                     "request_id": h.request_id,
+                    "reason": pick.reason,
+                    "policy": pick.policy,
                     "destination": pick.destination,
                     "prefill": pick.prefill,
-                    "reason": pick.reason,
+                    "ranked": [pick.destination, *pick.fallbacks],  # the policy's order (best first)
+                    "cost_s": round(pick.cost_s, 6),
                     "prompt_tokens": view.prompt_tokens,
-                    "turn": view.turn,
+                    "uncached_tokens": pick.uncached_tokens,
                     "local_hit_tokens": pick.local_hit_tokens,
+                    "turn": view.turn,
                 },
             )
         return pick
 
     def _route_header_values(self, st: StreamState, pick: Pick, body_len: int | None) -> dict[str, str]:
-        values = {msgs.DEST_HEADER: pick.destination}
+        values = {msgs.DEST_HEADER: ",".join(self._addresses(pick)), msgs.PRIMARY_HEADER: pick.destination}
         if body_len is not None:
             values["content-length"] = str(body_len)
         if pick.prefill:
