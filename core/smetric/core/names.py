@@ -7,6 +7,7 @@ POLICY_NAMES: tuple[str, ...] = (
     "smetric-basic",
     "smetric-overload",
     "smetric-slo-tokens",
+    "smetric-tiered",
     "lmetric",
     "bailian",
     "load-balance",
@@ -17,7 +18,7 @@ POLICY_NAMES: tuple[str, ...] = (
     "round-robin",
     "random",
 )
-BASELINE_POLICIES: tuple[str, ...] = POLICY_NAMES[4:]
+BASELINE_POLICIES: tuple[str, ...] = tuple(n for n in POLICY_NAMES if not n.startswith("smetric"))
 ABLATION_POLICIES: tuple[str, ...] = ("smetric-basic", "smetric-overload", "smetric-slo-tokens", "smetric")
 
 MODES: tuple[str, ...] = ("colocated", "disaggregated")

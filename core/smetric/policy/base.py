@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from smetric.core.costmodel import CostModel
-from smetric.core.presets import PRESETS
+from smetric.core.presets import PRESETS, get_preset
 from smetric.core.slo import SloConfig
 from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy.tiered_params import TieredParams
 
 Mode = Literal["colocated", "disaggregated"]
 
@@ -31,7 +32,7 @@ class DecodeStepModel:
 
     @staticmethod
     def from_preset_name(name: str) -> DecodeStepModel:
-        p = PRESETS[name]
+        p = get_preset(name)  # a base preset or a variant (kv=fp8, tp=2, ...)
         bw = p.hbm_bytes_s * p.hbm_efficiency
         # MoE decode touches only the active experts' weights at small batch; use active params.
         weight_bytes = p.model.active_params_b * 1e9 * p.model.weight_bytes_per_param
@@ -64,6 +65,8 @@ class PolicyParams:
     # SMetric ``meets`` with a global KV tier (opt-in, see smetric.policy.smetric): seconds to load
     # one token's KV from the global tier; None = local hits only (algorithms.md as written).
     global_fetch_s_per_token: float | None = None
+    # smetric-tiered's mechanism switches and its two own parameters (smetric.policy.tiered_params)
+    tiered: TieredParams = field(default_factory=TieredParams)
 
     def __post_init__(self) -> None:
         """Reject values no policy can use (the same ranges ``params_from_mapping`` enforces)."""

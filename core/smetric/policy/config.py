@@ -25,7 +25,13 @@ key                         meaning                         constraint / default
 ``seed``                    random policy seed              default 0
 ``sessionTableSize``        llmd-session LRU bound          >= 1, default 65536
 ``globalFetchSPerToken``    global-tier KV load s/token     >= 0, default none (local only)
+``tiered``                 smetric-tiered switches         object, see below
 ==========================  ==============================  ================================
+
+``tiered`` (smetric-tiered, :mod:`smetric.policy.tiered_params`): ``globalAware``,
+``costAwareMigration``, ``nodeLocal``, ``footprint`` (booleans, default true),
+``nodeLocalFetchSPerToken`` (>= 0 or null, default null = NIC rate), ``footprintWindowS``
+(> 0, default 30).
 
 Explicit keys override what the preset derives (e.g. ``preset`` + ``tpotSloS`` changes only
 the TPOT SLO). Without ``preset`` the defaults are those of :class:`PolicyParams`
@@ -64,6 +70,22 @@ class _DecodeStepIn(BaseModel):
     per_kv_token_s: float = Field(ge=0, validation_alias=_key("perKvTokenS", "per_kv_token_s"))
 
 
+class _TieredIn(BaseModel):
+    model_config = _CONFIG
+    global_aware: bool | None = Field(None, validation_alias=_key("globalAware", "global_aware"))
+    cost_aware_migration: bool | None = Field(
+        None, validation_alias=_key("costAwareMigration", "cost_aware_migration")
+    )
+    node_local: bool | None = Field(None, validation_alias=_key("nodeLocal", "node_local"))
+    footprint: bool | None = None
+    node_local_fetch_s_per_token: float | None = Field(
+        None, ge=0, validation_alias=_key("nodeLocalFetchSPerToken", "node_local_fetch_s_per_token")
+    )
+    footprint_window_s: float | None = Field(
+        None, gt=0, validation_alias=_key("footprintWindowS", "footprint_window_s")
+    )
+
+
 class _ParamsIn(BaseModel):
     model_config = _CONFIG
     preset: str | None = None
@@ -98,6 +120,7 @@ class _ParamsIn(BaseModel):
     global_fetch_s_per_token: float | None = Field(
         None, ge=0, validation_alias=_key("globalFetchSPerToken", "global_fetch_s_per_token")
     )
+    tiered: _TieredIn | None = None
 
 
 _SCALARS = (
@@ -167,7 +190,11 @@ def params_from_mapping(mapping: Mapping[str, object] | None) -> PolicyParams:
         decode_step = DecodeStepModel(
             base_s=data.decode_step.base_s, per_kv_token_s=data.decode_step.per_kv_token_s
         )
-    return replace(params, slo=slo, cost_model=cost_model, decode_step=decode_step, **scalars)
+    tiered = params.tiered
+    if data.tiered is not None:
+        given = {k: v for k, v in data.tiered.model_dump().items() if v is not None}
+        tiered = replace(tiered, **given)
+    return replace(params, slo=slo, cost_model=cost_model, decode_step=decode_step, tiered=tiered, **scalars)
 
 
 def fetch_s_per_token(kv_bytes_per_token: float, link_gbit_s: float) -> float:

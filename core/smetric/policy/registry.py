@@ -25,6 +25,7 @@ from smetric.policy.smetric import SMetric
 from smetric.policy.smetric_basic import SMetricBasic
 from smetric.policy.smetric_overload import SMetricOverload
 from smetric.policy.smetric_slo_tokens import SMetricSloTokens
+from smetric.policy.smetric_tiered import SMetricTiered
 
 Factory = Callable[[PolicyParams], Policy]
 
@@ -34,6 +35,7 @@ FACTORIES: Mapping[str, Factory] = MappingProxyType(
         "smetric-basic": SMetricBasic,
         "smetric-overload": SMetricOverload,
         "smetric-slo-tokens": SMetricSloTokens,
+        "smetric-tiered": SMetricTiered,
         "lmetric": LMetric,
         "bailian": Bailian,
         "load-balance": LoadBalance,
