@@ -13,46 +13,140 @@ Model
     about 1.3 M tokens, a dozen median agent prompts;
   - ``full``: unbounded ("fully provisioned": the paper's testbed store caches nearly all
     ongoing sessions, §5.1).
-* Bandwidth: each node has one NIC of ``nic_gbit_s`` (default 200 Gb/s: the paper testbed's RDMA
-  NICs, §5.1), shared by the instances on that node (8 GPUs per server in the testbed, so
-  ``8 // gpus_per_instance`` instances per node). Loads into a node are served FIFO on its link
-  (a request's load starts when the previous one on that node finished): deterministic, and the
-  completion time is known when the load starts. All loads are charged to the NIC (a conservative
+* Transfer path (:class:`GlobalPath`; ``None`` = the old line-rate model: loads at NIC speed,
+  free writes, no lookup cost, asynchronous loads). With a path, a load of ``b`` bytes started at
+  ``s`` by an instance on node ``n`` ends at::
+
+      max(s + b / (load_rate_per_gpu x gpus_per_instance),   # what LMCache + Mooncake achieve
+          node_link[n] := max(node_link[n], s) + b / nic,      # the node's NIC, shared
+          store      := max(store, s) + b / store_total)       # source side, all store nodes
+
+  Each shared resource is a backlog of bytes at its capacity (work-conserving, O(1) per
+  transfer): a lone load runs at the per-GPU rate, concurrent loads on one node or in the whole
+  cluster queue behind each other once they exceed the NIC or the store's source bandwidth.
+  Write-back (``write_back=True``): every block written to the tier is charged to the writer
+  node's link and to the store, like a load (it is asynchronous for the engine: LMCache's remote
+  put runs in the background). By symmetry of Mooncake's spread placement, a node's NIC carries
+  on average its own loads plus its share of everyone's writes, i.e. its own writes.
+* Load mode: ``sync`` -- the load stalls the engine's whole batch (LMCache's vLLM connector
+  returns ``load_async=False`` from ``get_num_new_matched_tokens`` and retrieves in
+  ``start_load_kv`` before the forward pass, request after request); ``async`` -- only the
+  request waits (vLLM's ``WAITING_FOR_REMOTE_KVS``), the batch keeps running. Lookup latency
+  (``lookup_s``) is charged per admitted request to the scheduler step (vLLM asks the connector
+  synchronously in both modes). The engine side is in :mod:`smetric.engine.scheduler`.
+* Nodes: ``8 // gpus_per_instance`` instances per 8-GPU node (paper §5.1), one NIC of
+  ``nic_gbit_s`` per node (200 Gb/s RDMA, §5.1); all loads are charged to the NIC (a conservative
   simplification: Mooncake spreads segments over nodes, so some reads are node-local).
-* Writes (write-through) are asynchronous in LMCache and are not charged to the link.
+* Defaults and their sources: :data:`CALIBRATED` and ``docs/simulator.md`` ("Global tier").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from smetric.core.presets import InstancePreset
-from smetric.engine.prefix_cache import BlockCache, Piece
+from smetric.engine.prefix_cache import BlockCache, Piece, count_blocks
 
 GlobalTierKind = Literal["none", "small", "full"]
 GLOBAL_TIER_KINDS: tuple[str, ...] = ("none", "small", "full")
 SMALL_TIER_BYTES = 128e9  # paper §5.3: smallest evaluated global store
 DEFAULT_NIC_GBIT_S = 200.0  # paper §5.1: 200 Gbps RDMA NICs
 GPUS_PER_NODE = 8  # paper §5.1: servers with eight H20 GPUs
+LoadMode = Literal["sync", "async"]
+LOAD_MODES: tuple[str, ...] = ("sync", "async")
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalPath:
+    """How a global-tier transfer is timed. ``None`` rates mean "not a limit"."""
+
+    load_gbit_s_per_gpu: float | None = 60.0
+    store_gbit_s_per_node: float | None = 200.0
+    lookup_s: float = 0.002
+    write_back: bool = True
+    load_mode: str = "sync"
+
+    def __post_init__(self) -> None:
+        for what, v in (("load", self.load_gbit_s_per_gpu), ("store", self.store_gbit_s_per_node)):
+            if v is not None and not (math.isfinite(v) and v > 0):
+                raise ValueError(f"global {what} bandwidth must be a positive number or None, got {v}")
+        if not (math.isfinite(self.lookup_s) and self.lookup_s >= 0):
+            raise ValueError(f"global lookup latency must be >= 0, got {self.lookup_s}")
+        if self.load_mode not in LOAD_MODES:
+            raise ValueError(
+                f"global load mode must be one of {', '.join(LOAD_MODES)}, got {self.load_mode!r}"
+            )
+
+
+# LMCache + Mooncake as measured upstream (docs/simulator.md, "Global tier", has the figures):
+# 60 Gb/s = 7.5 GB/s per GPU (Mooncake PR #3643: ~7-8 GB/s end to end through a vLLM KV connector
+# on a 196 Gb/s link; LMCache PRs #3018 / #3172: 6.4 / ~10 GB/s), source side = one 200 Gb/s
+# NIC per store node (paper §5.1), lookup 2 ms (LMCache PR #934: "1-2ms"), write-back charged,
+# synchronous loads (LMCache's connector: load_async=False, LMCache issues #985, #1033).
+CALIBRATED = GlobalPath()
+# The previous model: line-rate loads, free writes and lookups, the batch never stalls.
+LINE_RATE = GlobalPath(None, None, 0.0, False, "async")
 
 
 class GlobalTier:
-    """The global tier's content and the per-node transfer links."""
+    """The global tier's content and the transfer links (per node, and the store's source side)."""
 
-    __slots__ = ("_cache", "_link_free_s", "block_bytes", "bytes_loaded", "loads", "nic_bytes_s")
+    __slots__ = (
+        "_cache",
+        "_link_free_s",
+        "_store_free_s",
+        "block_bytes",
+        "bytes_loaded",
+        "bytes_written",
+        "load_bytes_s",
+        "loads",
+        "nic_bytes_s",
+        "path",
+        "store_bytes_s",
+    )
 
     def __init__(
-        self, capacity_blocks: int | None, block_bytes: float, nic_bytes_s: float, n_nodes: int
+        self,
+        capacity_blocks: int | None,
+        block_bytes: float,
+        nic_bytes_s: float,
+        n_nodes: int,
+        path: GlobalPath | None = None,
+        gpus_per_instance: int = 1,
     ) -> None:
-        if nic_bytes_s <= 0 or block_bytes <= 0 or n_nodes <= 0:
-            raise ValueError("global tier needs positive block_bytes, nic_bytes_s and n_nodes")
+        if nic_bytes_s <= 0 or block_bytes <= 0 or n_nodes <= 0 or gpus_per_instance <= 0:
+            raise ValueError("global tier needs positive block_bytes, nic_bytes_s, n_nodes and gpus")
         self._cache = BlockCache(capacity_blocks)
         self.block_bytes = block_bytes
         self.nic_bytes_s = nic_bytes_s
+        self.path = path if path is not None else LINE_RATE
+        p = self.path
+        # per-instance load rate (every GPU of a TP instance loads its own shard of the KV)
+        self.load_bytes_s = (
+            math.inf
+            if p.load_gbit_s_per_gpu is None
+            else p.load_gbit_s_per_gpu * 1e9 / 8.0 * gpus_per_instance
+        )
+        self.store_bytes_s = (
+            math.inf if p.store_gbit_s_per_node is None else p.store_gbit_s_per_node * 1e9 / 8.0 * n_nodes
+        )
         self._link_free_s = [0.0] * n_nodes
+        self._store_free_s = 0.0
         self.bytes_loaded = 0.0
+        self.bytes_written = 0.0
         self.loads = 0
+
+    @property
+    def synchronous(self) -> bool:
+        """A load stalls the loading instance's whole batch (LMCache's default connector)."""
+        return self.path.load_mode == "sync"
+
+    @property
+    def lookup_s(self) -> float:
+        return self.path.lookup_s
 
     @property
     def capacity_blocks(self) -> int | None:
@@ -65,27 +159,49 @@ class GlobalTier:
     def match(self, pieces: Sequence[Piece], max_blocks: int | None = None) -> int:
         return self._cache.match(pieces, max_blocks)
 
-    def write(self, pieces: Sequence[Piece]) -> None:
-        """Write-through of computed blocks (already-present ones are refreshed in the LRU)."""
+    def write(self, pieces: Sequence[Piece], node: int = -1, now_s: float = 0.0) -> None:
+        """Write-through of computed blocks (already-present ones are refreshed in the LRU).
+
+        With ``path.write_back`` and a ``node``, the written bytes occupy that node's link and the
+        store's source side from ``now_s`` (asynchronously: nobody waits for them)."""
         self._cache.insert(pieces)
         self._cache.touch(pieces)  # one LRU stamp for the whole write (segments coalesce)
+        if node >= 0 and self.path.write_back and pieces:
+            nbytes = count_blocks(pieces) * self.block_bytes
+            self._occupy(node, nbytes, now_s)
+            self.bytes_written += nbytes
+
+    def _occupy(self, node: int, nbytes: float, start_s: float) -> float:
+        """Add ``nbytes`` to the node link's and the store's backlogs; when both have drained."""
+        link = max(self._link_free_s[node], start_s) + nbytes / self.nic_bytes_s
+        self._link_free_s[node] = link
+        if self.store_bytes_s < math.inf:
+            self._store_free_s = max(self._store_free_s, start_s) + nbytes / self.store_bytes_s
+            return max(link, self._store_free_s)
+        return link
 
     def load(self, node: int, n_blocks: int, now_s: float, pieces: Sequence[Piece] = ()) -> float:
-        """Start loading ``n_blocks`` into an instance on ``node``; returns when the load ends."""
+        """Start loading ``n_blocks`` into an instance on ``node`` at ``now_s``; returns when the
+        load ends (own rate, node link and store backlogs; see the module docstring)."""
         if n_blocks <= 0:
             return now_s
         if pieces:
             self._cache.touch(pieces)
         nbytes = n_blocks * self.block_bytes
-        start = max(now_s, self._link_free_s[node])
-        end = start + nbytes / self.nic_bytes_s
-        self._link_free_s[node] = end
+        end = self._occupy(node, nbytes, now_s)
+        if self.load_bytes_s < math.inf:
+            end = max(end, now_s + nbytes / self.load_bytes_s)
         self.bytes_loaded += nbytes
         self.loads += 1
         return end
 
     def link_free_s(self, node: int) -> float:
+        """When the node's link backlog (loads and write-back) drains."""
         return self._link_free_s[node]
+
+    def store_free_s(self) -> float:
+        """When the store's source-side backlog drains (0 when the store is not a limit)."""
+        return self._store_free_s
 
 
 def instances_per_node(preset: InstancePreset) -> int:
@@ -98,8 +214,12 @@ def make_global_tier(
     n_instances: int,
     block_tokens: int,
     nic_gbit_s: float = DEFAULT_NIC_GBIT_S,
+    path: GlobalPath | None = None,
 ) -> GlobalTier | None:
-    """Build the tier for ``kind`` in :data:`GLOBAL_TIER_KINDS` (``none`` returns ``None``)."""
+    """Build the tier for ``kind`` in :data:`GLOBAL_TIER_KINDS` (``none`` returns ``None``).
+
+    ``path``: how transfers are timed; ``None`` keeps the line-rate model (:data:`LINE_RATE`);
+    the simulator passes :data:`CALIBRATED` unless told otherwise."""
     if kind not in GLOBAL_TIER_KINDS:
         raise ValueError(f"unknown global tier {kind!r}; choose one of {', '.join(GLOBAL_TIER_KINDS)}")
     if kind == "none":
@@ -108,4 +228,4 @@ def make_global_tier(
     capacity = None if kind == "full" else int(SMALL_TIER_BYTES // block_bytes)
     per_node = instances_per_node(preset)
     n_nodes = max(1, -(-n_instances // per_node))
-    return GlobalTier(capacity, block_bytes, nic_gbit_s * 1e9 / 8.0, n_nodes)
+    return GlobalTier(capacity, block_bytes, nic_gbit_s * 1e9 / 8.0, n_nodes, path, max(1, preset.n_gpus))

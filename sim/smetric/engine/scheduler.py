@@ -9,8 +9,11 @@ Scheduling (at every step boundary, like vLLM V1's ``Scheduler.schedule``):
    tokens), so a running request never runs out of KV. A full hit is capped at ``prompt - 1``
    tokens (vLLM always recomputes the last prompt token).
 2. Global tier: the part of the prompt beyond the local hit that the global tier holds is loaded
-   over the node's NIC first (the request waits in ``loading``, like vLLM's
-   ``WAITING_FOR_REMOTE_KVS``); then it prefills only the rest.
+   first, then the request prefills only the rest. Each admission costs the tier's lookup
+   latency in the scheduler. Synchronous tier (LMCache's vLLM connector, the default): the load
+   runs before the step's forward pass and stalls the whole batch. Asynchronous tier: the
+   request waits in ``loading`` (vLLM's ``WAITING_FOR_REMOTE_KVS``) while the batch runs on.
+   Timing of a load (per-GPU rate, node link, store side): :mod:`smetric.engine.global_tier`.
 3. Step composition: every decoding request takes one token of the ``max_num_batched_tokens``
    budget, then prefill chunks fill the rest FCFS.
 
@@ -277,12 +280,19 @@ class Instance:
             self._seg_steps = j
             self._seg_end = self._seg_start + j * self._seg_dt
 
-    def _admit(self, t: float) -> None:
+    def _admit(self, t: float) -> float:
+        """Admit waiting requests at ``t``; returns when the engine can start the step.
+
+        Every admission asks the global tier first (``lookup_s``, synchronous in vLLM's scheduler).
+        A synchronous tier (LMCache's connector) then loads the request's global hit before the
+        forward pass, stalling the whole batch; an asynchronous one parks the request in
+        ``loading`` while the batch runs on."""
         cfg, cache, gt = self.config, self.cache, self.global_tier
         bt = cfg.block_tokens
+        busy = t
         while self._waiting:
             if len(self._prefill) + len(self._decode) + len(self._loading) >= cfg.max_num_seqs:
-                return
+                return busy
             r = self._waiting[0]
             spec = r.spec
             cap = min((spec.prompt_tokens - 1) // bt, r.n_blocks)
@@ -294,7 +304,7 @@ class Instance:
             if not cache.reserve(need):
                 if hit:
                     cache.unpin(hit, restamp=False)
-                return
+                return busy
             self._waiting.popleft()
             r.admitted_s = t
             r.local_blocks, r.reserved, r.pinned = lb, need, hit
@@ -302,18 +312,27 @@ class Instance:
             extra = gb - lb if gb > lb else 0
             r.global_blocks = extra
             r.done_tokens = (lb + extra) * bt
+            if gt is not None:
+                busy += gt.lookup_s
             if gt is not None and extra > 0:
-                ready = gt.load(cfg.node, extra, t, slice_blocks(spec.prompt_pieces, lb, gb))
-                r.phase = _LOADING
-                self._seq += 1
-                heapq.heappush(self._loading, (ready, self._seq, r))
+                pieces = slice_blocks(spec.prompt_pieces, lb, gb)
+                if gt.synchronous:
+                    busy = gt.load(cfg.node, extra, busy, pieces)
+                    r.phase, r.loaded_s = _PREFILL, busy
+                    self._prefill.append(r)
+                else:
+                    ready = gt.load(cfg.node, extra, busy, pieces)
+                    r.phase = _LOADING
+                    self._seq += 1
+                    heapq.heappush(self._loading, (ready, self._seq, r))
             else:
                 r.phase, r.loaded_s = _PREFILL, t
                 self._prefill.append(r)
+        return busy
 
     def _schedule(self, t: float) -> None:
         self.now_s = t
-        self._admit(t)
+        stall = self._admit(t) - t  # lookups and synchronous global-tier loads
         decodes = self._decode
         n_dec = len(decodes)
         dec_ctx = 0
@@ -338,11 +357,11 @@ class Instance:
             self._seg_chunks = chunks
             self._kind = _STEP
             self._seg_steps = 1
-            self._seg_dt = model.step_s(n_dec, dec_ctx, n_pre, pre_ctx, cost)
+            self._seg_dt = stall + model.step_s(n_dec, dec_ctx, n_pre, pre_ctx, cost)
             self._seg_end = t + self._seg_dt
         elif decodes:
             k = min(r.spec.output_tokens - r.decoded for r in decodes)
-            total = model.decode_stretch_s(n_dec, dec_ctx, k)
+            total = stall + model.decode_stretch_s(n_dec, dec_ctx, k)
             self._seg_chunks = []
             self._kind = _STRETCH
             self._seg_steps = k
@@ -386,7 +405,7 @@ class Instance:
             r.reserved -= nb - lb
             cache.insert(slice_blocks(spec.prompt_pieces, lb, nb), pin=True)
             if gt is not None and nb > lb + r.global_blocks:
-                gt.write(slice_blocks(spec.prompt_pieces, lb + r.global_blocks, nb))
+                gt.write(slice_blocks(spec.prompt_pieces, lb + r.global_blocks, nb), self.config.node, t)
         r.pinned = slice_blocks(spec.prompt_pieces, 0, nb)
         out.append(EngineEvent("first_token", t, spec, self.name, self._timing(r, _NAN)))
         if not self.config.decode or spec.output_tokens <= 1:
@@ -403,7 +422,7 @@ class Instance:
             produced = slice_blocks(spec.output_pieces, 0, r.reserved)
             cache.insert(produced)
             if self.global_tier is not None:
-                self.global_tier.write(produced)
+                self.global_tier.write(produced, self.config.node, t)
         r.reserved = 0
         if r.pinned:
             cache.unpin(r.pinned)

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from smetric.core.names import MODES, POLICY_NAMES
-from smetric.core.presets import PRESETS
-from smetric.engine.global_tier import GLOBAL_TIER_KINDS
+from smetric.core.presets import GPUS, KV_DTYPES, PRESETS, get_preset
+from smetric.engine.global_tier import GLOBAL_TIER_KINDS, LOAD_MODES
 from smetric.policy import known_policies
 from smetric.sim.report import plot, results_table
 from smetric.sim.simulator import RunResult, SimConfig
@@ -92,7 +92,42 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--nic-gbit-s", type=float, default=200.0, help="per-node NIC bandwidth for global-tier loads"
     )
+    g = p.add_argument_group("global tier path (defaults: LMCache + Mooncake as measured; docs/simulator.md)")
+    g.add_argument(
+        "--global-load-gbit-s",
+        type=float,
+        default=60.0,
+        help="per-GPU load throughput LMCache+Mooncake achieve, Gb/s (default 60 = 7.5 GB/s; "
+        "0 = no per-GPU limit, i.e. NIC line rate)",
+    )
+    g.add_argument(
+        "--global-store-gbit-s",
+        type=float,
+        default=200.0,
+        help="source-side bandwidth per store node, Gb/s, shared by all readers and writers (0 = unlimited)",
+    )
+    g.add_argument("--global-lookup-ms", type=float, default=2.0, help="lookup latency per admitted request")
+    g.add_argument(
+        "--global-load-mode",
+        choices=LOAD_MODES,
+        default="sync",
+        help="sync: a load stalls the instance's whole batch (LMCache's vLLM connector); async: only the request",
+    )
+    g.add_argument(
+        "--no-global-write-back",
+        action="store_true",
+        help="do not charge the write-back of computed KV to the links",
+    )
     p.add_argument("--preset", choices=sorted(PRESETS), default="qwen3-30b-h20")
+    d = p.add_argument_group("deployment variant of the preset")
+    d.add_argument(
+        "--kv-dtype", choices=sorted(KV_DTYPES), default="bf16", help="KV cache dtype (vLLM --kv-cache-dtype)"
+    )
+    d.add_argument(
+        "--tp", type=int, default=None, help="tensor-parallel GPUs per instance (default: the preset's)"
+    )
+    d.add_argument("--gpu", choices=sorted(GPUS), default=None, help="GPU kind (default: the preset's)")
+    d.add_argument("--hbm-gb", type=float, default=None, help="HBM per GPU in GB (keeps the GPU's compute)")
     p.add_argument("--slack", type=float, default=1.0, help="SMetric SLACK")
     p.add_argument("--hit-ratio", type=float, default=0.5, help="SMetric HIT_RATIO")
     p.add_argument(
@@ -150,6 +185,15 @@ def _spec(a: argparse.Namespace) -> SweepSpec:
         slack=a.slack,
         hit_ratio=a.hit_ratio,
         nic_gbit_s=a.nic_gbit_s,
+        global_load_gbit_s=a.global_load_gbit_s or None,
+        global_store_gbit_s=a.global_store_gbit_s or None,
+        global_lookup_s=a.global_lookup_ms / 1e3,
+        global_write_back=not a.no_global_write_back,
+        global_load_mode=a.global_load_mode,
+        kv_dtype=a.kv_dtype,
+        tp=a.tp,
+        gpu=a.gpu,
+        hbm_gb=a.hbm_gb,
         global_aware_slo=not a.local_only_slo_check,
         warmup_s=a.warmup_s if a.warmup_s is not None else (QUICK_WARMUP_S if quick else 3600.0),
         measure_s=a.measure_s if a.measure_s is not None else (QUICK_MEASURE_S if quick else 3600.0),
@@ -159,7 +203,7 @@ def _spec(a: argparse.Namespace) -> SweepSpec:
     if a.base_rate <= 0 or not math.isfinite(a.base_rate):
         raise ValueError("--base-rate must be a positive number")
     trace = a.trace or default_trace()
-    work = WorkloadSpec(str(trace), a.preset, not a.no_shared_system_prompt, subsample, a.seed)
+    work = WorkloadSpec(str(trace), sim.preset_name, not a.no_shared_system_prompt, subsample, a.seed)
     return SweepSpec(work, sim, policies, rates, a.base_rate)
 
 
@@ -175,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim = spec.sim
     console.print(
         f"trace {work.trace_name}: {len(work)} requests, {work.n_families} families, "
-        f"{work.n_dropped} over the {work.max_tokens}-token limit (dropped); {sim.instances} x {sim.preset}, "
+        f"{work.n_dropped} over the {work.max_tokens}-token limit (dropped); {sim.instances} x {sim.preset_name}, "
         f"{sim.mode}, global tier {sim.global_tier}; base rate {spec.base_families_per_s:.4f} families/s"
     )
     results: list[RunResult] = []
@@ -199,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ordered = run_sweep(spec, args.workers, done)
     rows = [r.to_dict() for r in ordered]
     title = (
-        f"{work.trace_name}: {sim.instances} x {sim.preset}, {sim.mode}, global tier {sim.global_tier}, "
+        f"{work.trace_name}: {sim.instances} x {sim.preset_name}, {sim.mode}, global tier {sim.global_tier}, "
         f"base {spec.base_families_per_s:.4f} families/s"
     )
     out = Console()
@@ -216,6 +260,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "preset": sim.preset,
             "global_tier": sim.global_tier,
             "nic_gbit_s": sim.nic_gbit_s,
+            "global_load_gbit_s": sim.global_load_gbit_s,
+            "global_store_gbit_s": sim.global_store_gbit_s,
+            "global_lookup_s": sim.global_lookup_s,
+            "global_write_back": sim.global_write_back,
+            "global_load_mode": sim.global_load_mode,
+            "preset_variant": sim.preset_name,
+            "kv_dtype": sim.kv_dtype,
+            "tp": get_preset(sim.preset_name).n_gpus,
+            "hbm_gb_per_gpu": get_preset(sim.preset_name).gpu.hbm_gb,
             "slack": sim.slack,
             "hit_ratio": sim.hit_ratio,
             "global_aware_slo": sim.global_aware_slo,
@@ -225,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seed": sim.seed,
             "base_families_per_s": spec.base_families_per_s,
             "base_families_per_s_per_32_instances": spec.base_families_per_s_per_32,
-            "max_request_tokens": max_request_tokens(PRESETS[sim.preset]),
+            "max_request_tokens": max_request_tokens(get_preset(sim.preset_name)),
             "decode_simulated": sim.mode == "colocated",
         },
         "trace": {

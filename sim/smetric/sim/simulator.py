@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from smetric.core.presets import InstancePreset, get_preset
+from smetric.core.presets import InstancePreset, get_preset, variant_name
 from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
-from smetric.engine.global_tier import instances_per_node
+from smetric.engine.global_tier import GlobalPath, instances_per_node
 from smetric.policy import DecodeStepModel, PolicyParams, Router, fetch_s_per_token, make_policy
 from smetric.sim.metrics import LoadTracker, summarise
 from smetric.sim.view import RouterView
@@ -49,6 +49,22 @@ class SimConfig:
     slack: float = 1.0
     hit_ratio: float = 0.5
     nic_gbit_s: float = 200.0
+    # Calibrated global path (docs/simulator.md "Global tier", sources there). Per-GPU load
+    # throughput LMCache + Mooncake achieve (None = no per-GPU limit: NIC line rate); source-side
+    # bandwidth per store node (None = unlimited); lookup latency per admitted request; whether
+    # computed KV written to the tier occupies the links; sync = a load stalls the whole batch.
+    global_load_gbit_s: float | None = 60.0
+    global_store_gbit_s: float | None = 200.0
+    global_lookup_s: float = 0.002
+    global_write_back: bool = True
+    global_load_mode: str = "sync"
+    # Deployment variant of ``preset`` (smetric.core.presets.variant_name): KV cache dtype
+    # (bf16 | fp8), tensor-parallel GPUs per instance (None = the preset's), GPU kind
+    # (h20 | h20-3e | h200, None = the preset's) and HBM per GPU override in GB.
+    kv_dtype: str = "bf16"
+    tp: int | None = None
+    gpu: str | None = None
+    hbm_gb: float | None = None
     # SMetric's SLO check credits the global tier (a migrated session is reloaded over the NIC,
     # paper §4.2); off = algorithms.md's literal local-hit-only check. Ignored without a tier.
     global_aware_slo: bool = True
@@ -63,7 +79,29 @@ class SimConfig:
             raise ValueError("instances must be >= 1")
         if self.mode not in ("colocated", "disaggregated"):
             raise ValueError(f"mode must be colocated or disaggregated, got {self.mode!r}")
-        get_preset(self.preset)
+        get_preset(self.preset_name)
+        self.global_path  # noqa: B018 -- validates the global-path fields
+
+    @property
+    def preset_name(self) -> str:
+        """The preset with this run's deployment options, e.g. ``qwen3-30b-h20/kv=fp8/tp=2``."""
+        return variant_name(self.preset, kv_dtype=self.kv_dtype, tp=self.tp, gpu=self.gpu, hbm_gb=self.hbm_gb)
+
+    @property
+    def global_path(self) -> GlobalPath:
+        return GlobalPath(
+            self.global_load_gbit_s,
+            self.global_store_gbit_s,
+            self.global_lookup_s,
+            self.global_write_back,
+            self.global_load_mode,
+        )
+
+    def global_load_link_gbit_s(self, preset: InstancePreset) -> float:
+        """The rate one instance loads at when alone: per-GPU rate x GPUs, capped by the NIC."""
+        if self.global_load_gbit_s is None:
+            return self.nic_gbit_s
+        return min(self.nic_gbit_s, self.global_load_gbit_s * preset.n_gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +145,7 @@ class RunResult:
 
 def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> PolicyParams:
     fetch_s = (
-        fetch_s_per_token(preset.model.kv_bytes_per_token, cfg.nic_gbit_s)
+        fetch_s_per_token(preset.model.kv_bytes_per_token, cfg.global_load_link_gbit_s(preset))
         if cfg.global_aware_slo and cfg.global_tier != "none"
         else None
     )
@@ -127,7 +165,9 @@ def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
 
 def build_cluster(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> list[Instance]:
     model = StepModel.from_preset(preset)
-    tier = make_global_tier(cfg.global_tier, preset, cfg.instances, block_tokens, cfg.nic_gbit_s)
+    tier = make_global_tier(
+        cfg.global_tier, preset, cfg.instances, block_tokens, cfg.nic_gbit_s, cfg.global_path
+    )
     per_node = instances_per_node(preset)
     return [
         Instance(
@@ -155,7 +195,7 @@ def simulate(
     """Run one policy at one family arrival rate; ``progress(fraction of horizon)`` is called
     about every simulated minute."""
     wall0 = time.perf_counter()
-    preset = get_preset(cfg.preset)
+    preset = get_preset(cfg.preset_name)
     n = len(work)
     cluster = build_cluster(cfg, preset, work.block_tokens)
     router = Router(make_policy(policy, policy_params(cfg, preset, work.block_tokens)))
