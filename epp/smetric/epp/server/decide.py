@@ -1,9 +1,16 @@
 """Decision assembly: endpoints + metrics + prefix hits + ledger -> snapshots -> policy -> :class:`Pick`.
 
 Synchronous and allocation-light: it runs on the event loop between two gRPC messages, so it
-never awaits. Saturation (GIE's detector): an endpoint has capacity when its metrics are fresh,
+never awaits. The router-side state -- dispatch ledger, staleness, prefill-rate estimate,
+saturation -- is :class:`smetric.router.RouterCore`, the same code the simulator runs.
+Saturation (GIE's detector): an endpoint has capacity when its metrics are fresh,
 ``waiting <= queueDepthThreshold`` and ``kv_usage <= kvCacheUtilThreshold``; when none has
 capacity a sheddable request gets 429 and any other request is routed as usual.
+
+Ledger charge (:func:`smetric.router.dispatch_work`): the cost of the tokens the endpoint will
+really compute, ``L - max(c[i], g)``, where ``g`` is the session's previous turn when a fully
+provisioned global tier is configured (``globalFetchSPerToken``), else 0; the fetch seconds of
+the ``max(c, g) - c`` tokens loaded from the global tier are recorded apart.
 
 PD disaggregation (llm-d convention): when the pool has both ``prefill`` and ``decode`` pods the
 prefill pod is chosen by the policy in ``disaggregated`` mode over the prefill pods, the decode
@@ -24,15 +31,10 @@ from smetric.core.names import ROLE_DECODE, ROLE_PREFILL
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex
 from smetric.epp.parse.errors import RequestError
-from smetric.epp.server.ledger import DispatchLedger
-from smetric.epp.server.prefill_rate import PrefillRateEstimator
 from smetric.policy.framework import NoEndpointError, Router
+from smetric.router import DispatchLedger, PrefillRateEstimator, RouterCore, Saturation
 
-
-@dataclass(frozen=True, slots=True)
-class Saturation:
-    queue_depth: int = 5
-    kv_util: float = 0.8
+__all__ = ["Pick", "Picker", "Saturation"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,8 @@ class Pick:
     uncached_tokens: int
     cost_s: float
     prompt_tokens: int = 0  # in the units the decision used (the index's tokens when it tokenizes)
+    fetched_tokens: int = 0  # loaded from the global tier (not computed)
+    fetch_s: float = 0.0  # their global-tier fetch time (kept apart from cost_s)
 
 
 class Picker:
@@ -68,59 +72,60 @@ class Picker:
         saturation: Saturation | None = None,
         staleness_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        global_fetch_s_per_token: float | None = None,
     ) -> None:
         self.source = source
         self.index = index
         self.router = router
         self.pd_router = pd_router
-        self.cost_model = cost_model
-        self.ledger = ledger if ledger is not None else DispatchLedger()
-        self.rates = rates if rates is not None else PrefillRateEstimator()
-        self.saturation = saturation if saturation is not None else Saturation()
-        self.staleness_s = staleness_s
+        self.core = RouterCore(
+            cost_model,
+            ledger=ledger,
+            rates=rates,
+            saturation=saturation,
+            staleness_s=staleness_s,
+            global_fetch_s_per_token=global_fetch_s_per_token,
+        )
         self.clock = clock
         # A source that knows more than the scrape age (e.g. the last scrape failed) says so.
         self._source_is_stale: Callable[[str], bool] | None = getattr(source, "is_stale", None)
 
-    def snapshots(self, endpoints: Sequence[EndpointInfo], hits: dict[str, int]) -> list[EndpointSnapshot]:
-        """One snapshot per endpoint (the hot loop: every lookup bound once outside it)."""
-        now = self.clock()
-        tokens, costs = self.ledger.totals()
-        q_tokens, q_cost, hit_of, speed = tokens.get, costs.get, hits.get, self.rates.speed
-        metrics_of, is_stale, max_age = self.source.metrics, self._source_is_stale, self.staleness_s
-        out: list[EndpointSnapshot] = []
-        append = out.append
-        for ep in endpoints:
-            a = ep.address
-            m = metrics_of(a)
-            if m is None:
-                append(
-                    EndpointSnapshot(
-                        a, hit_of(a, 0), q_tokens(a, 0.0), q_cost(a, 0.0), prefill_speed=speed(a), stale=True
-                    )
-                )
-                continue
-            stale = is_stale(a) if is_stale is not None else now - m.scraped_at_s > max_age
-            append(
-                EndpointSnapshot(
-                    name=a,
-                    local_hit_tokens=hit_of(a, 0),
-                    queued_prefill_tokens=q_tokens(a, 0.0),
-                    queued_prefill_cost=q_cost(a, 0.0),
-                    running=m.running,
-                    waiting=m.waiting,
-                    kv_usage=m.kv_usage,
-                    kv_capacity_tokens=m.kv_capacity_tokens,
-                    prefill_speed=speed(a),
-                    stale=stale,
-                )
-            )
-        return out
+    # The core's parts, under the names the servicer and the tests use.
+    @property
+    def ledger(self) -> DispatchLedger:
+        return self.core.ledger
+
+    @property
+    def rates(self) -> PrefillRateEstimator:
+        return self.core.rates
+
+    @property
+    def cost_model(self) -> CostModel:
+        return self.core.cost_model
+
+    @property
+    def saturation(self) -> Saturation:
+        return self.core.saturation
+
+    @property
+    def staleness_s(self) -> float:
+        return self.core.staleness_s
+
+    def snapshots(
+        self, endpoints: Sequence[EndpointInfo], hits: dict[str, int], global_hit_tokens: int = 0
+    ) -> list[EndpointSnapshot]:
+        """One snapshot per endpoint (:meth:`RouterCore.snapshots`)."""
+        return self.core.snapshots(
+            [ep.address for ep in endpoints],
+            hits,
+            self.source.metrics,
+            self.clock(),
+            is_stale=self._source_is_stale,
+            global_hit_tokens=global_hit_tokens,
+        )
 
     def has_capacity(self, s: EndpointSnapshot) -> bool:
-        return (
-            not s.stale and s.waiting <= self.saturation.queue_depth and s.kv_usage <= self.saturation.kv_util
-        )
+        return self.core.has_capacity(s)
 
     def pick(
         self,
@@ -147,8 +152,8 @@ class Picker:
                 request, prompt_tokens=key.prompt_tokens, est_hit_tokens=round(request.est_hit_tokens * scale)
             )
         hits = self.index.local_hits(key, [ep.address for ep in endpoints])
-        snaps = self.snapshots(endpoints, hits)
-        if request.sheddable and not any(self.has_capacity(s) for s in snaps):
+        snaps = self.snapshots(endpoints, hits, self.core.global_hit(request))
+        if self.core.shed(request, snaps):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
         if self.pd_router is not None:
             pick = self._pick_pd(request, endpoints, snaps)
@@ -156,14 +161,11 @@ class Picker:
             pick = self._pick_colocated(request, snaps)
         if pick is None:
             raise RequestError(503, "no ready endpoint")
-        self.ledger.add(request.request_id, pick.ledger_address, pick.uncached_tokens, pick.cost_s)
+        self.core.ledger.add(
+            request.request_id, pick.ledger_address, pick.uncached_tokens, pick.cost_s, pick.fetch_s
+        )
         self.index.on_routed(key, pick.ledger_address)
         return pick
-
-    def _work(self, request: RequestView, s: EndpointSnapshot) -> tuple[int, int, float]:
-        L = request.prompt_tokens
-        hit = min(s.local_hit_tokens, L)
-        return hit, L - hit, self.cost_model.cost(L - hit, L)
 
     def _pick_colocated(self, request: RequestView, snaps: list[EndpointSnapshot]) -> Pick | None:
         try:
@@ -171,7 +173,7 @@ class Picker:
         except NoEndpointError:
             return None
         target = snaps[d.target]
-        hit, uncached, cost = self._work(request, target)
+        w = self.core.work(request, target)
         return Pick(
             destination=target.name,
             fallbacks=tuple(snaps[i].name for i in d.fallbacks),
@@ -179,10 +181,12 @@ class Picker:
             policy=self.router.name,
             prefill="",
             ledger_address=target.name,
-            local_hit_tokens=hit,
-            uncached_tokens=uncached,
-            cost_s=cost,
+            local_hit_tokens=w.local_hit_tokens,
+            uncached_tokens=w.computed_tokens,
+            cost_s=w.cost_s,
             prompt_tokens=request.prompt_tokens,
+            fetched_tokens=w.fetched_tokens,
+            fetch_s=w.fetch_s,
         )
 
     def _pick_pd(
@@ -199,7 +203,7 @@ class Picker:
             return None
         p = prefill[d.target]
         ranked = sorted(decode, key=lambda s: (s.stale, s.batch_size, s.kv_usage, s.name))
-        hit, uncached, cost = self._work(request, p)
+        w = self.core.work(request, p)
         return Pick(
             destination=ranked[0].name,
             fallbacks=tuple(s.name for s in ranked[1:]),
@@ -207,8 +211,10 @@ class Picker:
             policy=self.pd_router.name,
             prefill=p.name,
             ledger_address=p.name,
-            local_hit_tokens=hit,
-            uncached_tokens=uncached,
-            cost_s=cost,
+            local_hit_tokens=w.local_hit_tokens,
+            uncached_tokens=w.computed_tokens,
+            cost_s=w.cost_s,
             prompt_tokens=request.prompt_tokens,
+            fetched_tokens=w.fetched_tokens,
+            fetch_s=w.fetch_s,
         )
