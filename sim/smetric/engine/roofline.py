@@ -19,6 +19,10 @@ launch overhead::
   per (token, context token) pair; at the same MFU assumption as prefill.
 * Prefill chunk compute comes from the project's cost model (paper Eq. 1, preset.cost_model):
   ``chunk_cost(start, chunk)`` seconds.
+* Tensor parallelism (``n_gpus = p > 1``): every step adds ``2 x layers`` all-reduces of the
+  step's hidden states (attention output and MoE output), not overlapped with compute:
+  ``2 L (latency + t x hidden x 2 B x 2 (p-1)/p / (NVLink / 2))`` for ``t`` tokens (ring
+  all-reduce; NVLink's datasheet figure is bidirectional).
 
 Every input is a field of :class:`smetric.core.presets.InstancePreset` (sources there).
 """
@@ -46,6 +50,8 @@ class StepModel:
     flops_per_token: float  # linear layers, per token
     attn_flops_per_pair: float  # attention, per (new token, context token) pair
     cost_model: CostModel
+    allreduce_fixed_s: float = 0.0  # per step (tensor parallelism only)
+    allreduce_s_per_token: float = 0.0
 
     @staticmethod
     def from_preset(preset: InstancePreset) -> StepModel:
@@ -55,6 +61,13 @@ class StepModel:
             e_params_b = (m.total_params_b - m.active_params_b) / (m.n_experts - m.n_active_experts)
             expert_bytes = e_params_b * 1e9 * m.weight_bytes_per_param
         shared_bytes = m.weight_bytes - expert_bytes * m.n_experts
+        ar_fixed = ar_token = 0.0
+        p = preset.n_gpus
+        if p > 1 and m.hidden_size > 0:
+            n_ar = 2 * m.n_layers
+            ar_fixed = n_ar * preset.allreduce_latency_s
+            link_bytes_s = preset.gpu.nvlink_gb_s * 1e9 / 2.0
+            ar_token = n_ar * m.hidden_size * 2.0 * 2.0 * (p - 1) / p / link_bytes_s
         return StepModel(
             overhead_s=preset.step_overhead_s,
             bytes_per_s=preset.hbm_bytes_s * preset.hbm_efficiency,
@@ -67,6 +80,8 @@ class StepModel:
             flops_per_token=m.flops_per_token,
             attn_flops_per_pair=4.0 * m.n_layers * m.n_q_heads * m.head_dim,
             cost_model=preset.cost_model,
+            allreduce_fixed_s=ar_fixed,
+            allreduce_s_per_token=ar_token,
         )
 
     def weight_bytes(self, n_tokens: int) -> float:
@@ -103,7 +118,8 @@ class StepModel:
         ) / self.bytes_per_s
         flops = n_decodes * self.flops_per_token + decode_context_tokens * self.attn_flops_per_pair
         compute = flops / self.flop_per_s + prefill_cost_s
-        return self.overhead_s + max(mem, compute)
+        comm = self.allreduce_fixed_s + n_tok * self.allreduce_s_per_token
+        return self.overhead_s + comm + max(mem, compute)
 
     def chunk_s(self, start_tokens: int, chunk_tokens: int) -> float:
         """Cost-model compute time of prefilling ``[start, start+chunk)``."""
@@ -123,7 +139,7 @@ class StepModel:
         m1 = n_decodes * self.kv_bytes_per_token / self.bytes_per_s
         c0 = (n_decodes * self.flops_per_token + context_tokens * self.attn_flops_per_pair) / self.flop_per_s
         c1 = n_decodes * self.attn_flops_per_pair / self.flop_per_s
-        total = n_steps * self.overhead_s
+        total = n_steps * (self.overhead_s + self.allreduce_fixed_s + n_decodes * self.allreduce_s_per_token)
         # index where compute overtakes memory (if ever within [0, n_steps))
         lo, hi = (m0, m1), (c0, c1)
         if (c0 > m0) or (c0 == m0 and c1 > m1):
