@@ -70,3 +70,88 @@ def test_zero_blocks_load_is_free() -> None:
 def test_bad_parameters_rejected() -> None:
     with pytest.raises(ValueError):
         GlobalTier(None, BLOCK_BYTES, 0.0, 1)
+
+
+# ---------------------------------------------------------------- calibrated path (issue 9B)
+from smetric.engine.global_tier import CALIBRATED, LINE_RATE, GlobalPath  # noqa: E402
+
+GB = 1e9 / 8  # bytes/s per Gb/s
+
+
+def _tier(path: GlobalPath, nodes: int = 2, gpus: int = 1) -> GlobalTier:
+    return GlobalTier(None, BLOCK_BYTES, NIC, nodes, path, gpus)
+
+
+def test_calibrated_defaults_are_the_documented_ones() -> None:
+    assert GlobalPath(60.0, 200.0, 0.002, True, "sync") == CALIBRATED
+    assert GlobalPath(None, None, 0.0, False, "async") == LINE_RATE
+    assert _tier(CALIBRATED).synchronous and not _tier(LINE_RATE).synchronous
+    assert GlobalTier(None, BLOCK_BYTES, NIC, 1).path == LINE_RATE  # no path: the old model
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"load_gbit_s_per_gpu": 0.0},
+        {"load_gbit_s_per_gpu": float("nan")},
+        {"store_gbit_s_per_node": -1.0},
+        {"lookup_s": -0.001},
+        {"load_mode": "maybe"},
+    ],
+)
+def test_bad_paths_are_rejected(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        GlobalPath(**bad)  # type: ignore[arg-type]
+
+
+def test_a_lone_load_runs_at_the_per_gpu_rate_not_line_rate() -> None:
+    tier = _tier(GlobalPath(60.0, None, 0.0, False, "async"))
+    end = tier.load(0, 1_000, now_s=2.0)
+    assert end == pytest.approx(2.0 + 1_000 * BLOCK_BYTES / (60 * GB))
+    # a 2-GPU (TP) instance loads both shards in parallel: twice the rate
+    tp2 = _tier(GlobalPath(60.0, None, 0.0, False, "async"), gpus=2)
+    assert tp2.load(0, 1_000, 2.0) == pytest.approx(2.0 + 1_000 * BLOCK_BYTES / (120 * GB))
+
+
+def test_concurrent_loads_share_the_node_link_once_it_is_full() -> None:
+    tier = _tier(GlobalPath(100.0, None, 0.0, False, "async"))  # two loads fill the 200 Gb/s NIC
+    own = 1_000 * BLOCK_BYTES / (100 * GB)
+    a, b = tier.load(0, 1_000, 0.0), tier.load(0, 1_000, 0.0)
+    assert a == pytest.approx(own) and b == pytest.approx(own)  # both at their own rate
+    c = tier.load(0, 1_000, 0.0)  # the third waits for the link: 3 x bytes at line rate
+    assert c == pytest.approx(3 * 1_000 * BLOCK_BYTES / NIC)
+    assert tier.load(1, 1_000, 0.0) == pytest.approx(own)  # another node is free
+
+
+def test_the_store_side_limits_readers_on_every_node() -> None:
+    # store: 2 nodes x 50 Gb/s = 100 Gb/s total; readers on two nodes contend there
+    tier = _tier(GlobalPath(None, 50.0, 0.0, False, "async"))
+    a = tier.load(0, 1_000, 0.0)
+    b = tier.load(1, 1_000, 0.0)
+    one = 1_000 * BLOCK_BYTES / (100 * GB)
+    assert a == pytest.approx(one) and b == pytest.approx(2 * one)
+    assert tier.store_free_s() == pytest.approx(2 * one)
+
+
+def test_write_back_occupies_the_link_only_when_charged() -> None:
+    pieces = ((0, 999),)
+    for charged in (True, False):
+        tier = _tier(GlobalPath(None, None, 0.0, charged, "async"))
+        tier.write(pieces, node=0, now_s=0.0)
+        assert tier.match(pieces) == 1_000  # content is written either way
+        end = tier.load(0, 1_000, 0.0)
+        one = 1_000 * BLOCK_BYTES / NIC
+        assert end == pytest.approx(2 * one if charged else one)
+        assert tier.bytes_written == pytest.approx(1_000 * BLOCK_BYTES if charged else 0.0)
+    tier = _tier(CALIBRATED)
+    tier.write(pieces)  # no node given: content only, no traffic
+    assert tier.link_free_s(0) == 0.0
+
+
+def test_make_global_tier_passes_the_path_and_gpus() -> None:
+    tier = make_global_tier("full", P30, 32, 64, path=CALIBRATED)
+    assert tier is not None and tier.path == CALIBRATED
+    assert tier.load_bytes_s == pytest.approx(60 * GB)
+    assert tier.store_bytes_s == pytest.approx(4 * 200 * GB)  # 32 instances = 4 nodes
+    legacy = make_global_tier("full", P30, 32, 64)
+    assert legacy is not None and legacy.path == LINE_RATE

@@ -217,3 +217,57 @@ def test_submit_keeps_events_that_happened_before_the_arrival() -> None:
     by_request = {(e.request.request_id, e.kind) for e in events}
     assert ("a", "first_token") in by_request and ("a", "finished") in by_request
     assert ("b", "finished") in by_request
+
+
+# ---------------------------------------------------------------- calibrated global path (issue 9B)
+from smetric.engine.global_tier import GlobalPath  # noqa: E402
+
+
+def _tiered_pair(path: GlobalPath) -> tuple[Instance, Instance, float]:
+    """Instance ``a`` wrote a 64k-token session to the tier; ``b`` is busy decoding one request."""
+    tier = GlobalTier(None, BT * P30.model.kv_bytes_per_token, 25e9, 1, path)
+    a, b = Instance("a", MODEL, cfg(), tier), Instance("b", MODEL, cfg(), tier)
+    a.submit(req("t0", 64_000, 1, 0), 0.0)
+    run(a)
+    b.submit(req("d", 1_000, 2_000, 500_000), 100.0)  # a long decode on b
+    run(b, 100.5)
+    load_s = 1_000 * BT * P30.model.kv_bytes_per_token / (path.load_gbit_s_per_gpu or 200.0) / 1e9 * 8
+    return a, b, load_s
+
+
+def test_sync_load_stalls_the_whole_batch_async_only_the_request() -> None:
+    finish: dict[str, float] = {}
+    for mode in ("sync", "async"):
+        _, b, load_s = _tiered_pair(GlobalPath(60.0, None, 0.0, False, mode))
+        b.submit(req("t1", 64_640, 1, 0), 101.0)  # global hit of 64k tokens: 0.84 s at 7.5 GB/s
+        ev = run(b)
+        f = by(ev, "first_token", "t1")
+        assert f.timing.global_hit_tokens == 64_000
+        assert f.timing.loaded_s - f.timing.admitted_s == pytest.approx(load_s, rel=1e-6)
+        finish[mode] = by(ev, "finished", "d").time_s
+    # the decoding request waited for the whole load only when loads are synchronous
+    assert finish["sync"] - finish["async"] == pytest.approx(load_s, rel=0.02)
+
+
+def test_lookup_latency_is_paid_by_every_admission() -> None:
+    lookup = 0.005
+    tier = GlobalTier(
+        None, BT * P30.model.kv_bytes_per_token, 25e9, 1, GlobalPath(None, None, lookup, False, "async")
+    )
+    with_tier, without = Instance("a", MODEL, cfg(), tier), Instance("b", MODEL, cfg())
+    for inst in (with_tier, without):
+        inst.submit(req("x", 3_000, 1, 0), 0.0)
+    ttft = by(run(with_tier), "first_token", "x").time_s
+    ttft_ref = by(run(without), "first_token", "x").time_s
+    assert ttft - ttft_ref == pytest.approx(lookup)
+
+
+def test_computed_kv_is_written_back_over_the_writer_node_link() -> None:
+    tier = GlobalTier(
+        None, BT * P30.model.kv_bytes_per_token, 25e9, 2, GlobalPath(None, None, 0.0, True, "async")
+    )
+    inst = Instance("a", MODEL, cfg(node=1), tier)
+    inst.submit(req("x", 6_400, 2, 0, out_blocks=1), 0.0)
+    ev = run(inst)
+    assert tier.bytes_written == pytest.approx(101 * BT * P30.model.kv_bytes_per_token)  # prompt + answer
+    assert tier.link_free_s(1) > by(ev, "first_token", "x").time_s and tier.link_free_s(0) == 0.0
