@@ -20,6 +20,9 @@ Sources
   output, Megatron-style TP as vLLM implements it), modelled in :mod:`smetric.engine.roofline` as
   ring all-reduce over NVLink (``2 (p-1)/p x bytes / (NVLink/2)`` -- 900 GB/s is the
   bidirectional figure) plus a fixed latency per all-reduce.
+* Context beyond ``max_position_embeddings`` (variant ``ctx=N``): the Qwen3-Coder model card says
+  262,144 tokens natively, "extendable up to 1M tokens with YaRN" (vLLM ``--hf-overrides`` rope
+  scaling); modelled as a larger limit only, at the same cost model.
 * ``hidden_size`` (for the all-reduce bytes): Qwen3-30B-A3B 2048, Qwen3-235B-A22B 4096
   (``config.json``).
 * Global tier load throughput per GPU (``global_load_gbit_s_per_gpu = 60``, i.e. 7.5 GB/s): what a
@@ -201,6 +204,7 @@ def variant_name(
     tp: int | None = None,
     gpu: str | None = None,
     hbm_gb: float | None = None,
+    max_context: int | None = None,
 ) -> str:
     """Canonical name of ``base`` with deployment options, e.g. ``qwen3-30b-h20/kv=fp8/tp=2``;
     ``base`` itself when every option is the preset's own. :func:`get_preset` parses it back."""
@@ -213,6 +217,8 @@ def variant_name(
         parts.append(f"gpu={gpu}")
     if hbm_gb is not None:
         parts.append(f"hbm={hbm_gb:g}")
+    if max_context is not None:
+        parts.append(f"ctx={max_context}")
     return "/".join(parts)
 
 
@@ -234,6 +240,11 @@ def _variant(base: InstancePreset, name: str, options: dict[str, str]) -> Instan
         if not (0 < hbm < 10_000):
             raise ValueError(f"HBM per GPU must be in (0, 10000) GB, got {hbm}")
         gpu = replace(gpu, name=f"{gpu.name}-{hbm:g}GB", hbm_gb=hbm)
+    if "ctx" in options:
+        ctx = int(options.pop("ctx"))
+        if not 1 <= ctx <= 4 * 1024 * 1024:
+            raise ValueError(f"max context must be 1..4M tokens, got {ctx}")
+        model = replace(model, max_context_tokens=ctx)
     n_gpus = base.n_gpus
     if "tp" in options:
         n_gpus = int(options.pop("tp"))

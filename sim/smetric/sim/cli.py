@@ -145,6 +145,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--measure-s", type=float, default=None, help="length of the measurement window (default 3600)"
+    d.add_argument(
+        "--max-context",
+        type=int,
+        default=None,
+        help="model context limit in tokens (default: the model's; 1048576 = Qwen3-Coder with YaRN)",
+    )
     )
     p.add_argument(
         "--subsample", type=float, default=None, help="keep this fraction of session families (seeded)"
@@ -252,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.print(results_table(rows, sim.mode, title))
     doc = {
         "config": {
+        max_context=a.max_context,
             "trace": spec.workload.trace_path,
             "shared_system_prompt": spec.workload.share_system_prompt,
             "subsample": spec.workload.subsample,

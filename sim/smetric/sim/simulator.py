@@ -68,6 +68,7 @@ class SimConfig:
     # SMetric's SLO check credits the global tier (a migrated session is reloaded over the NIC,
     # paper §4.2); off = algorithms.md's literal local-hit-only check. Ignored without a tier.
     global_aware_slo: bool = True
+    max_context: int | None = None  # e.g. 1,048,576 with YaRN (Qwen3-Coder model card)
     warmup_s: float = 3600.0
     measure_s: float = 3600.0
     seed: int = 0
@@ -85,7 +86,14 @@ class SimConfig:
     @property
     def preset_name(self) -> str:
         """The preset with this run's deployment options, e.g. ``qwen3-30b-h20/kv=fp8/tp=2``."""
-        return variant_name(self.preset, kv_dtype=self.kv_dtype, tp=self.tp, gpu=self.gpu, hbm_gb=self.hbm_gb)
+        return variant_name(
+            self.preset,
+            kv_dtype=self.kv_dtype,
+            tp=self.tp,
+            gpu=self.gpu,
+            hbm_gb=self.hbm_gb,
+            max_context=self.max_context,
+        )
 
     @property
     def global_path(self) -> GlobalPath:
