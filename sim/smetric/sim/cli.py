@@ -128,6 +128,12 @@ def parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--gpu", choices=sorted(GPUS), default=None, help="GPU kind (default: the preset's)")
     d.add_argument("--hbm-gb", type=float, default=None, help="HBM per GPU in GB (keeps the GPU's compute)")
+    d.add_argument(
+        "--max-context",
+        type=int,
+        default=None,
+        help="model context limit in tokens (default: the model's; 1048576 = Qwen3-Coder with YaRN)",
+    )
     p.add_argument("--slack", type=float, default=1.0, help="SMetric SLACK")
     p.add_argument("--hit-ratio", type=float, default=0.5, help="SMetric HIT_RATIO")
     p.add_argument(
@@ -145,12 +151,6 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--measure-s", type=float, default=None, help="length of the measurement window (default 3600)"
-    d.add_argument(
-        "--max-context",
-        type=int,
-        default=None,
-        help="model context limit in tokens (default: the model's; 1048576 = Qwen3-Coder with YaRN)",
-    )
     )
     p.add_argument(
         "--subsample", type=float, default=None, help="keep this fraction of session families (seeded)"
@@ -200,6 +200,7 @@ def _spec(a: argparse.Namespace) -> SweepSpec:
         tp=a.tp,
         gpu=a.gpu,
         hbm_gb=a.hbm_gb,
+        max_context=a.max_context,
         global_aware_slo=not a.local_only_slo_check,
         warmup_s=a.warmup_s if a.warmup_s is not None else (QUICK_WARMUP_S if quick else 3600.0),
         measure_s=a.measure_s if a.measure_s is not None else (QUICK_MEASURE_S if quick else 3600.0),
@@ -258,7 +259,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.print(results_table(rows, sim.mode, title))
     doc = {
         "config": {
-        max_context=a.max_context,
             "trace": spec.workload.trace_path,
             "shared_system_prompt": spec.workload.share_system_prompt,
             "subsample": spec.workload.subsample,
