@@ -1,5 +1,5 @@
 """--response-path=observer: the response arrives on a separate observability_mode stream (hermetic:
-real grpc.aio, real protobuf messages, the servicer's own matching by x-request-id)."""
+real grpc.aio, real protobuf messages, the servicer's own matching by its x-smetric-request-id)."""
 
 from __future__ import annotations
 
@@ -23,15 +23,17 @@ def observer_servicer(timeout_s: float = 2.0) -> ExtProcServicer:
     return servicer
 
 
-async def route(stub: ep_grpc.ExternalProcessorStub, rid: str) -> tuple[grpc.aio.StreamStreamCall, str]:
-    """A routing stream (response skipped, as the observer bootstrap configures it) up to its reply."""
+async def route(stub: ep_grpc.ExternalProcessorStub, rid: str) -> tuple[grpc.aio.StreamStreamCall, str, str]:
+    """A routing stream (response skipped, as the observer bootstrap configures it) up to its reply:
+    the call, the destination and the picker's own request id (what the observer sees)."""
     call = stub.Process()
     await call.write(headers_msg({**BASE_HEADERS, "x-request-id": rid}))
     for m in body_msgs(chat(text=f"hello {rid}")):
         await call.write(m)
-    dest = set_headers(await call.read())["x-smetric-destination-primary"]
+    hdrs = set_headers(await call.read())
     await call.read()  # the echoed body
-    return call, dest
+    assert hdrs["x-smetric-request-id"] != rid  # the picker's own id, not the client's
+    return call, hdrs["x-smetric-destination-primary"], hdrs["x-smetric-request-id"]
 
 
 async def end(call: grpc.aio.StreamStreamCall) -> None:
@@ -45,7 +47,7 @@ def _hmap(pairs: dict[str, str]) -> base_pb2.HeaderMap:
     )
 
 
-def observed(rid: str, sse: bool = True) -> list[ep.ProcessingRequest]:
+def observed(pid: str, sse: bool = True) -> list[ep.ProcessingRequest]:
     usage = {"prompt_tokens": 50, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 10}}
     ctype = "text/event-stream" if sse else "application/json"
     chunks = [
@@ -54,7 +56,7 @@ def observed(rid: str, sse: bool = True) -> list[ep.ProcessingRequest]:
     ]
     msgs = [
         ep.ProcessingRequest(
-            request_headers=ep.HttpHeaders(headers=_hmap({**BASE_HEADERS, "x-request-id": rid}))
+            request_headers=ep.HttpHeaders(headers=_hmap({**BASE_HEADERS, "x-smetric-request-id": pid}))
         ),
         ep.ProcessingRequest(
             response_headers=ep.HttpHeaders(headers=_hmap({":status": "200", "content-type": ctype}))
@@ -74,10 +76,10 @@ async def test_observer_after_the_routing_stream_ends_releases_the_ledger_at_the
 ) -> None:
     servicer = observer_servicer()
     stub = await serve(servicer)  # type: ignore[operator]
-    call, dest = await route(stub, "o1")
+    call, dest, pid = await route(stub, "o1")
     await end(call)  # Envoy closes the routing stream before the response comes
     assert servicer.picker.ledger.queued_cost_s(dest) > 0  # kept for the observer
-    replies = await exchange(stub, observed("o1"))
+    replies = await exchange(stub, observed(pid))
     assert replies == []  # observability_mode: Envoy ignores replies, the servicer sends none
     reg = servicer.metrics.registry
     assert len(servicer.picker.ledger) == 0
@@ -91,8 +93,8 @@ async def test_observer_after_the_routing_stream_ends_releases_the_ledger_at_the
 async def test_observer_attaching_before_the_routing_stream_ends(serve: object) -> None:
     servicer = observer_servicer(timeout_s=0.05)
     stub = await serve(servicer)  # type: ignore[operator]
-    call, _ = await route(stub, "o2")
-    assert await exchange(stub, observed("o2", sse=False)) == []
+    call, _, pid = await route(stub, "o2")
+    assert await exchange(stub, observed(pid, sse=False)) == []
     await end(call)
     await asyncio.sleep(0.1)  # past the attach timeout: nothing may fire twice
     reg = servicer.metrics.registry
@@ -104,7 +106,7 @@ async def test_observer_attaching_before_the_routing_stream_ends(serve: object) 
 async def test_a_missing_observer_releases_the_ledger_after_the_attach_timeout(serve: object) -> None:
     servicer = observer_servicer(timeout_s=0.05)
     stub = await serve(servicer)  # type: ignore[operator]
-    call, dest = await route(stub, "o3")
+    call, dest, pid = await route(stub, "o3")
     await end(call)
     assert len(servicer.picker.ledger) == 1
     for _ in range(100):
@@ -116,7 +118,7 @@ async def test_a_missing_observer_releases_the_ledger_after_the_attach_timeout(s
     assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "missing"}) == 1
     assert not servicer._awaiting
     # a late observer finds nothing and is ignored
-    assert await exchange(stub, observed("o3")) == []
+    assert await exchange(stub, observed(pid)) == []
     assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "unmatched"}) == 1
 
 
@@ -128,17 +130,17 @@ async def test_an_unknown_observer_is_ignored_and_routing_goes_on(serve: object)
     assert await exchange(stub, headerless) == []
     reg = servicer.metrics.registry
     assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "unmatched"}) == 2
-    call, _ = await route(stub, "o4")
+    call, _, _pid = await route(stub, "o4")
     await end(call)
 
 
 async def test_an_observer_while_inline_is_configured_is_ignored(serve: object) -> None:
     servicer, *_ = build()
     stub = await serve(servicer)  # type: ignore[operator]
-    call, _ = await route(stub, "o5")
+    call, _, pid = await route(stub, "o5")
     await end(call)
     assert len(servicer.picker.ledger) == 0  # inline: released when the routing stream ended
-    assert await exchange(stub, observed("o5")) == []
+    assert await exchange(stub, observed(pid)) == []
 
 
 async def test_the_picker_ends_the_observer_rpc_at_the_end_of_the_response(serve: object) -> None:
@@ -146,10 +148,10 @@ async def test_the_picker_ends_the_observer_rpc_at_the_end_of_the_response(serve
     request unless the server ends it: the picker ends it once the response is complete."""
     servicer = observer_servicer()
     stub = await serve(servicer)  # type: ignore[operator]
-    call, _ = await route(stub, "o6")
+    call, _, pid = await route(stub, "o6")
     await end(call)
     obs = stub.Process()
-    for m in observed("o6"):
+    for m in observed(pid):
         await obs.write(m)
     assert await asyncio.wait_for(obs.read(), 5) == grpc.aio.EOF  # no done_writing from the client
     assert await obs.code() == grpc.StatusCode.OK

@@ -121,7 +121,8 @@ async def test_subset_hint_restricts_candidates_and_empty_subset_is_503(serve: o
 async def test_bad_requests_get_400(serve: object, body: bytes, status: int) -> None:
     servicer, *_ = build()
     stub = await serve(servicer)  # type: ignore[operator]
-    out = await exchange(stub, [headers_msg({**BASE_HEADERS, ":path": "/v1/x"}), *body_msgs(body)])
+    # /v1/responses: an allowed path (others are 404) whose body shapes are checked
+    out = await exchange(stub, [headers_msg({**BASE_HEADERS, ":path": "/v1/responses"}), *body_msgs(body)])
     assert len(out) == 1 and out[0].immediate_response.status.code == status
     assert orjson.loads(out[0].immediate_response.body)["error"]["code"] == status
 

@@ -51,11 +51,23 @@ def estimate_tokens(chars: int) -> int:
     return (chars + 3) // 4
 
 
+# Content parts nest (an Anthropic tool_result holds content that holds parts ...): real agent
+# transcripts nest a few levels; a hostile body nests hundreds (each level a Python frame). Past this
+# depth the body is refused with 400 instead of exhausting the stack (stated assumption: 64 is far
+# above any API's documented nesting).
+MAX_CONTENT_DEPTH = 64  # list and part levels both count: ~32 levels of tool_result
+
+
 def _dumps(value: object) -> str:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError as exc:  # orjson refuses > 254 levels
+        raise RequestError(400, f"request body is nested too deeply: {exc}") from None
 
 
-def _part_text(part: object, where: str) -> str:
+def _part_text(part: object, where: str, depth: int = 0) -> str:
+    if depth > MAX_CONTENT_DEPTH:
+        raise RequestError(400, f"{where}: content is nested more than {MAX_CONTENT_DEPTH} levels deep")
     if isinstance(part, str):
         return part
     if not isinstance(part, dict):
@@ -67,26 +79,27 @@ def _part_text(part: object, where: str) -> str:
     if kind == "tool_use":  # Anthropic assistant tool call
         return f"{part.get('name', '')}{_dumps(part.get('input', {}))}"
     if kind == "tool_result":  # Anthropic tool output (inside a user message)
-        return content_text(part.get("content"), where)
+        return content_text(part.get("content"), where, depth + 1)
     if kind in ("function_call", "custom_tool_call"):
         return f"{part.get('name', '')}{part.get('arguments', part.get('input', ''))}"
     if kind in _TOOL_ITEM_TYPES:
-        return content_text(part.get("output"), where)
+        return content_text(part.get("output"), where, depth + 1)
     if kind == "reasoning":
-        return content_text(part.get("summary"), where)
+        return content_text(part.get("summary"), where, depth + 1)
     return ""  # images, audio, files: no text for the prefix index or the length estimate
 
 
-def content_text(content: object, where: str) -> str:
-    """Text of an OpenAI / Anthropic ``content`` (string, one part, or a list of parts)."""
+def content_text(content: object, where: str, depth: int = 0) -> str:
+    """Text of an OpenAI / Anthropic ``content`` (string, one part, or a list of parts); more than
+    :data:`MAX_CONTENT_DEPTH` nested levels is a 400."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(_part_text(p, where) for p in content)
+        return "".join(_part_text(p, where, depth + 1) for p in content)
     if isinstance(content, dict):
-        return _part_text(content, where)
+        return _part_text(content, where, depth + 1)
     raise RequestError(400, f"{where}: content must be a string or a list of parts")
 
 

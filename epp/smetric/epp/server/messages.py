@@ -70,14 +70,15 @@ def _ip_of(entry: str) -> str:
     return entry
 
 
-def header_mutation(headers: Mapping[str, str]) -> ep.HeaderMutation:
+def header_mutation(headers: Mapping[str, str], remove: Iterable[str] = ()) -> ep.HeaderMutation:
     return ep.HeaderMutation(
+        remove_headers=list(remove),
         set_headers=[
             base_pb2.HeaderValueOption(
                 header=base_pb2.HeaderValue(key=k, raw_value=v.encode("latin-1")), append_action=_OVERWRITE
             )
             for k, v in headers.items()
-        ]
+        ],
     )
 
 
@@ -87,21 +88,29 @@ def destination_metadata(addresses: Iterable[str]) -> struct_pb2.Struct:
     return md
 
 
-def route_headers(headers: Mapping[str, str], addresses: Iterable[str]) -> ep.ProcessingResponse:
+def route_headers(
+    headers: Mapping[str, str], addresses: Iterable[str], remove: Iterable[str] = ()
+) -> ep.ProcessingResponse:
     """FULL_DUPLEX_STREAMED: the deferred HeadersResponse carrying the routing decision."""
     return ep.ProcessingResponse(
         request_headers=ep.HeadersResponse(
-            response=ep.CommonResponse(header_mutation=header_mutation(headers), clear_route_cache=True)
+            response=ep.CommonResponse(
+                header_mutation=header_mutation(headers, remove), clear_route_cache=True
+            )
         ),
         dynamic_metadata=destination_metadata(addresses),
     )
 
 
-def route_buffered_body(headers: Mapping[str, str], addresses: Iterable[str]) -> ep.ProcessingResponse:
+def route_buffered_body(
+    headers: Mapping[str, str], addresses: Iterable[str], remove: Iterable[str] = ()
+) -> ep.ProcessingResponse:
     """BUFFERED: the decision rides on the BodyResponse (headers are still held by Envoy)."""
     return ep.ProcessingResponse(
         request_body=ep.BodyResponse(
-            response=ep.CommonResponse(header_mutation=header_mutation(headers), clear_route_cache=True)
+            response=ep.CommonResponse(
+                header_mutation=header_mutation(headers, remove), clear_route_cache=True
+            )
         ),
         dynamic_metadata=destination_metadata(addresses),
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,6 +40,14 @@ from smetric.epp.parse.headers import HDR_REQUEST_ID, parse_headers
 from smetric.epp.parse.usage import Usage, UsageReader
 from smetric.epp.server import messages as msgs
 from smetric.epp.server.decide import Pick, Picker
+from smetric.epp.server.guard import (
+    INFERENCE_PATHS,
+    PICKER_ID_HEADER,
+    TRUSTED_HEADERS,
+    BodyBudget,
+    path_allowed,
+)
+from smetric.epp.server.offload import ParseOffload
 from smetric.epp.server.stream import StreamState
 
 log = logging.getLogger("smetric.epp")
@@ -63,6 +72,12 @@ class ServicerSettings:
     served_models: frozenset[str] = frozenset()  # empty: accept any model
     response_observer: bool = False  # the response comes on a separate observability_mode stream
     observer_attach_timeout_s: float = 2.0
+    # Issue 12 (hostile input): the sum of all buffered bodies (503 past it), the API paths routed
+    # (others 404; empty = all), bodies at least this large are parsed on a worker thread.
+    body_budget_bytes: int = 64 * 1024 * 1024
+    allowed_paths: tuple[str, ...] = INFERENCE_PATHS
+    offload_parse_bytes: int = 1024 * 1024
+    parse_workers: int = 2
 
 
 class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
@@ -81,8 +96,10 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         self.metrics = metrics
         self.settings = settings if settings is not None else ServicerSettings()
         self.clock = clock
-        self._awaiting: dict[str, StreamState] = {}  # observer mode: decisions by x-request-id
+        self._awaiting: dict[str, StreamState] = {}  # observer mode: decisions by the picker's id
         self._warned: set[str] = set()
+        self.budget = BodyBudget(self.settings.body_budget_bytes)
+        self.offload = ParseOffload(self.settings.parse_workers)
 
     async def Process(
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: grpc.aio.ServicerContext
@@ -96,6 +113,8 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
                     return
                 closed = False
                 try:
+                    if self._large_final_chunk(st, message):  # parse on a worker, not on the loop
+                        message = await self._preparse(st, message)
                     out = self.handle(st, message)
                 except RequestError as exc:
                     out, closed = (self._refuse(st, exc.status, exc.message),), True
@@ -107,8 +126,46 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
                 if closed:
                     return
         finally:
+            self._drop_body(st)
             self._finish(st)
             self.metrics.active_streams.dec()
+
+    def _large_final_chunk(self, st: StreamState, m: ep.ProcessingRequest) -> bool:
+        if m.WhichOneof("request") != "request_body" or st.pick is not None:
+            return False
+        b = m.request_body
+        final = b.end_of_stream or st.req_mode == msgs.MODE_BUFFERED
+        return final and len(st.body) + len(b.body) >= self.settings.offload_parse_bytes
+
+    async def _preparse(self, st: StreamState, m: ep.ProcessingRequest) -> ep.ProcessingRequest:
+        """Take the last chunk into the body and parse it on the worker pool; the message handed
+        on carries no bytes (they are in ``st.body``) and ``_decide`` uses ``st.preparsed``."""
+        self._absorb(st, m.request_body.body)
+        path = st.headers.path if st.headers is not None else ""
+        st.preparsed = await self.offload.parse(st.body, path)
+        return ep.ProcessingRequest(request_body=ep.HttpBody(end_of_stream=m.request_body.end_of_stream))
+
+    def _absorb(self, st: StreamState, chunk: bytes) -> None:
+        """Buffer one body chunk within the per-request limit (413) and the global budget (503)."""
+        n = len(chunk)
+        if len(st.body) + n > self.settings.max_body_bytes:
+            self._drop_body(st)  # stop buffering
+            raise RequestError(413, f"request body exceeds {self.settings.max_body_bytes} bytes")
+        if not self.budget.take(n):
+            self._drop_body(st)
+            raise RequestError(
+                503,
+                f"the endpoint picker is buffering {self.budget.used_bytes} bytes of request bodies, "
+                f"its budget is {self.budget.limit_bytes}: retry later",
+            )
+        st.reserved += n
+        st.body += chunk
+
+    def _drop_body(self, st: StreamState) -> None:
+        st.body = bytearray()
+        if st.reserved:
+            self.budget.give(st.reserved)
+            st.reserved = 0
 
     # -- dispatch -------------------------------------------------------------------------------
 
@@ -155,11 +212,14 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         raw = msgs.header_map(m.request_headers.headers)
         st.headers = parse_headers(raw)
         st.generated_id = HDR_REQUEST_ID not in raw
+        st.ledger_id = uuid.uuid4().hex  # the picker's own key, whatever the client sent
+        if not path_allowed(st.headers.path, self.settings.allowed_paths):
+            raise RequestError(404, f"path {st.headers.path.split('?', 1)[0]!r} is not an inference API")
         st.subset = msgs.subset_ips(m.metadata_context)
         if m.request_headers.end_of_stream or st.req_mode not in (msgs.MODE_FULL_DUPLEX, msgs.MODE_BUFFERED):
             # No body will reach the picker (GET, or a body mode it does not take): route on headers.
             pick = self._decide(st, None)
-            return (msgs.route_headers(self._route_header_values(st, pick, None), self._addresses(pick)),)
+            return (self._route(st, pick, None),)
         if st.req_mode == msgs.MODE_BUFFERED:
             return (msgs.CONTINUE_REQUEST_HEADERS,)
         return _NOTHING  # FULL_DUPLEX_STREAMED: the headers reply waits for the whole body
@@ -169,17 +229,12 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             if st.req_mode == msgs.MODE_FULL_DUPLEX:
                 return msgs.streamed_chunks(b.body, b.end_of_stream)
             return (msgs.CONTINUE_REQUEST_BODY,)
-        if len(st.body) + len(b.body) > self.settings.max_body_bytes:
-            st.body = bytearray()  # stop buffering
-            raise RequestError(413, f"request body exceeds {self.settings.max_body_bytes} bytes")
-        st.body += b.body
+        self._absorb(st, b.body)
         if st.req_mode == msgs.MODE_BUFFERED:  # the one buffered message is the whole body
             pick = self._decide(st, st.body)
-            return (
-                msgs.route_buffered_body(
-                    self._route_header_values(st, pick, len(st.body)), self._addresses(pick)
-                ),
-            )
+            reply = self._route(st, pick, len(st.body), buffered=True)
+            self._drop_body(st)
+            return (reply,)
         if not b.end_of_stream:
             return _NOTHING
         return self._release(st, end_of_stream=True)
@@ -192,9 +247,9 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
     def _release(self, st: StreamState, end_of_stream: bool) -> Responses:
         """FULL_DUPLEX_STREAMED: decide, then the headers reply and the echoed body."""
         pick = self._decide(st, st.body)
-        out = [msgs.route_headers(self._route_header_values(st, pick, len(st.body)), self._addresses(pick))]
+        out = [self._route(st, pick, len(st.body))]
         out.extend(msgs.streamed_chunks(st.body, end_of_stream))
-        st.body = bytearray()
+        self._drop_body(st)
         return out
 
     def _decide(self, st: StreamState, body: bytearray | None) -> Pick:
@@ -202,7 +257,11 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         h = st.headers
         if h is None:
             raise RequestError(400, "request body before request headers")
-        parsed = parse_body(body, h.path) if body is not None else None
+        parsed = (
+            st.preparsed
+            if st.preparsed is not None
+            else (parse_body(body, h.path) if body is not None else None)
+        )
         if (
             parsed is not None
             and self.settings.served_models
@@ -210,7 +269,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         ):
             raise RequestError(404, f"model {parsed.model!r} is not served by this pool")
         view = RequestView(
-            request_id=h.request_id,
+            request_id=st.ledger_id,
             prompt_tokens=parsed.prompt_tokens if parsed else 0,
             turn=parsed.turn if parsed else 0,
             est_hit_tokens=parsed.est_hit_tokens if parsed else 0,
@@ -227,16 +286,18 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         pick = self.picker.pick(view, text, parsed.token_ids if parsed else (), st.subset)
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
         if self.settings.response_observer:
-            self._awaiting[h.request_id] = st
+            self._awaiting[st.ledger_id] = st
         m = self.metrics
         m.decision_latency.observe(time.perf_counter() - t0)
         m.decisions.labels(policy=pick.policy, reason=pick.reason).inc()
         m.endpoint_local_hit.labels(endpoint=pick.ledger_address).set(pick.local_hit_tokens)
+        self._queued_gauge(pick.ledger_address)
         if decision_log.isEnabledFor(logging.INFO):  # --decision-log / SIGUSR1 (obs.logging)
             decision_log.info(
                 "routed",
                 extra={
                     "request_id": h.request_id,
+                    "picker_request_id": st.ledger_id,
                     "reason": pick.reason,
                     "policy": pick.policy,
                     "destination": pick.destination,
@@ -259,7 +320,18 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             values[msgs.PREFILLER_HEADER] = pick.prefill
         if st.generated_id and st.headers is not None:
             values[HDR_REQUEST_ID] = st.headers.request_id
+        values[PICKER_ID_HEADER] = st.ledger_id
         return values
+
+    def _route(
+        self, st: StreamState, pick: Pick, body_len: int | None, buffered: bool = False
+    ) -> ep.ProcessingResponse:
+        """The routing reply; client copies of routing headers the picker does not set are removed
+        (the ones it sets are overwritten)."""
+        values = self._route_header_values(st, pick, body_len)
+        remove = tuple(h for h in TRUSTED_HEADERS if h not in values)
+        build = msgs.route_buffered_body if buffered else msgs.route_headers
+        return build(values, self._addresses(pick), remove)
 
     @staticmethod
     def _addresses(pick: Pick) -> tuple[str, ...]:
@@ -306,9 +378,12 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
 
     def _prefill_done(self, st: StreamState) -> None:
         if st.pick is not None and self.picker.ledger.remove(st.request_id) is not None:
-            self.metrics.endpoint_queued_prefill.labels(endpoint=st.pick.ledger_address).set(
-                self.picker.ledger.queued_cost_s(st.pick.ledger_address)
-            )
+            self._queued_gauge(st.pick.ledger_address)
+
+    def _queued_gauge(self, address: str) -> None:
+        self.metrics.endpoint_queued_prefill.labels(endpoint=address).set(
+            self.picker.ledger.queued_cost_s(address)
+        )
 
     def _complete(self, st: StreamState) -> None:
         """The response ended: usage and the TTFT sample feed the metrics and the rate estimate."""
@@ -401,7 +476,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             )
         rid = ""
         if first.WhichOneof("request") == "request_headers":
-            rid = msgs.header_map(first.request_headers.headers).get(HDR_REQUEST_ID, "")
+            rid = msgs.header_map(first.request_headers.headers).get(PICKER_ID_HEADER, "")
         st = self._awaiting.get(rid) if rid else None
         if st is None or st.observer_attached:
             self.metrics.observer_streams.labels(outcome="unmatched").inc()

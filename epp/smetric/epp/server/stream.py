@@ -19,11 +19,14 @@ class StreamState:
         "first_byte_at",
         "generated_id",
         "headers",
+        "ledger_id",
         "observer_attached",
         "observer_timer",
         "parsed",
         "pick",
+        "preparsed",
         "req_mode",
+        "reserved",
         "resp_mode",
         "resp_sse",
         "resp_status",
@@ -39,6 +42,9 @@ class StreamState:
         self.subset: frozenset[str] | None = None
         self.body = bytearray()
         self.parsed: ParsedBody | None = None
+        self.preparsed: ParsedBody | None = None  # parsed on the worker pool (large bodies)
+        self.reserved = 0  # bytes of the global body budget this stream holds
+        self.ledger_id = ""  # the picker's own request id (ledger and observer key)
         self.pick: Pick | None = None
         self.dispatched_at = 0.0
         self.first_byte_at: float | None = None
@@ -53,4 +59,5 @@ class StreamState:
 
     @property
     def request_id(self) -> str:
-        return self.headers.request_id if self.headers is not None else ""
+        """The picker's own id (the ledger key); the client's ``x-request-id`` is in ``headers``."""
+        return self.ledger_id

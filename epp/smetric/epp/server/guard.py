@@ -1,0 +1,82 @@
+"""What the request path refuses or bounds before any decision (issue 12: hostile input).
+
+* :data:`INFERENCE_PATHS`: the API paths the gateway forwards (everything else is 404 at the
+  gateway's Lua filter and again at the picker): an engine's ``/metrics``, ``/reset_prefix_cache``
+  or admin routes are never reachable through the gateway.
+* :data:`TRUSTED_HEADERS`: routing headers only the picker (or the gateway) may set. A client's copy
+  is removed by the gateway before ext_proc runs (``envoy/bootstrap.py``) and again by the picker's
+  header mutation, so a client can neither choose its endpoint nor reach a prefill pod of its choice.
+* :data:`PICKER_ID_HEADER`: the picker's own request id. The dispatch ledger and the response
+  observer are keyed on it, never on the client's ``x-request-id`` (a reused client id would
+  overwrite another request's ledger entry).
+* :class:`BodyBudget`: one process-wide budget for buffered request bodies. ``--max-body-bytes``
+  bounds one request; the budget bounds their sum, so N concurrent large bodies get a 503 with a
+  clear message instead of growing the picker's memory N-fold.
+"""
+
+from __future__ import annotations
+
+import threading
+
+PICKER_ID_HEADER = "x-smetric-request-id"
+
+# OpenAI (chat, completions, Responses, embeddings, models), Anthropic Messages; query strings are
+# ignored. Source: the OpenAI and Anthropic API references, vLLM's OpenAI server routes.
+INFERENCE_PATHS: tuple[str, ...] = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/embeddings",
+    "/v1/models",
+)
+
+TRUSTED_HEADERS: tuple[str, ...] = (
+    "x-gateway-destination-endpoint",
+    "x-gateway-destination-endpoint-served",
+    "x-gateway-destination-endpoint-subset",
+    "x-smetric-destination-primary",
+    "x-prefiller-host-port",
+    "x-envoy-original-dst-host",
+    PICKER_ID_HEADER,
+)
+
+
+def path_allowed(path: str, allowed: tuple[str, ...] = INFERENCE_PATHS) -> bool:
+    """``True`` when ``path`` (query string ignored, one trailing slash tolerated) is allowed;
+    an empty allow-list allows everything."""
+    if not allowed:
+        return True
+    route = path.split("?", 1)[0]
+    if len(route) > 1 and route.endswith("/"):
+        route = route[:-1]
+    return route in allowed
+
+
+class BodyBudget:
+    """Bytes of request bodies buffered by all streams together, capped at ``limit_bytes``.
+
+    ``take`` reserves (``False`` when it would pass the cap: nothing is reserved), ``give`` returns.
+    Thread-safe (parsing runs on a worker thread), though the servicer only calls it on the loop."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        if limit_bytes <= 0:
+            raise ValueError("limit_bytes must be positive")
+        self.limit_bytes = limit_bytes
+        self._used = 0
+        self._lock = threading.Lock()
+
+    @property
+    def used_bytes(self) -> int:
+        return self._used
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self._used + n > self.limit_bytes:
+                return False
+            self._used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self._used = max(0, self._used - n)
