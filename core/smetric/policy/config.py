@@ -31,7 +31,8 @@ key                         meaning                         constraint / default
 ``tiered`` (smetric-tiered, :mod:`smetric.policy.tiered_params`): ``globalAware``,
 ``costAwareMigration``, ``nodeLocal``, ``footprint`` (booleans, default true),
 ``nodeLocalFetchSPerToken`` (>= 0 or null, default null = NIC rate), ``footprintWindowS``
-(> 0, default 30).
+(> 0, default 30), ``globalCapacityTokens`` (>= 1 or null = fully provisioned; the picker's
+global-hit estimate when no KV event reports the global tier).
 
 Explicit keys override what the preset derives (e.g. ``preset`` + ``tpotSloS`` changes only
 the TPOT SLO). Without ``preset`` the defaults are those of :class:`PolicyParams`
@@ -83,6 +84,9 @@ class _TieredIn(BaseModel):
     )
     footprint_window_s: float | None = Field(
         None, gt=0, validation_alias=_key("footprintWindowS", "footprint_window_s")
+    )
+    global_capacity_tokens: int | None = Field(
+        None, ge=1, validation_alias=_key("globalCapacityTokens", "global_capacity_tokens")
     )
 
 

@@ -10,6 +10,7 @@ them as one field (``PolicyParams.tiered``) and the YAML/CRD key is one object::
       footprint: true              # mechanism 3: first turns balance resident session KV
       nodeLocalFetchSPerToken: null  # s/token of a node-local (DRAM over PCIe) load; null = NIC rate
       footprintWindowS: 30.0       # time constant of the session-KV footprint decay
+      globalCapacityTokens: null   # picker's g estimate without KV events: store size; null = full
 
 Defaults are stated assumptions fixed before any measurement (docs/policies.md, "smetric-tiered"):
 ``footprintWindowS`` = 30 s, three times the median think time between agentic turns (~10 s,
@@ -33,11 +34,15 @@ class TieredParams:
     footprint: bool = True
     node_local_fetch_s_per_token: float | None = None
     footprint_window_s: float = DEFAULT_FOOTPRINT_WINDOW_S
+    global_capacity_tokens: int | None = None
 
     def __post_init__(self) -> None:
         nl = self.node_local_fetch_s_per_token
         if nl is not None and not (math.isfinite(nl) and nl >= 0):
             raise ValueError(f"node_local_fetch_s_per_token must be None or finite and >= 0, got {nl}")
+        cap = self.global_capacity_tokens
+        if cap is not None and cap < 1:
+            raise ValueError(f"global_capacity_tokens must be None or >= 1, got {cap}")
         w = self.footprint_window_s
         if not (math.isfinite(w) and w > 0):
             raise ValueError(f"footprint_window_s must be finite and > 0, got {w}")

@@ -22,6 +22,7 @@ class EndpointInfo:
     role: str = ROLE_BOTH
     pod_name: str = ""
     kv_events_endpoint: str = ""  # tcp://ip:port of the engine's ZMQ publisher, "" if none
+    node: str = ""  # the node it runs on (pod spec.nodeName; standalone: ``node:``), "" if unknown
 
     @property
     def ip(self) -> str:

@@ -92,6 +92,7 @@ def pool_endpoints(
                     role=labels.get(ROLE_LABEL, ROLE_BOTH),
                     pod_name=meta.get("name", ""),
                     kv_events_endpoint=kv_events_endpoint(ip, kv_events_port),
+                    node=str((pod.get("spec") or {}).get("nodeName") or ""),
                 )
             )
     return tuple(sorted(out, key=lambda e: e.address))

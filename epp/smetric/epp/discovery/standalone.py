@@ -7,7 +7,8 @@ Accepted forms (roles are the llm-d labels ``prefill``, ``decode``, ``prefill-de
 * ``--endpoints @endpoints.txt``: the same entries, one per line (or comma-separated); ``#`` starts
   a comment.
 * ``--endpoints @endpoints.yaml`` (``.yaml``/``.yml``): a list whose items are either such strings or
-  maps ``{address: ip:port, role: prefill, kv_events: tcp://ip:port, name: pod-a}``.
+  maps ``{address: ip:port, role: prefill, kv_events: tcp://ip:port, name: pod-a, node: node-1}``
+  (``node``: the machine it runs on, for smetric-tiered's same-node migration; default unknown).
 
 Each endpoint's KV-event publisher defaults to ``tcp://<ip>:<--kv-events-port>`` (0 disables).
 Malformed entries raise :class:`EndpointSpecError` naming the entry.
@@ -40,6 +41,7 @@ class _YamlEndpoint(BaseModel):
     role: str = ROLE_BOTH
     kv_events: str | None = None
     name: str = ""
+    node: str = ""
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -58,7 +60,9 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, port
 
 
-def _endpoint(address: str, role: str, kv_port: int, kv: str | None = None, name: str = "") -> EndpointInfo:
+def _endpoint(
+    address: str, role: str, kv_port: int, kv: str | None = None, name: str = "", node: str = ""
+) -> EndpointInfo:
     ip, port = parse_address(address)
     role = role.strip() or ROLE_BOTH
     if role not in ROLES:
@@ -69,6 +73,7 @@ def _endpoint(address: str, role: str, kv_port: int, kv: str | None = None, name
         role=role,
         pod_name=name,
         kv_events_endpoint=kv_events_endpoint(ip, kv_port) if kv is None else kv,
+        node=node,
     )
 
 
@@ -98,7 +103,7 @@ def _from_yaml(path: Path, kv_port: int) -> list[EndpointInfo]:
             e = _YamlEndpoint.model_validate(item)
         except ValidationError as exc:
             raise EndpointSpecError(f"{path}: bad endpoint {item!r}: {exc}") from exc
-        out.append(_endpoint(e.address, e.role, kv_port, e.kv_events, e.name))
+        out.append(_endpoint(e.address, e.role, kv_port, e.kv_events, e.name, e.node))
     return out
 
 

@@ -91,6 +91,11 @@ class ApproximateIndex:
         self._default_capacity = default_capacity_blocks
         self._lrus: dict[str, _Lru] = {}
 
+    @property
+    def tokens_per_key(self) -> int:
+        """Estimated tokens one key stands for (``block_tokens * group_blocks``)."""
+        return self._block_tokens
+
     def set_capacity_source(self, capacity_blocks: CapacityFn) -> None:
         """Where per-endpoint LRU sizes come from (the datastore's scraped ``num_gpu_blocks``)."""
         self._capacity = capacity_blocks

@@ -33,6 +33,10 @@ class PreciseIndex:
         return self._hasher.block_size
 
     @property
+    def tokens_per_key(self) -> int:
+        return self._hasher.block_size
+
+    @property
     def store(self) -> BlockStore:
         return self._store
 

@@ -12,6 +12,7 @@ from smetric.epp.contracts import EndpointSource, PrefixIndex
 from smetric.epp.obs.health import HealthReporter
 from smetric.epp.server.decide import Picker, Saturation
 from smetric.epp.server.servicer import ExtProcServicer
+from smetric.epp.server.tier_facts import build_tier_facts
 from smetric.policy import PolicyParams
 from smetric.policy.framework import Router
 from smetric.policy.registry import make_policy
@@ -33,7 +34,7 @@ def build_picker(
     pd_router = None
     if cfg.pdDisaggregation.enabled:
         pd_router = Router(make_policy(cfg.policy.name, with_mode(params, "disaggregated")), MAX_FALLBACKS)
-    return Picker(
+    picker = Picker(
         source,
         index,
         router,
@@ -43,6 +44,9 @@ def build_picker(
         staleness_s=staleness_s,
         global_fetch_s_per_token=params.global_fetch_s_per_token,
     )
+    if getattr(router.policy, "uses_tier_view", False):
+        picker.tier_facts = build_tier_facts(index, params, picker.clock)
+    return picker
 
 
 class PickerServer:

@@ -31,6 +31,7 @@ from smetric.core.names import ROLE_DECODE, ROLE_PREFILL
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex
 from smetric.epp.parse.errors import RequestError
+from smetric.epp.server.tier_facts import TierFacts
 from smetric.policy.framework import NoEndpointError, Router
 from smetric.router import DispatchLedger, PrefillRateEstimator, RouterCore, Saturation
 
@@ -73,8 +74,10 @@ class Picker:
         staleness_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
         global_fetch_s_per_token: float | None = None,
+        tier_facts: TierFacts | None = None,
     ) -> None:
         self.source = source
+        self.tier_facts = tier_facts  # smetric-tiered's g, nodes and footprint (None otherwise)
         self.index = index
         self.router = router
         self.pd_router = pd_router
@@ -153,6 +156,9 @@ class Picker:
             )
         hits = self.index.local_hits(key, [ep.address for ep in endpoints])
         snaps = self.snapshots(endpoints, hits, self.core.global_hit(request))
+        tier = self.tier_facts
+        if tier is not None:
+            snaps = tier.enrich(snaps, endpoints, key)
         if self.core.shed(request, snaps):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
         if self.pd_router is not None:
@@ -165,6 +171,8 @@ class Picker:
             request.request_id, pick.ledger_address, pick.uncached_tokens, pick.cost_s, pick.fetch_s
         )
         self.index.on_routed(key, pick.ledger_address)
+        if tier is not None:  # the tokens it writes into the target's local tier: L - c
+            tier.dispatched(key, pick.ledger_address, pick.uncached_tokens + pick.fetched_tokens)
         return pick
 
     def _pick_colocated(self, request: RequestView, snaps: list[EndpointSnapshot]) -> Pick | None:

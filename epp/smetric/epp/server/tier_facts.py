@@ -1,0 +1,125 @@
+"""The picker's two-tier facts for ``smetric-tiered`` (issue 11): g[i], nodes, session footprint.
+
+Built only when the configured policy reads them (``uses_tier_view``); other policies pay nothing.
+
+**g (global-tier hit).** Two sources, the first that has data wins:
+
+1. *KV events* (precise index): blocks the engines report on a medium other than the GPU go to
+   :meth:`smetric.epp.kvevents.store.BlockStore.global_blocks`; g is the longest prefix of the
+   prompt's block hashes found there. vLLM publishes ``BlockStored``/``BlockRemoved`` with a
+   ``medium`` field (``vllm/distributed/kv_events.py``: ``MEDIUM_GPU = "GPU"``,
+   ``MEDIUM_CPU = "CPU"``); its native ``OffloadingConnector`` reports the CPU tier that way, and
+   ``LMCacheConnectorV1`` forwards LMCache's own events through
+   ``get_kv_connector_kv_cache_events`` (``vllm/distributed/kv_transfer/kv_connector/v1/
+   lmcache_connector.py``, ``LMCacheKVEvents``). Which medium string LMCache/Mooncake put on
+   them was not verified here: any non-GPU medium counts as the global tier.
+2. *Capacity-aware estimate* otherwise: the store is write-through (LMCache saves every computed
+   block), so every routed prompt is recorded as written. A fully provisioned store
+   (``tiered.globalCapacityTokens`` unset) holds everything written (up to a memory budget of
+   ``max_keys`` keys, LRU beyond); a small store holds the most recently written tokens up to its
+   capacity (LRU, tail blocks first, as the store's own eviction).
+
+**Nodes** come from discovery (``EndpointInfo.node``: the pod's ``spec.nodeName``, or ``node:``
+in a standalone endpoints file). **Footprint**: a :class:`~smetric.policy.footprint.FootprintTracker`
+charged at dispatch with the tokens the request writes into its target's local tier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from smetric.core.views import EndpointSnapshot
+from smetric.epp.contracts import EndpointInfo, PromptKey
+from smetric.epp.index.approximate import _Lru
+from smetric.epp.index.prefix import cached_prefix_blocks
+from smetric.epp.kvevents.store import BlockStore
+from smetric.policy.base import PolicyParams
+from smetric.policy.footprint import FootprintTracker
+
+DEFAULT_MAX_KEYS = 2_000_000  # memory budget of the estimate (~200 MB of LRU entries)
+
+
+class GlobalTierIndex:
+    """g for one prompt key: from non-GPU KV events when any arrived, else the write estimate."""
+
+    __slots__ = ("_capacity_keys", "_estimate", "_store", "tokens_per_key")
+
+    def __init__(
+        self,
+        tokens_per_key: int,
+        *,
+        store: BlockStore | None = None,
+        capacity_tokens: int | None = None,
+        max_keys: int = DEFAULT_MAX_KEYS,
+    ) -> None:
+        if tokens_per_key <= 0 or max_keys <= 0:
+            raise ValueError("tokens_per_key and max_keys must be positive")
+        self.tokens_per_key = tokens_per_key
+        self._store = store
+        keys = max_keys if capacity_tokens is None else max(1, capacity_tokens // tokens_per_key)
+        self._capacity_keys = min(keys, max_keys)
+        self._estimate = _Lru()
+
+    @property
+    def from_events(self) -> bool:
+        return self._store is not None and self._store.global_events > 0
+
+    def global_hit(self, key: PromptKey) -> int:
+        keys = key.block_keys
+        if not keys:
+            return 0
+        if self._store is not None and self._store.global_events > 0:
+            blocks = cached_prefix_blocks(keys, self._store.global_blocks())
+        else:
+            blocks = self._estimate.cached_prefix_blocks(keys)
+        return min(key.prompt_tokens, blocks * self.tokens_per_key)
+
+    def on_routed(self, key: PromptKey) -> None:
+        """The prompt was dispatched: its blocks will be written through to the store."""
+        if key.block_keys and not self.from_events:
+            self._estimate.insert_chain(key.block_keys, self._capacity_keys)
+
+    def size(self) -> int:
+        return len(self._estimate.keys)
+
+
+class TierFacts:
+    """Fills the snapshots' two-tier fields and learns from each dispatch."""
+
+    __slots__ = ("_clock", "footprint", "index")
+
+    def __init__(self, index: GlobalTierIndex, footprint_window_s: float, clock: Callable[[], float]) -> None:
+        self.index = index
+        self.footprint = FootprintTracker(footprint_window_s)
+        self._clock = clock
+
+    def enrich(
+        self, snaps: list[EndpointSnapshot], endpoints: Sequence[EndpointInfo], key: PromptKey
+    ) -> list[EndpointSnapshot]:
+        g = self.index.global_hit(key)
+        now, fp = self._clock(), self.footprint.tokens
+        return [
+            replace(s, global_hit_tokens=g, node=ep.node, session_kv_tokens=fp(s.name, now))
+            for s, ep in zip(snaps, endpoints, strict=True)
+        ]
+
+    def dispatched(self, key: PromptKey, address: str, written_tokens: int) -> None:
+        self.index.on_routed(key)
+        self.footprint.add(address, float(written_tokens), self._clock())
+
+    def forget(self, address: str) -> None:
+        self.footprint.forget(address)
+
+
+def build_tier_facts(index: object, params: PolicyParams, clock: Callable[[], float]) -> TierFacts:
+    """Tier facts over the picker's prefix index: its key granularity, and its KV-event block
+    store when it has one (the precise index)."""
+    tokens_per_key = getattr(index, "tokens_per_key", None)
+    store = getattr(index, "store", None)
+    gi = GlobalTierIndex(
+        tokens_per_key if isinstance(tokens_per_key, int) and tokens_per_key > 0 else 16,
+        store=store if isinstance(store, BlockStore) else None,
+        capacity_tokens=params.tiered.global_capacity_tokens,
+    )
+    return TierFacts(gi, params.tiered.footprint_window_s, clock)

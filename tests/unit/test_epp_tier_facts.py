@@ -1,0 +1,117 @@
+"""The picker's two-tier facts for smetric-tiered: global-tier index (KV events / capacity-aware
+estimate), node topology from discovery, footprint, and the wiring in build_picker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.epp.config import parse_config
+from smetric.epp.contracts import EndpointInfo, EngineMetrics, PromptKey
+from smetric.epp.discovery.pool import PoolSpec, pool_endpoints
+from smetric.epp.discovery.standalone import parse_endpoints
+from smetric.epp.index.approximate import ApproximateIndex
+from smetric.epp.kvevents.events import BlockRemoved, BlockStored
+from smetric.epp.kvevents.store import BlockStore
+from smetric.epp.server.app import build_picker
+from smetric.epp.server.static import StaticEndpointSource
+from smetric.epp.server.tier_facts import GlobalTierIndex, TierFacts
+from smetric.policy import params_from_mapping
+
+
+def key(keys: tuple[int, ...], tokens: int | None = None) -> PromptKey:
+    return PromptKey("p", tokens if tokens is not None else 16 * len(keys), block_keys=keys)
+
+
+def stored(hashes: tuple[int, ...], medium: str | None) -> BlockStored:
+    return BlockStored(block_hashes=hashes, parent_block_hash=None, block_size=16, medium=medium)
+
+
+def test_full_store_estimate_holds_everything_routed() -> None:
+    gi = GlobalTierIndex(16)
+    assert gi.global_hit(key((1, 2, 3))) == 0
+    gi.on_routed(key((1, 2, 3)))
+    assert gi.global_hit(key((1, 2, 3, 4))) == 48
+    assert gi.global_hit(key((9, 10))) == 0  # another prompt misses
+
+
+def test_small_store_estimate_keeps_the_most_recent_tokens() -> None:
+    gi = GlobalTierIndex(16, capacity_tokens=64)  # 4 keys
+    gi.on_routed(key((1, 2, 3)))
+    gi.on_routed(key((7, 8, 9)))
+    assert gi.global_hit(key((7, 8, 9))) == 48
+    assert gi.global_hit(key((1, 2, 3))) == 16  # tails evicted first: the prefix stays longest
+
+
+def test_events_on_a_non_gpu_medium_feed_the_global_index_only() -> None:
+    store = BlockStore()
+    gi = GlobalTierIndex(16, store=store)
+    gi.on_routed(key((5, 6)))  # estimate before any event
+    store.apply("a", [stored((1, 2), "GPU"), stored((1, 2, 3), "CPU")])
+    assert store.blocks("a") == {1, 2} and store.global_blocks() == {1, 2, 3}
+    assert gi.from_events
+    assert gi.global_hit(key((1, 2, 3, 4))) == 48
+    assert gi.global_hit(key((5, 6))) == 0  # events are the truth once they arrive
+    store.apply("b", [BlockRemoved((2,), "CPU")])
+    assert gi.global_hit(key((1, 2, 3))) == 16
+    assert gi.global_hit(key((1,), tokens=10)) == 10  # clamped to the prompt
+
+
+def test_global_block_budget_clears_rather_than_grows() -> None:
+    store = BlockStore(max_global_blocks=3)
+    store.apply("a", [stored((1, 2, 3), "CPU")])
+    store.apply("a", [stored((4, 5), "CPU")])
+    assert store.global_blocks() == {4, 5}
+
+
+def test_tier_facts_fill_snapshots_and_learn_from_dispatch() -> None:
+    now = [100.0]
+    tf = TierFacts(GlobalTierIndex(16), footprint_window_s=30.0, clock=lambda: now[0])
+    eps = [EndpointInfo("10.0.0.1:8000", node="n0"), EndpointInfo("10.0.0.2:8000")]
+    snaps = [EndpointSnapshot(e.address, global_hit_tokens=999) for e in eps]
+    k = key((1, 2))
+    out = tf.enrich(snaps, eps, k)
+    assert [(s.global_hit_tokens, s.node, s.session_kv_tokens) for s in out] == [(0, "n0", 0.0), (0, "", 0.0)]
+    tf.dispatched(k, "10.0.0.2:8000", 32)
+    out = tf.enrich(snaps, eps, k)
+    assert out[0].global_hit_tokens == 32 and out[1].session_kv_tokens == 32.0
+
+
+def test_nodes_from_pod_spec_and_standalone_yaml(tmp_path: Path) -> None:
+    spec = PoolSpec.from_pool(
+        {
+            "metadata": {"name": "p"},
+            "spec": {"selector": {"matchLabels": {"app": "v"}}, "targetPorts": [{"number": 8000}]},
+        }
+    )
+    pod = {
+        "metadata": {"name": "a", "labels": {"app": "v"}},
+        "spec": {"nodeName": "gpu-node-3"},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.1.0.1",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    assert [e.node for e in pool_endpoints(spec, [pod], 5557)] == ["gpu-node-3"]
+    f = tmp_path / "eps.yaml"
+    f.write_text("- {address: '10.0.0.1:8000', node: n1}\n- '10.0.0.2:8000'\n")
+    assert [e.node for e in parse_endpoints(f"@{f}")] == ["n1", ""]
+
+
+def _metrics() -> EngineMetrics:
+    return EngineMetrics(0, 0, 0.0, 100_000, 16, 0.0, 0.0, scraped_at_s=1e12)
+
+
+def test_build_picker_wires_tier_facts_for_smetric_tiered_only() -> None:
+    source = StaticEndpointSource(["10.0.0.1:8000", "10.0.0.2:8000"])
+    index = ApproximateIndex(block_tokens=16)
+    for name, expect in (("smetric", False), ("smetric-tiered", True)):
+        cfg = parse_config({"policy": {"name": name, "parameters": {"globalFetchSPerToken": 1e-5}}})
+        params = params_from_mapping(cfg.policy.parameters)
+        picker = build_picker(cfg, params, source, index)
+        assert (picker.tier_facts is not None) is expect
+    assert picker.tier_facts is not None and picker.tier_facts.index.tokens_per_key == 64
+    pick = picker.pick(RequestView("r1", 1000), "x" * 4000)
+    assert picker.tier_facts.footprint.tokens(pick.destination, picker.clock()) > 0
+    assert picker.tier_facts.index.size() > 0
