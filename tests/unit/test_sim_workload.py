@@ -85,3 +85,44 @@ def test_family_arrivals_are_seeded_poisson_and_cycle_through_clones() -> None:
             assert a[n][2] == a[n + 1][2] == n // 2
     with pytest.raises(ValueError):
         w.family_arrivals(0.0, 10.0, 0)
+
+
+def test_lead_draws_family_starts_before_zero_and_first_sends_skip_past_turns() -> None:
+    w = prepare(trace(), P30)
+    assert w.family_span_s == (2.0, 0.0) and w.max_family_span_s == 2.0
+    a = w.family_arrivals(0.5, 100.0, seed=1, lead_s=50.0)
+    assert min(s for s, _, _ in a) < 0 <= max(s for s, _, _ in a)
+    # family a (turns at offsets 0, 1, 2) started at -1.5: only turn 2 (due at 0.5) is sent
+    assert w.first_sends(0, -1.5) == [(0.5, 2)]
+    assert w.first_sends(0, -5.0) == []  # the whole family lies before 0
+    assert w.first_sends(0, 3.0) == [(3.0, 0)]
+    with pytest.raises(ValueError):
+        w.family_arrivals(0.5, 10.0, 0, lead_s=-1.0)
+
+
+def test_stationary_arrivals_keep_the_request_rate_flat() -> None:
+    """Long families: with cold starts the request rate ramps up; with the lead it is flat."""
+    reqs = []
+    for f in range(20):  # 20 families of 40 turns, one every 100 s (a 3,900 s span)
+        for k in range(40):
+            i = len(reqs)
+            # turn 100 k: tr() puts turn k at offset 100 k s
+            reqs.append(tr(i, f"f{f}", 100 * k, 640, [[f * 1000 + k, f * 1000 + k]], prev=i - 1 if k else -1))
+    w = prepare(Trace(name="long", block_tokens=64, requests=reqs), P30)
+
+    def sends(lead_s: float) -> np.ndarray:
+        # open loop: every turn of a kept session at start + offset
+        out: list[float] = []
+        for s, f, _ in w.family_arrivals(0.05, 4_000.0, 3, lead_s):
+            for _, i in w.first_sends(f, s):
+                j = i
+                while j >= 0:
+                    out.append(s + float(w.offset_s[j]))
+                    j = int(w.next[j])
+        return np.array([t for t in out if 0 <= t < 4_000.0])
+
+    cold, warm = sends(0.0), sends(w.max_family_span_s)
+    first, last = (cold < 1_000).sum(), ((cold >= 3_000) & (cold < 4_000)).sum()
+    assert last > 2 * first  # the ramp the lead removes
+    first, last = (warm < 1_000).sum(), ((warm >= 3_000) & (warm < 4_000)).sum()
+    assert 0.7 < last / first < 1.4

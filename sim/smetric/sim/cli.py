@@ -3,12 +3,16 @@
 Example (the quick preset: a seeded quarter of the session families, 8 instances, 3 rates, 20+20 simulated minutes)::
 
     smetric simulate --quick --json out/quick.json --plot out/quick.png
+
+Seeds (default 0,1,2) give each policy's peak with a 95 % CI and paired margins; ``--regime-map``
+runs the regime map (:mod:`smetric.sim.regimes`); ``--cluster ADDRESS|local:N`` runs on Dask
+(:mod:`smetric.sim.cluster`); ``--json OUT`` streams runs to ``OUT.runs.jsonl`` and ``--resume``
+skips the runs found there.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -16,16 +20,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from smetric.core.names import MODES, POLICY_NAMES
-from smetric.core.presets import GPUS, KV_DTYPES, PRESETS, get_preset
+from smetric.core.presets import GPUS, KV_DTYPES, PRESETS
 from smetric.engine.global_tier import GLOBAL_TIER_KINDS, LOAD_MODES
 from smetric.policy import known_policies
-from smetric.sim.report import plot, results_table
-from smetric.sim.simulator import RunResult, SimConfig
-from smetric.sim.sweep import BASE_FAMILIES_PER_S_PER_32, SweepSpec, WorkloadSpec, prepared, run_sweep
-from smetric.sim.workload import max_request_tokens
+from smetric.sim import regimes as rg
+from smetric.sim.driver import run_and_write
+from smetric.sim.simulator import SimConfig
+from smetric.sim.sweep import (
+    BASE_FAMILIES_PER_S_PER_32,
+    KNEE_DROP,
+    MAX_EXTENSIONS,
+    Setting,
+    SweepSpec,
+    WorkloadSpec,
+)
 
 TRACE_FILE = "claude-code-agentic.jsonl.gz"
 # --quick: a seeded quarter of the families, 8 instances, 20 + 20 simulated minutes, 3 rates
@@ -54,17 +64,6 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
     return vals
 
 
-def _finite(x: object) -> object:
-    """JSON has no NaN/inf: undefined metrics (e.g. TPOT in disaggregated mode) become null."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_finite(v) for v in x]
-    return x
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="smetric simulate", description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -87,7 +86,25 @@ def parser() -> argparse.ArgumentParser:
         default=BASE_FAMILIES_PER_S_PER_32,
         help="base rate in session families/s for 32 instances, scaled by instances/32 (default %(default)s)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seeds",
+        default="0,1,2",
+        help="comma-separated seeds (arrivals, policy tie-breaks); >= 3 for a CI (default %(default)s)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="one seed only (same as --seeds N)")
+    p.add_argument(
+        "--arrivals",
+        choices=("stationary", "cold"),
+        default="stationary",
+        help="stationary: families also start before t=0 so the request rate is flat from t=0; "
+        "cold: all start at t>=0 (the rate climbs ~26%% over a 1 h window) -- docs/simulator.md",
+    )
+    p.add_argument(
+        "--no-extend-past-knee",
+        action="store_true",
+        help=f"do not add rates past each policy's knee (default: until TPS@SLO is >= {100 * KNEE_DROP:.0f}%% "
+        f"below the peak, at most {MAX_EXTENSIONS} extra rates)",
+    )
     p.add_argument("--global-tier", choices=GLOBAL_TIER_KINDS, default="full")
     p.add_argument(
         "--nic-gbit-s", type=float, default=200.0, help="per-node NIC bandwidth for global-tier loads"
@@ -162,6 +179,27 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--workers", type=int, default=None, help="parallel processes (default: all cores)")
     p.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="run on a Dask cluster: scheduler address (tcp://host:8786) or local:N for a throwaway "
+        "local cluster of N workers (needs the [cluster] extra)",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="skip runs already in the --json sidecar (OUT.runs.jsonl)"
+    )
+    m = p.add_argument_group("regime map (docs/simulator.md)")
+    m.add_argument(
+        "--regime-map",
+        action="store_true",
+        help=f"peak TPS@SLO of every policy and SMetric's paired margin over the best baseline across "
+        f"regimes (default {rg.MAP_INSTANCES} instances, rates {rg.MAP_RATES}, "
+        f"{rg.MAP_WARMUP_S:g}+{rg.MAP_MEASURE_S:g} s)",
+    )
+    m.add_argument(
+        "--regimes", default=None, help=f"subset of regimes ({', '.join(r.name for r in rg.DEFAULT_REGIMES)})"
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help="quick preset: 8 instances, 1/4 of the families, rates 2,8,16, 20+20 simulated min",
@@ -171,19 +209,39 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _seeds(a: argparse.Namespace) -> tuple[int, ...]:
+    if a.seed is not None:
+        return (a.seed,)
+    try:
+        seeds = tuple(dict.fromkeys(int(x) for x in a.seeds.split(",") if x.strip()))
+    except ValueError:
+        raise ValueError(f"--seeds must be comma-separated integers, got {a.seeds!r}") from None
+    if not seeds or any(x < 0 for x in seeds):
+        raise ValueError(f"--seeds must be non-negative integers, got {a.seeds!r}")
+    return seeds
+
+
 def _spec(a: argparse.Namespace) -> SweepSpec:
     quick = a.quick
     policies = (
         known_policies()
         if a.policies == "all"
-        else tuple(x.strip() for x in a.policies.split(",") if x.strip())
+        else tuple(dict.fromkeys(x.strip() for x in a.policies.split(",") if x.strip()))
     )
     unknown = [x for x in policies if x not in known_policies()]
     if unknown:
         raise ValueError(f"unknown policies {unknown}; known: {', '.join(known_policies())}")
-    rates = _floats(a.rates or (QUICK_RATES if quick else "1,2,4,6,8,10"), "--rates")
+    if not policies:
+        raise ValueError("--policies is empty")
+    if a.resume and a.json is None:
+        raise ValueError("--resume needs --json (the runs are kept in its sidecar)")
+    seeds = _seeds(a)
+    default_rates = rg.MAP_RATES if a.regime_map else QUICK_RATES if quick else "1,2,4,6,8,10"
+    rates = tuple(sorted(set(_floats(a.rates or default_rates, "--rates"))))
+    warmup_default = rg.MAP_WARMUP_S if a.regime_map else QUICK_WARMUP_S if quick else 3600.0
+    measure_default = rg.MAP_MEASURE_S if a.regime_map else QUICK_MEASURE_S if quick else 3600.0
     sim = SimConfig(
-        instances=a.instances or (QUICK_INSTANCES if quick else 32),
+        instances=a.instances or (rg.MAP_INSTANCES if a.regime_map else QUICK_INSTANCES if quick else 32),
         mode=a.mode,
         preset=a.preset,
         global_tier=a.global_tier,
@@ -202,16 +260,40 @@ def _spec(a: argparse.Namespace) -> SweepSpec:
         hbm_gb=a.hbm_gb,
         max_context=a.max_context,
         global_aware_slo=not a.local_only_slo_check,
-        warmup_s=a.warmup_s if a.warmup_s is not None else (QUICK_WARMUP_S if quick else 3600.0),
-        measure_s=a.measure_s if a.measure_s is not None else (QUICK_MEASURE_S if quick else 3600.0),
-        seed=a.seed,
+        warmup_s=a.warmup_s if a.warmup_s is not None else warmup_default,
+        measure_s=a.measure_s if a.measure_s is not None else measure_default,
+        seed=seeds[0],
+        arrivals=a.arrivals,
     )
     subsample = a.subsample if a.subsample is not None else (QUICK_SUBSAMPLE if quick else None)
     if a.base_rate <= 0 or not math.isfinite(a.base_rate):
         raise ValueError("--base-rate must be a positive number")
-    trace = a.trace or default_trace()
-    work = WorkloadSpec(str(trace), sim.preset_name, not a.no_shared_system_prompt, subsample, a.seed)
-    return SweepSpec(work, sim, policies, rates, a.base_rate)
+    trace = str(a.trace or default_trace())
+
+    def setting(name: str, cfg: SimConfig) -> Setting:
+        # the family subset (--subsample) is drawn with the first seed and kept for all seeds
+        return Setting(
+            name,
+            WorkloadSpec(trace, cfg.preset_name, not a.no_shared_system_prompt, subsample, seeds[0]),
+            cfg,
+        )
+
+    if a.regime_map:
+        settings = tuple(setting(r.name, r.apply(sim)) for r in rg.regimes_by_name(a.regimes))
+    elif a.regimes:
+        raise ValueError("--regimes needs --regime-map")
+    else:
+        settings = (setting("", sim),)
+    headline = "tps_within_slo" if sim.mode == "colocated" else "prefill_tps_within_slo"
+    return SweepSpec(
+        settings,
+        policies,
+        rates,
+        a.base_rate,
+        seeds=seeds,
+        extend_past_knee=not a.no_extend_past_knee,
+        headline=headline,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -219,92 +301,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(stderr=True)
     try:
         spec = _spec(args)
-        work = prepared(spec.workload)
+        regimes = rg.regimes_by_name(args.regimes) if args.regime_map else ()
+        return run_and_write(
+            spec,
+            console=console,
+            json_path=args.json,
+            plot_path=args.plot,
+            workers=args.workers,
+            cluster=args.cluster,
+            resume=args.resume,
+            regimes=regimes,
+        )
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]smetric simulate: {exc}[/red]")
         return 2
-    sim = spec.sim
-    console.print(
-        f"trace {work.trace_name}: {len(work)} requests, {work.n_families} families, "
-        f"{work.n_dropped} over the {work.max_tokens}-token limit (dropped); {sim.instances} x {sim.preset_name}, "
-        f"{sim.mode}, global tier {sim.global_tier}; base rate {spec.base_families_per_s:.4f} families/s"
-    )
-    results: list[RunResult] = []
-    with Progress(
-        TextColumn("[bold]simulate"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-        console=console,
-        transient=False,
-    ) as prog:
-        task = prog.add_task("", total=len(spec.policies) * len(spec.multipliers))
-
-        def done(r: RunResult) -> None:
-            results.append(r)
-            prog.update(
-                task, advance=1, description=f"{r.policy} @ {r.rate_multiplier:g}x ({r.sim_wall_s:.1f} s)"
-            )
-
-        ordered = run_sweep(spec, args.workers, done)
-    rows = [r.to_dict() for r in ordered]
-    title = (
-        f"{work.trace_name}: {sim.instances} x {sim.preset_name}, {sim.mode}, global tier {sim.global_tier}, "
-        f"base {spec.base_families_per_s:.4f} families/s"
-    )
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=170)
-    out.print(results_table(rows, sim.mode, title))
-    doc = {
-        "config": {
-            "trace": spec.workload.trace_path,
-            "shared_system_prompt": spec.workload.share_system_prompt,
-            "subsample": spec.workload.subsample,
-            "instances": sim.instances,
-            "mode": sim.mode,
-            "preset": sim.preset,
-            "global_tier": sim.global_tier,
-            "nic_gbit_s": sim.nic_gbit_s,
-            "global_load_gbit_s": sim.global_load_gbit_s,
-            "global_store_gbit_s": sim.global_store_gbit_s,
-            "global_lookup_s": sim.global_lookup_s,
-            "global_write_back": sim.global_write_back,
-            "global_load_mode": sim.global_load_mode,
-            "preset_variant": sim.preset_name,
-            "kv_dtype": sim.kv_dtype,
-            "tp": get_preset(sim.preset_name).n_gpus,
-            "hbm_gb_per_gpu": get_preset(sim.preset_name).gpu.hbm_gb,
-            "slack": sim.slack,
-            "hit_ratio": sim.hit_ratio,
-            "global_aware_slo": sim.global_aware_slo,
-            "refresh_s": sim.refresh_s,
-            "warmup_s": sim.warmup_s,
-            "measure_s": sim.measure_s,
-            "seed": sim.seed,
-            "base_families_per_s": spec.base_families_per_s,
-            "base_families_per_s_per_32_instances": spec.base_families_per_s_per_32,
-            "max_request_tokens": max_request_tokens(get_preset(sim.preset_name)),
-            "decode_simulated": sim.mode == "colocated",
-        },
-        "trace": {
-            "name": work.trace_name,
-            "requests": len(work),
-            "families": work.n_families,
-            "requests_over_limit_dropped": work.n_dropped,
-            "notes": list(work.notes),
-        },
-        "results": rows,
-    }
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False))
-        console.print(f"wrote {args.json}")
-    if args.plot is not None:
-        plot(rows, sim.mode, args.plot, title)
-        console.print(f"wrote {args.plot}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ Definitions (paper §4.1, §5.2, §5.3):
   instances (windows with no load skipped); reported as mean and p99 over windows. Load is the
   number of running requests (colocated) or running + waiting (disaggregated prefill instances,
   as the paper's §5.3 figure counts them).
+* ``arrival_rate_start_per_s`` / ``arrival_rate_end_per_s``: requests sent per second in the first
+  and the last tenth of the window; ``arrival_drift`` = end / start - 1 (stationarity check of the
+  offered load: a closed loop that falls behind lowers it, a workload ramp raises it).
 """
 
 from __future__ import annotations
@@ -130,12 +133,18 @@ def summarise(
     ok = ttft_ok & tpot_ok
     imb = imbalance(window_loads, load_window_s, float(lo), float(hi))
     ptoks = float(p.sum())
+    tenth = span / 10.0
+    rate_start = float(((send_s >= lo) & (send_s < lo + tenth)).sum()) / tenth
+    rate_end = float(((send_s >= hi - tenth) & (send_s < hi)).sum()) / tenth
     reused_local, reused_global = float(local[served].sum()), float(global_[served].sum())
     return {
         "tps_within_slo": float(o[ok].sum()) / span if colocated else math.nan,
         "prefill_tps_within_slo": float(p[ttft_ok].sum()) / span,
         "output_tps": float(o.sum()) / span,
         "requests_per_s": float(in_window.sum()) / span,
+        "arrival_rate_start_per_s": rate_start,
+        "arrival_rate_end_per_s": rate_end,
+        "arrival_drift": rate_end / rate_start - 1.0 if rate_start > 0 else math.nan,
         "slo_attainment": float(ok.mean()) if ok.size else math.nan,
         "ttft_attainment": float(ttft_ok.mean()) if ttft_ok.size else math.nan,
         "ttft_p50_s": _pct(ttft, 50),

@@ -18,12 +18,22 @@ def _f(x: object, fmt: str) -> str:
     return format(x, fmt)
 
 
+def _pct100(x: object) -> object:
+    return 100 * float(x) if isinstance(x, int | float) else None
+
+
+def _with_nan(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """JSON rows carry null for undefined metrics; the tables and plots want NaN."""
+    return [{k: math.nan if v is None else v for k, v in r.items()} for r in rows]
+
+
 def headline_key(mode: str) -> str:
     return "tps_within_slo" if mode == "colocated" else "prefill_tps_within_slo"
 
 
 def results_table(rows: Sequence[Row], mode: str, title: str) -> Table:
     """One line per (rate, policy), best headline first within a rate."""
+    rows = _with_nan(rows)
     key = headline_key(mode)
     t = Table(title=title, show_lines=False)
     cols = [
@@ -37,7 +47,7 @@ def results_table(rows: Sequence[Row], mode: str, title: str) -> Table:
         ("TPOT p90 ms", "right"),
         ("reuse/local/global %", "right"),
         ("imb mean/p99", "right"),
-        ("wall s", "right"),
+        ("arrivals drift %", "right"),
     ]
     for name, justify in cols:
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
@@ -62,7 +72,7 @@ def results_table(rows: Sequence[Row], mode: str, title: str) -> Table:
                     for c in ("reuse_ratio", "local_hit_ratio", "global_hit_ratio")
                 ),
                 f"{_f(r['imbalance_mean'], '.2f')}/{_f(r['imbalance_p99'], '.2f')}",
-                _f(r["sim_wall_s"], ".1f"),
+                _f(_pct100(r.get("arrival_drift")), "+.0f"),
             )
         t.add_section()
     return t
@@ -70,6 +80,7 @@ def results_table(rows: Sequence[Row], mode: str, title: str) -> Table:
 
 def plot(rows: Sequence[Row], mode: str, out: Path, title: str) -> None:
     """Three panels: headline TPS vs rate, imbalance vs rate, reuse breakdown at each policy's peak."""
+    rows = _with_nan(rows)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,3 +129,102 @@ def plot(rows: Sequence[Row], mode: str, out: Path, title: str) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+def mean_rows(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """One row per (policy, rate): numeric fields averaged over the seeds that ran that rate
+    (undefined values skipped), other fields from the first seed."""
+    groups: dict[tuple[str, float], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((str(r["policy"]), float(r["rate_multiplier"])), []).append(r)
+    out: list[dict[str, Any]] = []
+    for (_, _), rs in groups.items():
+        m: dict[str, Any] = dict(rs[0])
+        for k, v in rs[0].items():
+            if (
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and k not in ("seed", "rate_multiplier")
+            ):
+                xs = [
+                    float(r[k])
+                    for r in rs
+                    if isinstance(r.get(k), int | float) and math.isfinite(float(r[k]))
+                ]
+                m[k] = sum(xs) / len(xs) if xs else math.nan
+            elif v is None:
+                m[k] = math.nan
+        m["seeds"] = len(rs)
+        out.append(m)
+    return out
+
+
+def _pm(mean: object, ci: object, fmt: str) -> str:
+    if not isinstance(mean, int | float):
+        return "-"
+    if isinstance(ci, list | tuple) and len(ci) == 2:
+        return f"{format(mean, fmt)} ± {format((ci[1] - ci[0]) / 2, fmt)}"
+    return format(mean, fmt)
+
+
+def summary_table(summ: Sequence[Row], title: str) -> Table:
+    """Per policy: peak mean ± CI half-width, per-seed peaks and peak rates, and the paired margin
+    over the best baseline (or, for a baseline, over SMetric)."""
+    from smetric.core.names import BASELINE_POLICIES
+    from smetric.sim.stats import verdict
+
+    t = Table(title=title)
+    for name, justify in (("policy", "left"), ("peak mean ± CI", "right"), ("per seed", "right"),
+                          ("peak rate", "right"), ("past knee", "center"), ("vs", "left"),
+                          ("margin % (paired CI)", "right"), ("", "left")):  # fmt: skip
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    means = {str(e["policy"]): e["peak_tps_within_slo_mean"] for e in summ}
+    base = [p for p in means if p in BASELINE_POLICIES and isinstance(means[p], int | float)]
+    best = max(base, key=lambda p: float(means[p]), default=None)
+    for e in sorted(
+        summ,
+        key=lambda e: (
+            -float(e["peak_tps_within_slo_mean"])
+            if isinstance(e["peak_tps_within_slo_mean"], int | float)
+            and math.isfinite(float(e["peak_tps_within_slo_mean"]))
+            else 0.0
+        ),
+    ):
+        p = str(e["policy"])
+        other = best if p != best else ("smetric" if "smetric" in means else None)
+        m = e["margins"].get(other) if other else None
+        t.add_row(
+            p,
+            _pm(e["peak_tps_within_slo_mean"], e["peak_tps_within_slo_ci95"], ".0f"),
+            "/".join(_f(v, ".0f") for v in e["peak_tps_within_slo_per_seed"]),
+            "/".join(_f(v, "g") for v in e["peak_rate_multiplier_per_seed"]),
+            "/".join("y" if k else "n" for k in e["past_knee_per_seed"]),
+            other or "",
+            _pm(m["pct_mean"], m["pct_ci95"], "+.1f") if m else "-",
+            verdict(m["pct_ci95"]) if m else "",
+        )
+    return t
+
+
+def map_table(cells: Sequence[Row], title: str) -> Table:
+    t = Table(title=title)
+    for name, justify in (("regime", "left"), ("smetric", "right"), ("best baseline", "left"),
+                          ("its peak", "right"), ("margin % (paired CI)", "right"), ("", "left")):  # fmt: skip
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for c in cells:
+        b = c.get("best_baseline")
+        t.add_row(
+            str(c["regime"]),
+            _pm(
+                c["peak_tps_within_slo_mean"].get("smetric"),
+                c["peak_tps_within_slo_ci95"].get("smetric"),
+                ".0f",
+            ),
+            str(b or "-"),
+            _pm(c["peak_tps_within_slo_mean"].get(b), c["peak_tps_within_slo_ci95"].get(b), ".0f")
+            if b
+            else "-",
+            _pm(c.get("margin_over_best_baseline_pct"), c.get("margin_over_best_baseline_pct_ci95"), "+.1f"),
+            str(c.get("verdict", "")),
+        )
+    return t

@@ -72,8 +72,13 @@ class SimConfig:
     warmup_s: float = 3600.0
     measure_s: float = 3600.0
     seed: int = 0
+    # "stationary": families also start before t = 0 (request rate stationary from t = 0);
+    # "cold": every family starts at t >= 0 (the request rate climbs for hours) -- workload.py
+    arrivals: str = "stationary"
 
     def __post_init__(self) -> None:
+        if self.arrivals not in ("stationary", "cold"):
+            raise ValueError(f"arrivals must be stationary or cold, got {self.arrivals!r}")
         if not (self.warmup_s >= 0 and self.measure_s > 0):
             raise ValueError("warmup_s must be >= 0 and measure_s > 0")
         if self.instances < 1:
@@ -229,10 +234,12 @@ def simulate(
     seq = 0
     version = [0] * len(cluster)
     n_fam = work.n_families
-    for start, f, clone in work.family_arrivals(families_per_s, horizon, cfg.seed):
-        fam_start[clone * n_fam + f] = start
-        for i in work.family_first[f]:
-            t_send = start + float(work.offset_s[i])
+    lead_s = work.max_family_span_s if cfg.arrivals == "stationary" else 0.0
+    for start, f, clone in work.family_arrivals(families_per_s, horizon, cfg.seed, lead_s):
+        sends = work.first_sends(f, start)
+        if sends:
+            fam_start[clone * n_fam + f] = start
+        for t_send, i in sends:
             if t_send < horizon:
                 seq += 1
                 heap.append((t_send, seq, _ARRIVAL, clone * n + i, clone * n_fam + f))

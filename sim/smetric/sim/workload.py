@@ -10,6 +10,17 @@ family ``perm[n % F]`` of the trace (a seeded permutation, redrawn every F arriv
 the shared system-prompt ids, so clones never share a session's KV but do share the system
 prompt. Each family keeps its recorded offsets, think times, turns and token counts.
 
+Stationary start (default): families last up to 122 hours, so families that start at ``t >= 0``
+alone make the request rate climb for the whole run (the expected request rate at ``t`` is
+``rate * E[requests of a family sent within t of its start]``: with a 1 h warm-up it rose by 26 %
+across a 1 h measurement window and was still 25 % below its stationary value at the end). The
+generator therefore also draws family starts in ``[-lead, 0)`` with ``lead`` = the longest family
+span (:attr:`PreparedWorkload.max_family_span_s`); such a family sends only its requests due at
+``t >= 0`` (its earlier turns are skipped, so their KV is not cached -- the warm-up absorbs that
+cold start). The request rate is then stationary from ``t = 0`` on (open-loop offsets; the closed
+loop only delays). ``arrivals="cold"`` restores the previous generator (all families start at
+``t >= 0``).
+
 Preparation (once per worker, independent of policy and rate):
 
 * every request becomes an :class:`~smetric.engine.EngineRequest` (block pieces as Python ints)
@@ -63,6 +74,11 @@ class PreparedWorkload:
     shared_from: int  # ids >= this are shared across families (system prompt); not offset
     notes: tuple[str, ...]
     trace: Trace
+    family_span_s: tuple[float, ...] = ()  # per family: largest request offset
+
+    @property
+    def max_family_span_s(self) -> float:
+        return max(self.family_span_s, default=0.0)
 
     def __len__(self) -> int:
         return len(self.engine)
@@ -93,14 +109,18 @@ class PreparedWorkload:
         sid = None if v.session_id is None else f"{v.session_id}~{clone}"
         return RequestView(f"{v.request_id}~{clone}", v.prompt_tokens, v.turn, v.est_hit_tokens, sid)
 
-    def family_arrivals(self, rate_per_s: float, horizon_s: float, seed: int) -> list[tuple[float, int, int]]:
-        """Poisson family arrivals in ``[0, horizon_s)``: ``(start_s, family, clone)``."""
+    def family_arrivals(
+        self, rate_per_s: float, horizon_s: float, seed: int, lead_s: float = 0.0
+    ) -> list[tuple[float, int, int]]:
+        """Poisson family arrivals in ``[-lead_s, horizon_s)``: ``(start_s, family, clone)``."""
         if not (math.isfinite(rate_per_s) and rate_per_s > 0):
             raise ValueError(f"rate must be a positive finite number of families/s, got {rate_per_s}")
+        if not (math.isfinite(lead_s) and lead_s >= 0):
+            raise ValueError(f"lead_s must be a finite number >= 0, got {lead_s}")
         rng = np.random.default_rng([seed, _ARRIVAL_STREAM])
         f = self.n_families
         out: list[tuple[float, int, int]] = []
-        t = 0.0
+        t = -lead_s
         perm = rng.permutation(f)
         while True:
             t += float(rng.exponential(1.0 / rate_per_s))
@@ -110,6 +130,21 @@ class PreparedWorkload:
             if n and n % f == 0:
                 perm = rng.permutation(f)
             out.append((t, int(perm[n % f]), n // f))
+
+    def first_sends(self, family: int, start_s: float) -> list[tuple[float, int]]:
+        """``(send_s, trace index)`` of each session's first request of a family started at
+        ``start_s`` that is due at ``t >= 0`` (turns due before 0 are skipped; a session entirely
+        before 0 sends nothing)."""
+        out: list[tuple[float, int]] = []
+        if self.family_span_s and start_s + self.family_span_s[family] < 0:
+            return out
+        for i in self.family_first[family]:
+            j = i
+            while j >= 0 and start_s + float(self.offset_s[j]) < 0:
+                j = int(self.next[j])
+            if j >= 0:
+                out.append((start_s + float(self.offset_s[j]), j))
+        return out
 
 
 def _shift(pieces: tuple[Piece, ...], off: int, shared_from: int) -> tuple[Piece, ...]:
@@ -203,6 +238,10 @@ def prepare(trace: Trace, preset: InstancePreset) -> PreparedWorkload:
         if r.prev_index < 0:
             firsts[fam_index[r.family_id]].append(r.index)
     top = max((b for p in pieces for _, b in p), default=0)
+    span = [0.0] * len(names)
+    for r in reqs:
+        k = fam_index[r.family_id]
+        span[k] = max(span[k], r.offset_s)
     return PreparedWorkload(
         trace_name=trace.name,
         block_tokens=bt,
@@ -223,4 +262,5 @@ def prepare(trace: Trace, preset: InstancePreset) -> PreparedWorkload:
         shared_from=_shared_from(pieces, list(families)),
         notes=tuple(trace.notes),
         trace=trace,
+        family_span_s=tuple(span),
     )

@@ -1,0 +1,187 @@
+"""``smetric simulate`` end to end once the arguments are parsed: executor, progress bar,
+streaming sidecar and ``--resume``, the seed summary, tables, the JSON document and the figures.
+
+The JSON document depends only on the sweep (config, trace, rows in canonical order, summary):
+no wall-clock, worker count or cluster address, so a sweep is byte-identical whichever executor
+ran it. Wall times are in the sidecar (``OUT.runs.jsonl``) and on the progress bar.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from smetric.core.presets import get_preset
+from smetric.sim.executors import make_executor
+from smetric.sim.regimes import Regime, map_cells, plot_map
+from smetric.sim.report import map_table, mean_rows, plot, results_table, summary_table
+from smetric.sim.stats import summary
+from smetric.sim.stream import Sidecar, fingerprint, read_done, sidecar_path, write_atomic
+from smetric.sim.sweep import RunKey, RunTask, Setting, SweepSpec, json_ready, prepared, run_sweep
+from smetric.sim.workload import max_request_tokens
+
+
+def setting_doc(s: Setting) -> dict[str, Any]:
+    """Every field of the run config (so the fingerprint covers every knob) and what it resolves to."""
+    sim = s.sim
+    preset = get_preset(sim.preset_name)
+    fields = {k: v for k, v in asdict(sim).items() if k != "seed"}
+    return {
+        "shared_system_prompt": s.workload.share_system_prompt,
+        "subsample": s.workload.subsample,
+        **fields,
+        "preset_variant": sim.preset_name,
+        "tp_gpus": preset.n_gpus,
+        "gpu_name": preset.gpu.name,
+        "hbm_gb_per_gpu": preset.gpu.hbm_gb,
+        "max_request_tokens": max_request_tokens(preset),
+        "decode_simulated": sim.mode == "colocated",
+    }
+
+
+def config_doc(spec: SweepSpec, regimes: Sequence[Regime]) -> dict[str, Any]:
+    common = {
+        "trace": spec.workload.trace_path,
+        "policies": list(spec.policies),
+        "rates": list(spec.multipliers),
+        "seeds": list(spec.seeds),
+        "base_families_per_s": spec.base_families_per_s,
+        "base_families_per_s_per_32_instances": spec.base_families_per_s_per_32,
+        "headline": spec.headline,
+        "extend_past_knee": spec.extend_past_knee,
+        "knee_drop": spec.knee_drop,
+        "max_extensions": spec.max_extensions,
+    }
+    if not regimes:
+        return {**setting_doc(spec.settings[0]), **common}
+    return {
+        **common,
+        "regimes": [
+            {**asdict(r), "config": setting_doc(s)} for r, s in zip(regimes, spec.settings, strict=True)
+        ],
+    }
+
+
+def run_and_write(
+    spec: SweepSpec,
+    *,
+    console: Console,
+    json_path: Path | None,
+    plot_path: Path | None,
+    workers: int | None,
+    cluster: str | None,
+    resume: bool,
+    regimes: Sequence[Regime] = (),
+) -> int:
+    work = prepared(spec.workload)
+    sim = spec.sim
+    console.print(
+        f"trace {work.trace_name}: {len(work)} requests, {work.n_families} families, "
+        f"{work.n_dropped} over the {work.max_tokens}-token limit (dropped); {sim.instances} x "
+        f"{sim.preset_name}, {sim.mode}, global tier {sim.global_tier}; base rate "
+        f"{spec.base_families_per_s:.4f} families/s; seeds {','.join(map(str, spec.seeds))}"
+        + (f"; {len(spec.settings)} regimes" if regimes else "")
+    )
+    config = json_ready(config_doc(spec, regimes))
+    fp = fingerprint(config)
+    done: dict[RunKey, dict[str, Any]] = {}
+    sidecar: Sidecar | None = None
+    if json_path is not None:
+        side = sidecar_path(json_path)
+        if resume:
+            done = read_done(side, fp)
+            console.print(f"resume: {len(done)} runs found in {side}")
+        sidecar = Sidecar(side, fp, resume)
+    executor = make_executor(
+        workers, cluster, max(1, len(spec.grid()) - len(done)), [s.workload.trace_path for s in spec.settings]
+    )
+    try:
+        with Progress(
+            TextColumn("[bold]simulate"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=console,
+            transient=False,
+        ) as prog:
+            bar = prog.add_task("", total=0)
+
+            def grow(n: int) -> None:
+                total = prog.tasks[0].total or 0
+                prog.update(bar, total=total + n)
+
+            def finished(task: RunTask, row: dict[str, Any], wall_s: float) -> None:
+                if sidecar is not None:
+                    sidecar.add(task.key, row, wall_s)
+                k = task.key
+                where = f"{k.regime} " if k.regime else ""
+                prog.update(
+                    bar,
+                    advance=1,
+                    description=f"{where}{k.policy} seed {k.seed} @ {k.rate_multiplier:g}x ({wall_s:.1f} s)",
+                )
+
+            rows = run_sweep(spec, executor, done, finished, grow)
+    finally:
+        executor.close()
+        if sidecar is not None:
+            sidecar.close()
+
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=170)
+    doc: dict[str, Any] = {
+        "config": config,
+        "trace": {
+            "name": work.trace_name,
+            "requests": len(work),
+            "families": work.n_families,
+            "requests_over_limit_dropped": work.n_dropped,
+            "notes": list(work.notes),
+        },
+        "results": rows,
+    }
+    title = (
+        f"{work.trace_name}: {sim.instances} x {sim.preset_name}, {sim.mode}, global tier {sim.global_tier}, "
+        f"base {spec.base_families_per_s:.4f} families/s, seeds {','.join(map(str, spec.seeds))}"
+    )
+    if regimes:
+        summaries = {
+            s.name: summary(
+                [r for r in rows if r.get("regime") == s.name], spec.headline, spec.policies, spec.knee_drop
+            )
+            for s in spec.settings
+        }
+        cells = map_cells(summaries)
+        doc["summary"] = [{"regime": k, "policies": v} for k, v in summaries.items()]
+        doc["regime_map"] = cells
+        title = (
+            f"regime map: {sim.instances} x {sim.preset}, {sim.mode}, seeds {','.join(map(str, spec.seeds))}"
+        )
+        out.print(map_table(cells, title))
+    else:
+        summ = summary(rows, spec.headline, spec.policies, spec.knee_drop)
+        doc["summary"] = summ
+        shown = rows if len(spec.seeds) == 1 else mean_rows(rows)
+        out.print(
+            results_table(shown, sim.mode, title + ("" if len(spec.seeds) == 1 else " (mean over seeds)"))
+        )
+        out.print(summary_table(summ, f"peak {spec.headline} over seeds (mean ± 95 % CI) and paired margins"))
+    doc = json_ready(doc)  # type: ignore[assignment]
+    if json_path is not None:
+        write_atomic(json_path, json.dumps(doc, indent=1, allow_nan=False))
+        console.print(f"wrote {json_path} (runs streamed to {sidecar_path(json_path)})")
+    if plot_path is not None:
+        if regimes:
+            plot_map(doc["regime_map"], list(spec.policies), plot_path, title)
+        else:
+            plot(mean_rows(rows), sim.mode, plot_path, title)
+        console.print(f"wrote {plot_path}")
+    return 0

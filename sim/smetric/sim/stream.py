@@ -1,0 +1,98 @@
+"""Results streamed as runs finish: a JSON-lines sidecar next to ``--json`` (``OUT.runs.jsonl``).
+
+Line 1 is a header with the sweep's fingerprint (a hash of the JSON ``config``: trace, cluster,
+policies, rates, seeds, regimes); each further line is one finished run: its key, its row (exactly
+the row the final JSON gets) and, for information, its wall time. An interrupted sweep keeps every
+line written; ``--resume`` reads the rows back (a torn last line is ignored) and skips their runs,
+refusing a sidecar whose fingerprint differs. The final JSON is rewritten atomically (temp file +
+rename), so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from smetric.sim.sweep import RunKey
+
+FORMAT = "smetric-sim-runs/1"
+
+
+def sidecar_path(json_path: Path) -> Path:
+    return json_path.with_name(json_path.stem + ".runs.jsonl")
+
+
+def fingerprint(config: object) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def read_done(path: Path, fp: str) -> dict[RunKey, dict[str, Any]]:
+    """Rows of a previous run of the same sweep (empty when there is no sidecar)."""
+    if not path.exists():
+        return {}
+    done: dict[RunKey, dict[str, Any]] = {}
+    with path.open("r", encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    if not lines:
+        return {}
+    try:
+        head = json.loads(lines[0])
+    except json.JSONDecodeError:
+        raise ValueError(f"{path}: not a sweep sidecar (bad header)") from None
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a sweep sidecar ({FORMAT})")
+    if head.get("fingerprint") != fp:
+        raise ValueError(f"{path} belongs to a different sweep (config changed); remove it or drop --resume")
+    for line in lines[1:]:
+        try:
+            rec = json.loads(line)
+            regime, policy, seed, rate = rec["key"]
+            key = RunKey(str(regime), str(policy), int(seed), float(rate))
+            row = rec["row"]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue  # a line torn by an interruption
+        if isinstance(row, dict):
+            done[key] = row
+    return done
+
+
+class Sidecar:
+    """Append-only writer; every line is flushed as soon as its run finishes."""
+
+    def __init__(self, path: Path, fp: str, resume: bool) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        keep = resume and path.exists() and path.stat().st_size > 0
+        if keep:
+            _drop_torn_tail(path)
+        self._fh: IO[str] = path.open("a" if keep else "w", encoding="utf-8")
+        if not keep:
+            self._write({"format": FORMAT, "fingerprint": fp})
+
+    def _write(self, obj: object) -> None:
+        self._fh.write(json.dumps(obj, allow_nan=False) + "\n")
+        self._fh.flush()
+
+    def add(self, key: RunKey, row: dict[str, Any], wall_s: float) -> None:
+        self._write({"key": key.as_list(), "row": row, "wall_s": round(wall_s, 4)})
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _drop_torn_tail(path: Path) -> None:
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        with path.open("r+b") as fh:
+            fh.truncate(cut)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
