@@ -29,8 +29,9 @@ from smetric.core.presets import InstancePreset, get_preset, variant_name
 from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
 from smetric.engine.global_tier import GlobalPath, instances_per_node
 from smetric.policy import DecodeStepModel, PolicyParams, Router, fetch_s_per_token, make_policy
+from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.metrics import LoadTracker, summarise
-from smetric.sim.view import RouterView
+from smetric.sim.view import ROUTER_VIEWS, make_router_view
 from smetric.sim.workload import PreparedWorkload
 
 _ARRIVAL, _INSTANCE = 0, 1
@@ -72,11 +73,19 @@ class SimConfig:
     warmup_s: float = 3600.0
     measure_s: float = 3600.0
     seed: int = 0
+    # router state: "deployed" = the picker's router core with a cost model fitted from profiled
+    # prefills and online prefill rates; "oracle" = engine cost model, speed 1.0 (sim/view.py)
+    router_view: str = "deployed"
+    legacy_ledger: bool = False  # reproduce the pre-fix phantom-load ledger charge (issue 9)
     # "stationary": families also start before t = 0 (request rate stationary from t = 0);
     # "cold": every family starts at t >= 0 (the request rate climbs for hours) -- workload.py
     arrivals: str = "stationary"
 
     def __post_init__(self) -> None:
+        if self.router_view not in ROUTER_VIEWS:
+            raise ValueError(
+                f"router_view must be one of {', '.join(ROUTER_VIEWS)}, got {self.router_view!r}"
+            )
         if self.arrivals not in ("stationary", "cold"):
             raise ValueError(f"arrivals must be stationary or cold, got {self.arrivals!r}")
         if not (self.warmup_s >= 0 and self.measure_s > 0):
@@ -211,8 +220,17 @@ def simulate(
     preset = get_preset(cfg.preset_name)
     n = len(work)
     cluster = build_cluster(cfg, preset, work.block_tokens)
-    router = Router(make_policy(policy, policy_params(cfg, preset, work.block_tokens)))
-    view = RouterView(cluster, preset.cost_model, cfg.refresh_s)
+    params = policy_params(cfg, preset, work.block_tokens)
+    router = Router(make_policy(policy, params))
+    view = make_router_view(
+        cfg.router_view,
+        cluster,
+        preset.cost_model,
+        lambda: profiled_cost_model(preset, work.block_tokens),
+        cfg.refresh_s,
+        params.global_fetch_s_per_token,
+        legacy_ledger=cfg.legacy_ledger,
+    )
     loads = LoadTracker(len(cluster), cfg.window_s)
     colocated = cfg.mode == "colocated"
     tpot_slo = preset.slo.tpot_s
@@ -275,7 +293,7 @@ def simulate(
                 first[row] = e.time_s
                 local[row] = e.timing.local_hit_tokens
                 glob[row] = e.timing.global_hit_tokens
-                view.first_token(key)
+                view.first_token(key, e.time_s, e.timing)
                 if not colocated:
                     completed(key, e.time_s + (e.request.output_tokens - 1) * tpot_slo)
             else:
@@ -325,12 +343,12 @@ def simulate(
             index=a,
         )
         rview = work.view(i, clone)
-        hits, snaps = view.snapshots(req)
+        _, snaps = view.snapshots(req, rview)
         decision = router.pick(rview, snaps)
         k = decision.target
         where[-1] = k
         reasons[decision.reason] = reasons.get(decision.reason, 0) + 1
-        view.dispatched(a, k, rview, hits[k])
+        view.dispatched(a, k, rview, snaps[k], t)
         inst = cluster[k]
         inst.submit(req, t)
         handle(inst.advance(t))
