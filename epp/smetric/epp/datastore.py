@@ -22,7 +22,7 @@ from smetric.epp.index.approximate import ApproximateIndex
 from smetric.epp.index.precise import PreciseIndex
 from smetric.epp.kvevents.store import BlockStore
 from smetric.epp.kvevents.subscriber import GapCallback, KvEventManager
-from smetric.epp.scrape.scraper import ScrapeManager
+from smetric.epp.scrape.scraper import MAX_PAGE_BYTES, ScrapeManager
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,12 @@ class Datastore:
         self._clock = clock
         self._endpoints: tuple[EndpointInfo, ...] = ()
         self._warned_block_size: set[str] = set()
+        self._removal_listeners: list[Callable[[str], None]] = []
+
+    def on_removed(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(address)`` when discovery drops an endpoint (e.g. the picker's
+        ``PrefillRateEstimator.forget``: a pod that comes back at that address starts afresh)."""
+        self._removal_listeners.append(listener)
 
     @property
     def index(self) -> PrefixIndex:
@@ -77,6 +83,9 @@ class Datastore:
             for e in self._endpoints:
                 if not e.kv_events_endpoint and e.address not in old:
                     log.warning("%s has no KV-event publisher: its precise prefix hits stay 0", e.address)
+        for address in old - new:
+            for listener in self._removal_listeners:
+                listener(address)
 
     # -- EndpointSource ----------------------------------------------------------------------
 
@@ -128,8 +137,13 @@ def build_datastore(args: argparse.Namespace, on_kv_gap: GapCallback | None = No
         discovery = KubeDiscovery(args.pool_name, args.pool_namespace, args.kv_events_port)
     else:
         raise ValueError("either --endpoints (standalone) or --pool-name (Kubernetes) is required")
-    scraper = ScrapeManager(interval_s=args.refresh_interval_ms / 1000.0)
+    scraper = ScrapeManager(
+        interval_s=args.refresh_interval_ms / 1000.0,
+        timeout_s=getattr(args, "scrape_timeout_ms", 1000) / 1000.0,
+        max_page_bytes=getattr(args, "scrape_max_bytes", MAX_PAGE_BYTES),
+    )
     kv_events: KvEventManager | None = None
+    store: BlockStore | None = None
     index: PrefixIndex
     approximate: ApproximateIndex | None = None
     if args.prefix_index == "precise":
@@ -145,4 +159,6 @@ def build_datastore(args: argparse.Namespace, on_kv_gap: GapCallback | None = No
     ds = Datastore(discovery, scraper, index, kv_events, args.staleness_threshold_ms / 1000.0)
     if approximate is not None:
         approximate.set_capacity_source(ds.capacity_blocks)
+    if store is not None:  # the KV block store's cap follows each engine's num_gpu_blocks
+        store.set_capacity_source(ds.capacity_blocks)
     return ds

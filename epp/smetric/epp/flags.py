@@ -58,6 +58,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag("refresh-interval-ms", int, 50, "metrics scrape interval per endpoint"),
     Flag("staleness-threshold-ms", int, 2000, "metrics older than this mark an endpoint stale (saturated)"),
     Flag("max-body-bytes", int, 16 * 1024 * 1024, "requests larger than this get 413"),
+    Flag(
+        "body-budget-bytes",
+        int,
+        64 * 1024 * 1024,
+        "request bodies buffered by all streams together; past it a request gets 503",
+    ),
+    Flag("bind-address", str, "0.0.0.0", "address every listener binds (ext_proc, health, metrics)"),
+    Flag("scrape-timeout-ms", int, 1000, "timeout of one /metrics scrape"),
+    Flag("scrape-max-bytes", int, 4 * 1024 * 1024, "a larger /metrics page is refused (endpoint goes stale)"),
     Flag("hash-seed", str, "0", "PYTHONHASHSEED shared with the engines (precise block hashes)"),
     Flag(
         "hash-algo",

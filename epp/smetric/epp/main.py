@@ -60,16 +60,20 @@ async def serve(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             served_models=frozenset(cfg.servedModels),
             response_observer=args.response_path == "observer",
+            body_budget_bytes=args.body_budget_bytes,
         ),
         renderer=renderer,
     )
+    datastore.on_removed(picker.rates.forget)  # a removed pod's learned speed goes with it
     health = HealthReporter(datastore, metrics, datastore.is_stale, synced=datastore.synced)
     server = PickerServer(
         servicer,
         health,
+        host=args.bind_address,
         grpc_port=args.grpc_port,
         health_port=args.grpc_health_port,
         tls_key_pair=server_key_pair(args.secure_serving, args.cert_path),
+        max_message_bytes=args.max_body_bytes + 1024 * 1024,  # BUFFERED: the whole body in one message
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -78,7 +82,7 @@ async def serve(args: argparse.Namespace) -> int:
     loop.add_signal_handler(signal.SIGUSR1, toggle_decision_log)
     await datastore.start()
     try:
-        start_http_server(args.metrics_port, registry=registry)
+        start_http_server(args.metrics_port, addr=args.bind_address, registry=registry)
         await server.start()
         settle_gc()
         log.info(

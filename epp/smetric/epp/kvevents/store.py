@@ -3,7 +3,7 @@ reported on any other medium (the offload / global tier, read by ``smetric-tiere
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, KeysView
 
 from smetric.epp.kvevents.events import (
     AllBlocksCleared,
@@ -27,10 +27,26 @@ class BlockStore:
     (global hits then read low, never high). :meth:`resync` forgets an endpoint's blocks after lost
     events; the set then refills from later ``BlockStored`` events (hits read low meanwhile, never
     high: a lost ``BlockRemoved`` cannot leave a phantom block behind).
+
+    Per-endpoint cap (issue 12: a flood of ``BlockStored`` grew one set to 15M hashes, 1 GB): an
+    endpoint holds at most ``capacity(address)`` blocks -- the engine's ``num_gpu_blocks`` from its
+    scraped ``vllm:cache_config_info``, times ``slack`` (the engine cannot hold more, so more means
+    lost ``BlockRemoved`` events) -- or ``default_max_blocks`` before the engine was scraped. Past
+    the cap the least recently stored blocks go first (a dict in store order is the LRU).
     """
 
-    def __init__(self, max_global_blocks: int = 8_000_000) -> None:
-        self._blocks: dict[str, set[int]] = {}
+    def __init__(
+        self,
+        max_global_blocks: int = 8_000_000,
+        default_max_blocks: int = 2_000_000,
+        capacity: Callable[[str], int | None] | None = None,
+        slack: float = 1.25,
+    ) -> None:
+        self._blocks: dict[str, dict[int, None]] = {}
+        self._default_max = default_max_blocks
+        self._capacity = capacity
+        self._slack = slack
+        self.evicted = 0  # blocks dropped by the cap
         self._global: set[int] = set()
         self._max_global = max_global_blocks
         self.global_events = 0  # BlockStored events seen on a non-GPU medium
@@ -38,15 +54,29 @@ class BlockStore:
     def global_blocks(self) -> set[int]:
         return self._global
 
-    def blocks(self, address: str) -> set[int] | None:
-        return self._blocks.get(address)
+    def set_capacity_source(self, capacity: Callable[[str], int | None]) -> None:
+        self._capacity = capacity
+
+    def max_blocks(self, address: str) -> int:
+        cap = self._capacity(address) if self._capacity is not None else None
+        return int(cap * self._slack) + 1 if cap else self._default_max
+
+    def blocks(self, address: str) -> KeysView[int] | None:
+        b = self._blocks.get(address)
+        return b.keys() if b is not None else None
 
     def apply(self, address: str, events: Iterable[KvEvent]) -> None:
-        blocks = self._blocks.setdefault(address, set())
+        blocks = self._blocks.setdefault(address, {})
+        limit = self.max_blocks(address)
         for event in events:
             if isinstance(event, BlockStored):
                 if is_local_tier(event.medium):
-                    blocks.update(event.block_hashes)
+                    for h in event.block_hashes:
+                        blocks.pop(h, None)  # re-stored: most recent again
+                        blocks[h] = None
+                    over = len(blocks) - limit
+                    if over > 0:
+                        self._evict(blocks, over)
                 else:
                     self.global_events += 1
                     if len(self._global) + len(event.block_hashes) > self._max_global:
@@ -54,14 +84,22 @@ class BlockStore:
                     self._global.update(event.block_hashes)
             elif isinstance(event, BlockRemoved):
                 if is_local_tier(event.medium):
-                    blocks.difference_update(event.block_hashes)
+                    for h in event.block_hashes:
+                        blocks.pop(h, None)
                 else:
                     self._global.difference_update(event.block_hashes)
             elif isinstance(event, AllBlocksCleared):
                 blocks.clear()
 
+    def _evict(self, blocks: dict[int, None], n: int) -> None:
+        it = iter(blocks)
+        old = [next(it) for _ in range(n)]
+        for h in old:
+            del blocks[h]
+        self.evicted += n
+
     def resync(self, address: str) -> None:
-        self._blocks[address] = set()
+        self._blocks[address] = {}
 
     def remove(self, address: str) -> None:
         self._blocks.pop(address, None)

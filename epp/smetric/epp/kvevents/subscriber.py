@@ -26,6 +26,16 @@ log = logging.getLogger(__name__)
 
 GapCallback = Callable[[str], None]
 
+# Bounds (issue 12). A vLLM batch is one engine step's events: a 128k-token prompt stores ~8k
+# blocks of 16 tokens, ~0.4 MB of msgpack with its token ids; 4 MiB is 10x that (stated
+# assumption). A larger message makes ZMQ drop the connection (it reconnects; the next batch is a
+# sequence gap and the endpoint resyncs). The receive queue holds at most RCVHWM messages (SUB
+# drops past it: a gap again). The receive loop yields to the event loop every YIELD_EVERY
+# messages so a flood cannot starve the request path.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+RCVHWM = 10_000
+YIELD_EVERY = 32
+
 
 class SequenceTracker:
     """Per-publisher sequence check: ``observe(seq)`` is ``False`` when batches were lost."""
@@ -107,7 +117,8 @@ class KvEventManager:
         sub = KvEventSubscriber(address, self._store, self._on_gap)
         sock = self._ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 100_000)
+        sock.setsockopt(zmq.RCVHWM, RCVHWM)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.connect(zmq_endpoint)
         self._store.resync(address)
@@ -128,8 +139,12 @@ class KvEventManager:
     @staticmethod
     async def _run(sub: KvEventSubscriber, sock: zmq.asyncio.Socket) -> None:
         try:
+            n = 0
             while True:
                 frames = await sock.recv_multipart()
+                n += 1
+                if n % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # a ready socket never suspends: let requests run
                 try:
                     sub.handle(frames)
                 except Exception:  # a bug must not silence the endpoint's events for good

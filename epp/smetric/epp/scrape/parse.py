@@ -12,6 +12,13 @@ Names read (all summed over the ``engine`` label -- one series per data-parallel
   ``sum(num_gpu_blocks) * block_size``) and ``prefix_caching_hash_algo``.
 
 A text without ``vllm:num_requests_running`` is not a vLLM engine: :class:`MetricsParseError`.
+So is a page with a NaN, infinite or negative value in one of the series read (issue 12: a NaN
+used to raise in ``round`` and log a traceback every scrape): the page is refused as a whole, the
+last good metrics stay and age into staleness, and the scraper logs the failure once.
+
+Only the lines of the series read reach the Prometheus parser (:func:`wanted_lines`): an engine
+page also carries histograms and other series the picker never reads, and parsing them all costs
+the event loop time for nothing.
 """
 
 from __future__ import annotations
@@ -54,9 +61,31 @@ class ParsedMetrics:
 
 def _int_label(labels: dict[str, str], name: str) -> int:
     try:
-        return int(float(labels.get(name, "0") or "0"))
-    except ValueError:
+        return max(0, int(float(labels.get(name, "0") or "0")))
+    except (ValueError, OverflowError):  # NaN, inf, garbage
         return 0
+
+
+def wanted_lines(text: str) -> str:
+    """The sample lines of the series in ``_WANTED`` (comments and other series dropped)."""
+    keep = []
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        end = len(line)
+        for sep in ("{", " "):
+            i = line.find(sep)
+            if i != -1 and i < end:
+                end = i
+        if line[:end] in _WANTED:
+            keep.append(line)
+    keep.append("")
+    return "\n".join(keep)
+
+
+def _check_value(name: str, value: float) -> None:
+    if value != value or value in (float("inf"), float("-inf")) or value < 0:
+        raise MetricsParseError(f"{name} is {value!r} (NaN, infinite or negative): page refused")
 
 
 def parse_vllm_metrics(text: str, scraped_at_s: float) -> ParsedMetrics:
@@ -67,7 +96,7 @@ def parse_vllm_metrics(text: str, scraped_at_s: float) -> ParsedMetrics:
     hash_algo = ""
     seen: set[str] = set()
     try:
-        families = list(text_string_to_metric_families(text))
+        families = list(text_string_to_metric_families(wanted_lines(text)))
     except (ValueError, IndexError, TypeError) as exc:
         raise MetricsParseError(f"not Prometheus text: {exc}") from exc
     for family in families:
@@ -76,6 +105,8 @@ def parse_vllm_metrics(text: str, scraped_at_s: float) -> ParsedMetrics:
             if name not in _WANTED:
                 continue
             seen.add(name)
+            if name != CACHE_INFO:
+                _check_value(name, sample.value)
             engine = sample.labels.get("engine", "")
             if name == CACHE_INFO:
                 block_size = block_size or _int_label(sample.labels, "block_size")

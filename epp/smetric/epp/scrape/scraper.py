@@ -6,6 +6,10 @@ scrapes). A scrape that fails (connection refused, timeout, HTTP error, not vLLM
 last good :class:`EngineMetrics` in place; it ages past ``--staleness-threshold-ms`` and the
 datastore reports the endpoint stale. Failures are logged once per state change (up -> down and
 down -> up), not per scrape.
+
+Bounds (issue 12): a scrape takes at most ``timeout_s`` (``--scrape-timeout-ms``) and reads at most
+``max_page_bytes`` (``--scrape-max-bytes``; a larger page is refused without reading the rest), so
+a hostile or broken engine cannot stall the event loop or grow the picker's memory.
 """
 
 from __future__ import annotations
@@ -25,6 +29,25 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
+# A vLLM /metrics page is ~100-300 kB (histograms per model); 4 MiB is >10x that (stated assumption).
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+
+
+class PageTooLarge(Exception):
+    pass
+
+
+async def read_bounded(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The body, or :class:`PageTooLarge` as soon as it passes ``max_bytes``."""
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        raise PageTooLarge(f"page of {resp.content_length} bytes > {max_bytes}")
+    buf = bytearray()
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        buf += chunk
+        if len(buf) > max_bytes:
+            raise PageTooLarge(f"page over {max_bytes} bytes")
+    return bytes(buf)
+
 
 class ScrapeManager:
     def __init__(
@@ -33,12 +56,14 @@ class ScrapeManager:
         timeout_s: float = 1.0,
         path: str = "/metrics",
         clock: Clock = time.monotonic,
+        max_page_bytes: int = MAX_PAGE_BYTES,
     ) -> None:
         if interval_s <= 0 or timeout_s <= 0:
             raise ValueError("interval_s and timeout_s must be positive")
         self._interval_s = interval_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._path = path
+        self._max_page_bytes = max_page_bytes
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -84,13 +109,13 @@ class ScrapeManager:
                 if resp.status != 200:
                     error = f"HTTP {resp.status}"
                 else:
-                    text = await resp.text()
+                    text = (await read_bounded(resp, self._max_page_bytes)).decode("utf-8")
                     parsed = parse_vllm_metrics(text, self._clock())
                     self._metrics[address] = parsed.metrics
                     self._cache[address] = parsed.cache
         except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as exc:
             error = f"{type(exc).__name__}: {exc}"
-        except MetricsParseError as exc:
+        except (MetricsParseError, PageTooLarge) as exc:
             error = str(exc)
         except Exception as exc:  # never let one endpoint's surprise end its scrape loop
             log.exception("unexpected error scraping %s", url)

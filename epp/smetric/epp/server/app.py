@@ -61,7 +61,11 @@ class PickerServer:
         grpc_port: int = 9002,
         health_port: int | None = 9003,
         tls_key_pair: tuple[bytes, bytes] | None = None,
+        max_message_bytes: int = 17 * 1024 * 1024,
     ) -> None:
+        """``max_message_bytes``: the largest ext_proc message accepted (Envoy sends a BUFFERED body
+        as one message; FULL_DUPLEX_STREAMED chunks are much smaller); the health server takes 64 KiB."""
+        self.max_message_bytes = max_message_bytes
         self.servicer = servicer
         self.tls_key_pair = tls_key_pair  # (key PEM, cert PEM): ext_proc over TLS; None = h2c
         self.health = health
@@ -73,12 +77,14 @@ class PickerServer:
 
     async def start(self) -> None:
         """Bind and serve; a port of 0 is replaced by the bound port. A taken port raises ``RuntimeError``."""
-        options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+        options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", self.max_message_bytes)]
         server = grpc.aio.server(options=options)
         ep_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
         self.grpc_port = _bind(server, self.host, self.grpc_port, self.tls_key_pair)
         if self.health is not None and self.health_port is not None:
-            hs = grpc.aio.server(options=options)
+            hs = grpc.aio.server(
+                options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 65536)]
+            )
             health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, hs)
             self.health_port = _bind(hs, self.host, self.health_port)
             await self.health.refresh()
@@ -98,6 +104,7 @@ class PickerServer:
         if self._health_server is not None:
             await self._health_server.stop(0)
             self._health_server = None
+        self.servicer.offload.close()
 
 
 def _bind(
