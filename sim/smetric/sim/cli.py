@@ -161,6 +161,19 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--refresh-ms", type=float, default=50.0, help="router metrics scrape interval")
     p.add_argument(
+        "--router-view",
+        choices=("deployed", "oracle"),
+        default="deployed",
+        help="deployed: the picker's router core (cost model fitted from profiled prefills, prefill "
+        "rates learned online); oracle: the engine's cost model, speed 1.0 (docs/simulator.md)",
+    )
+    p.add_argument(
+        "--legacy-ledger",
+        action="store_true",
+        help="reproduce the pre-fix ledger charge cost(L - local hit) even when the global tier supplies "
+        "the tokens (phantom queued work; for comparison only)",
+    )
+    p.add_argument(
         "--warmup-s",
         type=float,
         default=None,
@@ -260,6 +273,8 @@ def _spec(a: argparse.Namespace) -> SweepSpec:
         hbm_gb=a.hbm_gb,
         max_context=a.max_context,
         global_aware_slo=not a.local_only_slo_check,
+        router_view=a.router_view,
+        legacy_ledger=a.legacy_ledger,
         warmup_s=a.warmup_s if a.warmup_s is not None else warmup_default,
         measure_s=a.measure_s if a.measure_s is not None else measure_default,
         seed=seeds[0],
