@@ -43,8 +43,10 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "v1/events": {"kind": "Event"},
     "rbac.authorization.k8s.io/v1/roles": {"kind": "Role"},
     "rbac.authorization.k8s.io/v1/rolebindings": {"kind": "RoleBinding"},
-    "inference.networking.k8s.io/v1/inferencepools": {"kind": "InferencePool"},
-    "gateway.networking.k8s.io/v1/httproutes": {"kind": "HTTPRoute"},
+    "inference.networking.k8s.io/v1/inferencepools": {"kind": "InferencePool", "subresources": ["status"]},
+    "gateway.networking.k8s.io/v1/httproutes": {"kind": "HTTPRoute", "subresources": ["status"]},
+    "policy/v1/poddisruptionbudgets": {"kind": "PodDisruptionBudget"},
+    "networking.k8s.io/v1/networkpolicies": {"kind": "NetworkPolicy"},
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 # What kopf itself discovers. The operator runs cluster-wide here: kmock 0.8 cannot parse the
@@ -184,6 +186,8 @@ EXPECTED_CHILDREN = {
     "rolebindings": {"qwen-epp"},
     "inferencepools": {"qwen"},
     "httproutes": {"qwen"},
+    "poddisruptionbudgets": {"qwen-prefill-decode"},
+    "networkpolicies": {"qwen-endpoint-picker", "qwen-model-server", "qwen-mooncake-master"},
 }
 
 
@@ -200,11 +204,20 @@ def children(cluster: Cluster) -> dict[str, set[str]]:
 
 
 async def mark_ready(cluster: Cluster) -> None:
-    """Stand in for the kubelet: every Deployment reports all replicas ready."""
+    """Stand in for the kubelet: every Deployment reports all replicas ready; and for the gateway
+    controller: the HTTPRoute and InferencePool report Accepted and ResolvedRefs in status.parents."""
     for name, dep in cluster.live("deployments").items():
         replicas = dep["spec"]["replicas"]
         status = {"status": {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas}}
         async with cluster.patch(f"{DEPLOYMENTS}/{name}/status", json=status) as resp:
+            assert resp.status == 200
+    conditions = [{"type": t, "status": "True", "reason": t} for t in ("Accepted", "ResolvedRefs")]
+    parents = {"status": {"parents": [{"parentRef": {"name": "gw"}, "conditions": conditions}]}}
+    for path in (
+        f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/{POOL}/status",
+        f"/apis/inference.networking.k8s.io/v1/namespaces/{NS}/inferencepools/{POOL}/status",
+    ):
+        async with cluster.patch(path, json=parents) as resp:
             assert resp.status == 200
 
 
@@ -303,6 +316,8 @@ async def test_invalid_spec_sets_condition_and_applies_nothing(
         **EXPECTED_CHILDREN,
         "deployments": {"qwen-prefill", "qwen-decode", "qwen-epp"},
         "services": {"qwen-epp"},
+        "poddisruptionbudgets": {"qwen-prefill"},  # 2 prefill replicas; 1 decode replica gets none
+        "networkpolicies": {"qwen-endpoint-picker", "qwen-model-server"},
     }
     want.pop("httproutes")
     await eventually(lambda: {k: v for k, v in children(cluster).items() if v} == want, "children after fix")

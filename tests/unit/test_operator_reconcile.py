@@ -69,7 +69,8 @@ SPEC: dict[str, Any] = {"model": {"name": "m"}, "topology": {"replicas": 2}}
 async def test_first_reconcile_applies_everything_then_nothing() -> None:
     api = FakeApi()
     first = await run(api, pool(SPEC))
-    assert len(first.applied) == 8 and first.deleted == ()
+    # 8 core children + the engines' PodDisruptionBudget + 2 NetworkPolicies (picker, engines)
+    assert len(first.applied) == 11 and first.deleted == ()
     assert first.status["phase"] == "Progressing"
     api.applied.clear()
     second = await run(api, pool(SPEC, status=dict(first.status)))
@@ -83,7 +84,11 @@ async def test_only_changed_children_are_reapplied_and_orphans_pruned() -> None:
     api.applied.clear()
     outcome = await run(api, pool({**SPEC, "topology": {"replicas": 3}}, generation=2))
     assert outcome.applied == ("Deployment/p-prefill-decode",)
-    assert sorted(outcome.deleted) == ["Deployment/p-mooncake-master", "Service/p-mooncake-master"]
+    assert sorted(outcome.deleted) == [
+        "Deployment/p-mooncake-master",
+        "NetworkPolicy/p-mooncake-master",
+        "Service/p-mooncake-master",
+    ]
 
 
 async def test_objects_not_owned_by_this_pool_are_left_alone() -> None:
@@ -197,8 +202,51 @@ async def test_a_refused_child_does_not_block_the_others() -> None:
     api = NoInferencePools()
     with pytest.raises(ChildApplyError, match="InferencePool/p"):
         await run(api, pool(SPEC))
-    assert "Deployment/p-prefill-decode" in api.applied and len(api.applied) == 7
+    assert "Deployment/p-prefill-decode" in api.applied and len(api.applied) == 10
     (status,) = api.statuses
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert status["phase"] == "Degraded" and degraded["reason"] == "ApplyFailed"
     assert "InferencePool/p" in degraded["message"]
+
+
+def _route_status(accepted: str, resolved: str) -> dict[str, Any]:
+    conditions = [
+        {
+            "type": "Accepted",
+            "status": accepted,
+            "reason": "Accepted" if accepted == "True" else "NotAllowed",
+        },
+        {"type": "ResolvedRefs", "status": resolved, "reason": "ResolvedRefs"},
+    ]
+    return {"parents": [{"parentRef": {"name": "gw"}, "controllerName": "x", "conditions": conditions}]}
+
+
+async def test_ready_needs_the_gateway_to_accept_the_route_and_the_pool() -> None:
+    """issue 16 item 9: status.parents (Accepted, ResolvedRefs) of the HTTPRoute and InferencePool."""
+    api = FakeApi()
+    raw = {**SPEC, "gateway": {"parentRef": {"name": "gw"}}}
+    await run(api, pool(raw))
+    for key, obj in api.objects.items():  # every Deployment ready
+        if key[1] == "Deployment":
+            want = obj["spec"].get("replicas", 1)
+            obj["status"] = {"readyReplicas": want, "replicas": want}
+    waiting = await run(api, pool(raw))
+    cond = {c["type"]: c for c in waiting.status["conditions"]}
+    assert waiting.status["phase"] == "Progressing" and cond["Ready"]["status"] == "False"
+    assert cond["GatewayAccepted"]["reason"] == "WaitingForGateway"
+    assert "HTTPRoute: not accepted yet" in cond["GatewayAccepted"]["message"]
+    for kind in ("HTTPRoute", "InferencePool"):
+        obj = next(o for k, o in api.objects.items() if k[1] == kind)
+        obj["status"] = _route_status("True", "True")
+    ready = await run(api, pool(raw))
+    assert ready.status["phase"] == "Ready"
+    assert ready.status["gateway"]["httpRoute"] == {
+        "reported": True,
+        "accepted": True,
+        "resolvedRefs": True,
+        "message": "",
+    }
+    next(o for k, o in api.objects.items() if k[1] == "HTTPRoute")["status"] = _route_status("False", "True")
+    rejected = await run(api, pool(raw))
+    assert rejected.status["phase"] == "Degraded"
+    assert rejected.status["selector"] == "smetric.io/pool=p,app.kubernetes.io/component=model-server"

@@ -246,6 +246,9 @@ def test_colocated_engine_deployment() -> None:
             "Deployment",
             "Service",
             "Deployment",
+            "PodDisruptionBudget",  # 4 replicas: maxUnavailable 1
+            "NetworkPolicy",
+            "NetworkPolicy",
             "InferencePool",
         ]
     )
@@ -279,7 +282,14 @@ def test_colocated_engine_deployment() -> None:
     assert term["matchExpressions"] == [
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H20", "NVIDIA-H20-3e"]}
     ]
-    assert "securityContext" not in vllm and "initContainers" not in pod
+    # issue 16 item 10: securityContext, drain of long streams, memory request for shm + process
+    assert vllm["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert vllm["lifecycle"]["preStop"]["exec"]["command"] == ["/bin/sh", "-c", "sleep 300"]
+    assert pod["terminationGracePeriodSeconds"] == 330
+    assert vllm["resources"]["requests"]["memory"] == "48Gi"  # engine.hostMemory 32Gi + shm 16Gi
+    assert vllm["startupProbe"]["failureThreshold"] * vllm["startupProbe"]["periodSeconds"] == 3600
+    assert "initContainers" not in pod
     assert not [c for c in children if c["kind"] == "HTTPRoute"]  # no gateway configured
 
 
@@ -306,7 +316,10 @@ def test_global_kv_rdma_renders_master_lmcache_and_rdma() -> None:
     assert flag(vllm["args"], "--data-parallel-size") == "2"  # 2 GPUs per pod at TP 1
     assert env(vllm)["LMCACHE_CONFIG_FILE"] == "/etc/lmcache/lmcache.yaml"
     assert vllm["resources"]["limits"] == {"nvidia.com/gpu": 2, "rdma/ib": 1}
-    assert vllm["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert vllm["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+    }
     route = by_name(children, "HTTPRoute", "p")
     assert route["spec"]["hostnames"] == ["llm.example.com"]
     assert route["spec"]["parentRefs"] == [
@@ -372,9 +385,15 @@ def test_disaggregated_nixl_roles_and_sidecar() -> None:
     assert flag(container(decode)["args"], "--port") == "8200"  # behind the sidecar
     assert container(decode)["readinessProbe"]["httpGet"]["port"] == 8200
     sidecar = container(decode, "routing-sidecar")
-    assert sidecar["image"] == "ghcr.io/llm-d/llm-d-routing-sidecar:latest"
+    assert sidecar["image"] == "ghcr.io/llm-d/llm-d-routing-sidecar:v0.8.0"  # pinned
     assert sidecar["restartPolicy"] == "Always"
-    assert sidecar["args"] == ["--port=8000", "--vllm-port=8200", "--connector=nixlv2"]
+    # issue 16 item 2: plain HTTP (the sidecar's default is TLS) and the current connector flag
+    assert sidecar["args"] == [
+        "--port=8000",
+        "--vllm-port=8200",
+        "--kv-connector=nixlv2",
+        "--secure-proxy=false",
+    ]
     assert "initContainers" not in prefill["spec"]["template"]["spec"]
     assert not [c for c in children if c["metadata"]["name"] == "p-prefill-decode"]
     config = yaml.safe_load(by_name(children, "ConfigMap", "p-epp-config")["data"]["config.yaml"])
@@ -413,15 +432,19 @@ def test_picker_args_parse_with_the_pickers_own_parser() -> None:
     assert parsed.pool_name == "p" and parsed.pool_namespace == "ns"
     assert parsed.prefix_index == "precise" and parsed.tokenizer == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
     assert parsed.hash_seed == "0" and parsed.block_size == 16 and parsed.kv_events_port == 5557
-    assert epp["readinessProbe"]["grpc"] == {"port": 9003, "service": ""}
-    assert epp["resources"] == {"requests": {"cpu": "2"}}
+    # issue 16 item 3: upstream service names; liveness never depends on the pool's engines
+    assert epp["readinessProbe"]["grpc"] == {"port": 9003, "service": "readiness"}
+    assert epp["livenessProbe"]["grpc"] == {"port": 9003, "service": "liveness"}
+    assert epp["startupProbe"]["grpc"] == {"port": 9003, "service": "liveness"}
+    assert parsed.secure_serving is True
+    assert epp["resources"]["requests"] == {"cpu": "2"}
     assert env(epp)["PYTHONHASHSEED"] == "0"
     pod = dep["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "p-epp"
-    assert pod["volumes"] == [{"name": "config", "configMap": {"name": "p-epp-config"}}]
+    assert pod["volumes"][0] == {"name": "config", "configMap": {"name": "p-epp-config"}}
     svc = by_name(children, "Service", "p-epp")
     grpc = next(p for p in svc["spec"]["ports"] if p["port"] == 9002)
-    assert grpc["appProtocol"] == "kubernetes.io/h2c"
+    assert grpc["appProtocol"] == "http2"  # TLS by default (issue 16 item 5)
     role = by_name(children, "Role", "p-epp")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
@@ -494,7 +517,7 @@ def test_inference_pool() -> None:
     for variant in ("colocated", "disaggregated-nixl"):
         for child in render(VARIANTS[variant]):
             labels = child["metadata"]["labels"]
-            if labels["app.kubernetes.io/component"] == "model-server":
+            if labels["app.kubernetes.io/component"] == "model-server" and child["kind"] == "Deployment":
                 template_labels = child["spec"]["template"]["metadata"]["labels"]
                 assert pool["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
 

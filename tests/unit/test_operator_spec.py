@@ -83,7 +83,13 @@ def test_crd_is_structural_with_status_and_printer_columns() -> None:
     crd = _crd()
     assert crd["spec"]["group"] == "smetric.io" and crd["spec"]["scope"] == "Namespaced"
     version = _version()
-    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    assert version["name"] == "v1alpha1" and version["subresources"]["status"] == {}
+    # scale subresource: kubectl scale / HPA on a colocated pool (issue 16 item 11)
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.topology.replicas",
+        "statusReplicasPath": ".status.readyReplicas",
+        "labelSelectorPath": ".status.selector",
+    }
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
     assert {"Phase", "Policy", "Ready", "Desired", "Age"} <= columns
     for path, node in _walk(version["schema"]["openAPIV3Schema"]["properties"]["spec"]):

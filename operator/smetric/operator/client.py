@@ -27,6 +27,12 @@ PLURALS: dict[tuple[str, str], str] = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
     ("inference.networking.k8s.io/v1", "InferencePool"): "inferencepools",
     ("gateway.networking.k8s.io/v1", "HTTPRoute"): "httproutes",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+    ("networking.istio.io/v1", "DestinationRule"): "destinationrules",
+    ("networking.gke.io/v1", "HealthCheckPolicy"): "healthcheckpolicies",
+    ("networking.gke.io/v1", "GCPBackendPolicy"): "gcpbackendpolicies",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitors",
     ("smetric.io/v1alpha1", "SMetricPool"): PLURAL,
 }
 

@@ -82,6 +82,7 @@ async def reconcile(
     applied: list[str] = []
     failed: list[str] = []
     observed: dict[str, Manifest | None] = {}
+    gateway_objects: dict[str, Manifest | None] = {}
     for child in rendered:
         key = key_of(child)
         current = live.get(key)
@@ -93,6 +94,8 @@ async def reconcile(
                 failed.append(f"{key[1]}/{key[2]}: {exc}")
         if key[1] == "Deployment":
             observed[key[2]] = current
+        elif key[1] in ("InferencePool", "HTTPRoute"):  # status.parents written by the gateway
+            gateway_objects[key[1]] = current
 
     wanted = {key_of(child) for child in rendered}
     deleted: list[str] = []
@@ -100,7 +103,18 @@ async def reconcile(
         await api.delete(key[0], key[1], pool.namespace, key[2])
         deleted.append(f"{key[1]}/{key[2]}")
 
-    status = pool_status(pool.name, rendered, observed, generation, previous, now_rfc3339(), failed)
+    has_route = any(child["kind"] == "HTTPRoute" for child in rendered)
+    status = pool_status(
+        pool.name,
+        rendered,
+        observed,
+        generation,
+        previous,
+        now_rfc3339(),
+        failed,
+        gateway=gateway_objects if has_route else None,
+        gateway_name=spec.gateway.parent_ref.name if spec.gateway is not None else None,
+    )
     if status != dict(old_status):
         await api.patch_status(API_VERSION, KIND, pool.namespace, pool.name, status)
     if applied or deleted:

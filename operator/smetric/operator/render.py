@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from smetric.operator.meta import Manifest, PoolRef, stamp_hash
-from smetric.operator.render_engine import engine_deployments
-from smetric.operator.render_gateway import http_route, inference_pool
+from smetric.operator.render_engine import engine_deployments, pod_disruption_budgets
+from smetric.operator.render_gateway import http_route, inference_pool, provider_objects
 from smetric.operator.render_kv import mooncake_master
 from smetric.operator.render_picker import picker
+from smetric.operator.render_policy import network_policies, pod_monitors
 from smetric.operator.spec import SMetricPoolSpec, parse_spec
 
 
@@ -23,10 +24,14 @@ def render_children(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
         children += mooncake_master(pool, spec)
     children += picker(pool, spec)
     children += engine_deployments(pool, spec)
+    children += pod_disruption_budgets(pool, spec)
+    children += network_policies(pool, spec)
     children.append(inference_pool(pool, spec))
     route = http_route(pool, spec)
     if route is not None:
         children.append(route)
+    children += provider_objects(pool, spec)
+    children += pod_monitors(pool, spec)
     return [stamp_hash(child) for child in children]
 
 

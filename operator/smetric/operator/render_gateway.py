@@ -1,4 +1,15 @@
-"""Gateway API objects: the InferencePool (v1) that names the picker, and the HTTPRoute to it."""
+"""Gateway API objects: the InferencePool (v1) that names the picker, the HTTPRoute to it, and the
+objects a gateway implementation needs (``gateway.provider``), as GIE's inferencepool chart renders
+them (config/charts/inferencepool/templates/istio.yaml, gke.yaml):
+
+* ``istio``: a ``DestinationRule`` for the picker Service with ``tls.mode: SIMPLE`` and
+  ``insecureSkipVerify`` (the picker's certificate is self-signed unless ``router.certSecretName``).
+* ``gke``: ``HealthCheckPolicy`` (HTTP ``/health`` on the target port) and ``GCPBackendPolicy``
+  (backend timeout) targeting the InferencePool.
+* ``kgateway``, ``envoy-gateway``: nothing beyond the InferencePool and HTTPRoute (kgateway connects
+  to the picker with TLS, skipping verification: GIE PR #1085 guidance; for a gateway that speaks
+  plaintext h2c set ``router.secureServing: false``).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +30,9 @@ from smetric.operator.spec import SMetricPoolSpec
 
 INFERENCE_GROUP = "inference.networking.k8s.io"
 GATEWAY_GROUP = "gateway.networking.k8s.io"
+# Header GIE's body-based routing (BBR) extension sets from the request body's `model`.
+MODEL_HEADER = "X-Gateway-Model-Name"
+BACKEND_TIMEOUT_S = 3600  # GKE backend timeout: long agent streams (upstream chart default is 300)
 
 
 def pool_selector(pool: PoolRef) -> dict[str, str]:
@@ -53,11 +67,14 @@ def http_route(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest | None:
     parent: dict[str, Any] = {"group": GATEWAY_GROUP, "kind": "Gateway", "name": gateway.parent_ref.name}
     if gateway.parent_ref.namespace:
         parent["namespace"] = gateway.parent_ref.namespace
+    match: dict[str, Any] = {"path": {"type": "PathPrefix", "value": gateway.path}}
+    if gateway.match_model_header:  # pools sharing a Gateway and path are told apart by model
+        match["headers"] = [{"type": "Exact", "name": MODEL_HEADER, "value": spec.model.served}]
     route_spec: dict[str, Any] = {
         "parentRefs": [parent],
         "rules": [
             {
-                "matches": [{"path": {"type": "PathPrefix", "value": gateway.path}}],
+                "matches": [match],
                 "backendRefs": [{"group": INFERENCE_GROUP, "kind": "InferencePool", "name": pool.name}],
                 # Agent turns can stream for minutes: no route-level request timeout.
                 "timeouts": {"request": "0s"},
@@ -72,3 +89,46 @@ def http_route(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest | None:
         "metadata": metadata(pool, pool.name, ROUTING),
         "spec": route_spec,
     }
+
+
+def provider_objects(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
+    gateway = spec.gateway
+    provider = gateway.provider if gateway is not None else "none"
+    target = {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": pool.name}
+    if provider == "istio" and spec.router.secure_serving:
+        tls: dict[str, Any] = {"mode": "SIMPLE", "insecureSkipVerify": not spec.router.cert_secret_name}
+        return [
+            {
+                "apiVersion": "networking.istio.io/v1",
+                "kind": "DestinationRule",
+                "metadata": metadata(pool, pool.epp_name, ROUTING),
+                "spec": {
+                    "host": f"{pool.epp_name}.{pool.namespace}.svc.cluster.local",
+                    "trafficPolicy": {"tls": tls},
+                },
+            }
+        ]
+    if provider == "gke":
+        return [
+            {
+                "apiVersion": "networking.gke.io/v1",
+                "kind": "HealthCheckPolicy",
+                "metadata": metadata(pool, pool.name, ROUTING),
+                "spec": {
+                    "targetRef": target,
+                    "default": {
+                        "config": {
+                            "type": "HTTP",
+                            "httpHealthCheck": {"requestPath": "/health", "port": ENGINE_PORT},
+                        }
+                    },
+                },
+            },
+            {
+                "apiVersion": "networking.gke.io/v1",
+                "kind": "GCPBackendPolicy",
+                "metadata": metadata(pool, pool.name, ROUTING),
+                "spec": {"targetRef": target, "default": {"timeoutSec": BACKEND_TIMEOUT_S}},
+            },
+        ]
+    return []

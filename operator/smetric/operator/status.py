@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from smetric.core.names import ROLE_LABEL
-from smetric.operator.meta import COMPONENT_LABEL, MODEL_SERVER, Manifest
+from smetric.operator.meta import COMPONENT_LABEL, MODEL_SERVER, POOL_LABEL, Manifest
 
-CONDITION_TYPES: tuple[str, ...] = ("Ready", "Progressing", "Degraded", "InvalidSpec")
+CONDITION_TYPES: tuple[str, ...] = ("Ready", "Progressing", "Degraded", "InvalidSpec", "GatewayAccepted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +79,49 @@ def _degraded_reason(failures: Sequence[str], apply_failures: Sequence[str]) -> 
     return "DeploymentFailure" if failures else "Healthy"
 
 
+@dataclass(frozen=True, slots=True)
+class ParentState:
+    """What the gateway controller wrote in an object's ``status.parents`` (Gateway API convention)."""
+
+    reported: bool  # some parent entry exists
+    accepted: bool
+    resolved_refs: bool
+    rejected: bool  # Accepted or ResolvedRefs explicitly False
+    message: str
+
+    def as_status(self) -> dict[str, Any]:
+        return {
+            "reported": self.reported,
+            "accepted": self.accepted,
+            "resolvedRefs": self.resolved_refs,
+            "message": self.message,
+        }
+
+
+def parent_state(obj: Manifest | None, gateway_name: str | None = None) -> ParentState:
+    """``Accepted``/``ResolvedRefs`` from ``status.parents`` (HTTPRoute: the parent Gateway named
+    ``gateway_name``; InferencePool: any parent). Not reported yet = not accepted."""
+    parents = ((obj or {}).get("status") or {}).get("parents") or []
+    conditions: dict[str, Mapping[str, Any]] = {}
+    reported = False
+    for parent in parents:
+        ref = parent.get("parentRef") or {}
+        if gateway_name is not None and ref.get("name") not in (None, gateway_name):
+            continue
+        reported = True
+        for cond in parent.get("conditions") or []:
+            conditions.setdefault(str(cond.get("type")), cond)
+    accepted = conditions.get("Accepted", {}).get("status") == "True"
+    resolved = conditions.get("ResolvedRefs", {}).get("status") == "True"
+    rejected = any(conditions.get(t, {}).get("status") == "False" for t in ("Accepted", "ResolvedRefs"))
+    messages = [
+        f"{t}: {c.get('reason', '')} {c.get('message', '')}".strip()
+        for t, c in conditions.items()
+        if c.get("status") != "True"
+    ]
+    return ParentState(reported, accepted, resolved, rejected, "; ".join(messages))
+
+
 def pool_status(
     pool_name: str,
     rendered: Sequence[Manifest],
@@ -87,10 +130,14 @@ def pool_status(
     previous: Sequence[Mapping[str, Any]],
     now: str,
     apply_failures: Sequence[str] = (),
+    gateway: Mapping[str, Manifest | None] | None = None,
+    gateway_name: str | None = None,
 ) -> dict[str, Any]:
     """Status from the rendered Deployments and their live objects (``observed`` by name; None = absent).
 
-    ``apply_failures`` (children the API refused) make the pool Degraded.
+    ``apply_failures`` (children the API refused) make the pool Degraded. ``gateway`` holds the live
+    ``InferencePool`` and ``HTTPRoute`` (by kind) when the pool has a route: Ready then also needs
+    the gateway to have accepted both (``status.parents`` Accepted and ResolvedRefs True).
     """
     replicas: dict[str, dict[str, int]] = {}
     ready_models = desired_models = 0
@@ -115,6 +162,23 @@ def pool_status(
         if failure:
             failures.append(failure)
     failures += [f"apply failed: {f}" for f in apply_failures]
+    gateway_status: dict[str, Any] = {}
+    gateway_ok, gateway_message = True, ""
+    if gateway is not None:
+        route = parent_state(gateway.get("HTTPRoute"), gateway_name)
+        pool = parent_state(gateway.get("InferencePool"))
+        gateway_status = {"httpRoute": route.as_status(), "inferencePool": pool.as_status()}
+        gateway_ok = route.accepted and route.resolved_refs and pool.accepted and pool.resolved_refs
+        if not gateway_ok:
+            gateway_message = "; ".join(
+                f"{kind}: {state.message or ('not accepted yet' if not state.reported else 'not ready')}"
+                for kind, state in (("HTTPRoute", route), ("InferencePool", pool))
+                if not (state.accepted and state.resolved_refs)
+            )
+            waiting.append("gateway (" + gateway_message + ")")
+        for kind, state in (("HTTPRoute", route), ("InferencePool", pool)):
+            if state.rejected:
+                failures.append(f"{kind} rejected by the gateway: {state.message}")
     all_ready = not waiting and not apply_failures
     if failures:
         phase = "Degraded"
@@ -135,6 +199,15 @@ def pool_status(
             "Degraded", bool(failures), _degraded_reason(failures, apply_failures), "; ".join(failures)
         ),
     ]
+    if gateway is not None:
+        conditions.append(
+            Condition(
+                "GatewayAccepted",
+                gateway_ok,
+                "Accepted" if gateway_ok else "WaitingForGateway",
+                gateway_message or "HTTPRoute and InferencePool accepted with resolved references",
+            )
+        )
     return {
         "phase": phase,
         "observedGeneration": generation,
@@ -142,6 +215,8 @@ def pool_status(
         "desiredReplicas": desired_models,
         "replicas": replicas,
         "inferencePool": pool_name,
+        "selector": f"{POOL_LABEL}={pool_name},{COMPONENT_LABEL}={MODEL_SERVER}",
         "endpoints": ready_models,
+        **({"gateway": gateway_status} if gateway_status else {}),
         "conditions": merge_conditions(previous, conditions, generation, now),
     }
