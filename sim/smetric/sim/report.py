@@ -33,7 +33,7 @@ def headline_key(mode: str) -> str:
 
 def results_table(rows: Sequence[Row], mode: str, title: str) -> Table:
     """One line per (rate, policy), best headline first within a rate."""
-    rows = _with_nan(rows)
+    rows = list[Row](_with_nan(rows))
     key = headline_key(mode)
     t = Table(title=title, show_lines=False)
     cols = [
@@ -80,7 +80,7 @@ def results_table(rows: Sequence[Row], mode: str, title: str) -> Table:
 
 def plot(rows: Sequence[Row], mode: str, out: Path, title: str) -> None:
     """Three panels: headline TPS vs rate, imbalance vs rate, reuse breakdown at each policy's peak."""
-    rows = _with_nan(rows)
+    rows = list[Row](_with_nan(rows))
     import matplotlib
 
     matplotlib.use("Agg")

@@ -14,7 +14,9 @@ at every cluster size). Each run reports absolute families/s and requests/s.
 Past the knee: after the rate grid, every (setting, policy, seed) curve whose highest-rate point
 is not yet ``knee_drop`` (default 20 %) below its peak gets another rate, ``last + step`` with
 ``step = max(last grid gap, 25 % of last)``, until it is, or after ``max_extensions`` extra rates
-(the summary's ``past_knee_per_seed`` says which curves got there).
+(the summary's ``past_knee_per_seed`` says which curves got there). A curve whose peak is its
+lowest rate (the grid starts past the knee, e.g. without a global tier) gets ``0.6 x`` that rate
+instead, so every reported peak has a lower rate beside it (same limit on extra rates).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, Protocol
 
 from smetric.core.presets import get_preset
 from smetric.sim.simulator import SimConfig, simulate
-from smetric.sim.stats import past_knee
+from smetric.sim.stats import past_knee, peaks
 from smetric.sim.workload import PreparedWorkload, prepare
 from smetric.trace import load_agentic, subsample_families
 from smetric.trace.formats import detect_format, load_trace
@@ -199,16 +201,15 @@ def extensions(spec: SweepSpec, done: dict[RunKey, dict[str, Any]]) -> list[RunT
             for seed in spec.seeds:
                 curve = [r for k, r in done.items() if (k.regime, k.policy, k.seed) == (s.name, p, seed)]
                 rates = sorted(float(r["rate_multiplier"]) for r in curve)
-                n_extra = sum(1 for m in rates if m > grid[-1])
-                if (
-                    not curve
-                    or n_extra >= spec.max_extensions
-                    or past_knee(curve, spec.headline, spec.knee_drop)
-                ):
+                n_extra = sum(1 for m in rates if m > grid[-1] or m < grid[0])
+                if not curve or n_extra >= spec.max_extensions:
                     continue
-                last = rates[-1]
-                nxt = round(last + max(gap, 0.25 * last), 6)
-                out.append(spec.task(s, p, seed, nxt))
+                peak = peaks(curve, spec.headline).get((p, seed))
+                if peak is not None and float(peak["rate_multiplier"]) == rates[0] and len(rates) > 1:
+                    out.append(spec.task(s, p, seed, round(0.6 * rates[0], 6)))
+                elif not past_knee(curve, spec.headline, spec.knee_drop):
+                    last = rates[-1]
+                    out.append(spec.task(s, p, seed, round(last + max(gap, 0.25 * last), 6)))
     return out
 
 
