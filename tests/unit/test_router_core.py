@@ -132,6 +132,15 @@ def test_core_staleness_and_saturation() -> None:
     # the source's own judgement replaces the age check
     again = core.snapshots(names, {}, gauges.get, 10.0, is_stale=lambda a: a == "fresh")
     assert [s.stale for s in again] == [True, False, False, False, True]
+    # a scraper that reads every endpoint at once gives one scrape time for all
+    assert [s.stale for s in core.snapshots(names, {}, gauges.get, 10.0, scraped_at_s=9.9)] == [
+        False,
+        False,
+        False,
+        False,
+        True,
+    ]
+    assert all(s.stale for s in core.snapshots(names, {}, gauges.get, 10.0, scraped_at_s=7.0))
 
 
 def test_core_learns_prefill_rate_from_computed_cost_only() -> None:

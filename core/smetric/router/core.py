@@ -105,12 +105,15 @@ class RouterCore:
         now_s: float,
         *,
         is_stale: Callable[[str], bool] | None = None,
+        scraped_at_s: float | None = None,
         global_hit_tokens: int = 0,
     ) -> list[EndpointSnapshot]:
         """One snapshot per address (the hot loop: every lookup bound once outside it).
 
         An address without gauges is stale with zero load; ``is_stale`` (the source's own
-        judgement, e.g. a failed last scrape) replaces the age check when given.
+        judgement, e.g. a failed last scrape) replaces the age check when given, else
+        ``scraped_at_s`` (a scraper that reads every endpoint at once, the simulator's) replaces
+        the per-endpoint scrape times.
         """
         tokens, costs = self.ledger.totals()
         fetches = self.ledger.fetch_totals()
@@ -122,6 +125,7 @@ class RouterCore:
             self.rates.speed,
         )
         max_age, g = self.staleness_s, global_hit_tokens
+        all_stale = None if is_stale is not None or scraped_at_s is None else now_s - scraped_at_s > max_age
         out: list[EndpointSnapshot] = []
         append = out.append
         for a in addresses:
@@ -140,7 +144,10 @@ class RouterCore:
                     )
                 )
                 continue
-            stale = is_stale(a) if is_stale is not None else now_s - m.scraped_at_s > max_age
+            if all_stale is not None:
+                stale = all_stale
+            else:
+                stale = is_stale(a) if is_stale is not None else now_s - m.scraped_at_s > max_age
             append(
                 EndpointSnapshot(
                     name=a,

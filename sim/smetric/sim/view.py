@@ -128,6 +128,8 @@ class RouterView:
     ) -> tuple[list[int], list[EndpointSnapshot]]:
         """``(c, snapshots)``: local hits and one snapshot per instance for ``request``."""
         hits = [inst.local_hit_tokens(request) for inst in self._instances]
+        # every instance is scraped at every tick (an untouched one's gauges are not rebuilt:
+        # they cannot have changed), so one scrape time stands for all
         if self._global == "estimate":
             g = self.core.global_hit(view)
         elif self._global == "tier" and self._tier is not None:
@@ -140,15 +142,10 @@ class RouterView:
             dict(zip(self.names, hits, strict=True)),
             self._gauges.get,
             self._now_s,
-            is_stale=self._stale,
+            scraped_at_s=self._last_scrape_s,
             global_hit_tokens=g,
         )
         return hits, snaps
-
-    def _stale(self, address: str) -> bool:
-        """Every instance is scraped at every tick (an untouched instance's gauges are unchanged,
-        so they are not rebuilt): its age is the time since the last tick."""
-        return self._now_s - self._last_scrape_s > self.core.staleness_s
 
     def dispatched(
         self, key: int, instance: int, view: RequestView, snapshot: EndpointSnapshot, now_s: float
