@@ -56,7 +56,9 @@ def test_envoy_rejects_a_broken_bootstrap_with_its_message() -> None:
 def test_bootstrap_shape() -> None:
     cfg = bootstrap(EnvoyOptions(listen_port=1, admin_port=2, picker_port=3))
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    ext = hcm["http_filters"][0]["typed_config"]
+    names = [f["name"] for f in hcm["http_filters"]]
+    assert names[0] == "smetric.scrub"  # client routing headers go before the picker sees them
+    ext = hcm["http_filters"][names.index("envoy.filters.http.ext_proc")]["typed_config"]
     assert ext["processing_mode"]["request_body_mode"] == "FULL_DUPLEX_STREAMED"
     assert ext["processing_mode"]["request_trailer_mode"] == "SEND"
     assert ext["allow_mode_override"] is True and ext["failure_mode_allow"] is False
@@ -97,8 +99,11 @@ async def test_envoy_starts_and_stops() -> None:
 def test_observer_response_path_shape() -> None:
     cfg = bootstrap(EnvoyOptions(listen_port=1, admin_port=2, picker_port=3, response_path="observer"))
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    routing, observer, router = hcm["http_filters"]
-    assert router["name"] == "envoy.filters.http.router"
+    by_name = {f["name"]: f for f in hcm["http_filters"]}
+    routing, observer = by_name["envoy.filters.http.ext_proc"], by_name["smetric.response_observer"]
+    names = list(by_name)  # the observer runs after the routing filter (it sees the routed headers)
+    assert names.index("smetric.response_observer") > names.index("envoy.filters.http.ext_proc")
+    assert names[-1] == "envoy.filters.http.router"
     mode = routing["typed_config"]["processing_mode"]
     assert (mode["response_header_mode"], mode["response_body_mode"]) == ("SKIP", "NONE")
     assert mode["request_body_mode"] == "FULL_DUPLEX_STREAMED"

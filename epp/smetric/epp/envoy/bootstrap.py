@@ -11,8 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from smetric.epp.envoy.hardening import (
+    destination_guard_filter,
+    picker_keepalive,
+    pool_cluster,
+    retry_policy,
+    scrub_filter,
+)
+from smetric.epp.server.guard import INFERENCE_PATHS
+
 DEST_HEADER = "x-gateway-destination-endpoint"
-PRIMARY_HEADER = "x-smetric-destination-primary"  # ORIGINAL_DST needs one ip:port; DEST_HEADER carries the list
+PRIMARY_HEADER = (
+    "x-smetric-destination-primary"  # ORIGINAL_DST needs one ip:port; DEST_HEADER carries the list
+)
 SUBSET_NAMESPACE = "envoy.lb.subset_hint"
 SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 _LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
@@ -89,6 +100,19 @@ class EnvoyOptions:
     direct_port: int | None = None  # second listener straight to direct_backend (no picker)
     direct_backend: str | None = None  # ip:port
     subset_hint_header: bool = False  # Lua filter: header x-gateway-destination-endpoint-subset -> hint
+    # Issue 12 (envoy/hardening.py). pool_endpoints: the model servers (ip:port) when known (local
+    # launchers): a STATIC cluster with the override_host policy (only pool endpoints reachable,
+    # retries on the picker's fallbacks, FailOpen round-robins over the pool); empty: ORIGINAL_DST.
+    pool_endpoints: tuple[str, ...] = ()
+    allowed_paths: tuple[str, ...] = INFERENCE_PATHS  # others: 404 at the gateway (empty: all)
+    retries: int = 2  # connect failure / refused / reset before the response: next fallback
+    # Longest silence of a healthy request: queueing + the prefill of the largest prompt before the
+    # first byte. The project's default cost model puts a 128k-token prefill at 153 s
+    # (PolicyParams().cost_model.cost(131072, 131072)); 300 s is about 2x that, so a hung endpoint
+    # is cut after 300 s (was 600 s) and no legitimate prefill trips it. The route timeout (whole
+    # request, generation included) stays 600 s.
+    stream_idle_timeout_s: float = 300.0
+    picker_keepalive_s: float = 1.0  # PING interval and timeout: a stopped picker -> 500 in ~2 s
 
 
 def _secs(s: float) -> str:
@@ -116,7 +140,9 @@ CIRCUIT_BREAKERS = {
 }
 
 
-def _static_cluster(name: str, host: str, port: int, connect_timeout_s: float, h2: bool) -> dict[str, Any]:
+def _static_cluster(
+    name: str, host: str, port: int, connect_timeout_s: float, h2: bool, keepalive_s: float = 0.0
+) -> dict[str, Any]:
     cluster: dict[str, Any] = {
         "name": name,
         "type": "STATIC",
@@ -128,8 +154,14 @@ def _static_cluster(name: str, host: str, port: int, connect_timeout_s: float, h
         },
     }
     if h2:
+        h2_options: dict[str, Any] = {}
+        if keepalive_s > 0:
+            h2_options["connection_keepalive"] = picker_keepalive(keepalive_s, keepalive_s)
         cluster["typed_extension_protocol_options"] = {
-            _HTTP_OPTS: {"@type": _HTTP_OPTS_TYPE, "explicit_http_config": {"http2_protocol_options": {}}}
+            _HTTP_OPTS: {
+                "@type": _HTTP_OPTS_TYPE,
+                "explicit_http_config": {"http2_protocol_options": h2_options},
+            }
         }
     return cluster
 
@@ -194,8 +226,21 @@ def _ext_proc_common(o: EnvoyOptions) -> dict[str, Any]:
 
 
 def _listener(
-    name: str, host: str, port: int, filters: list[dict[str, Any]], cluster: str, o: EnvoyOptions
+    name: str,
+    host: str,
+    port: int,
+    filters: list[dict[str, Any]],
+    cluster: str,
+    o: EnvoyOptions,
+    retries: int = 0,
 ) -> dict[str, Any]:
+    route: dict[str, Any] = {
+        "cluster": cluster,
+        "timeout": _secs(o.route_timeout_s),
+        "idle_timeout": _secs(o.stream_idle_timeout_s),
+    }
+    if retries:
+        route["retry_policy"] = retry_policy(retries)
     return {
         "name": name,
         "address": _socket(host, port),
@@ -209,22 +254,14 @@ def _listener(
                             "@type": _HCM,
                             "stat_prefix": name,
                             "codec_type": "AUTO",
-                            "stream_idle_timeout": _secs(o.route_timeout_s),
+                            "stream_idle_timeout": _secs(o.stream_idle_timeout_s),
                             "route_config": {
                                 "name": name,
                                 "virtual_hosts": [
                                     {
                                         "name": name,
                                         "domains": ["*"],
-                                        "routes": [
-                                            {
-                                                "match": {"prefix": "/"},
-                                                "route": {
-                                                    "cluster": cluster,
-                                                    "timeout": _secs(o.route_timeout_s),
-                                                },
-                                            }
-                                        ],
+                                        "routes": [{"match": {"prefix": "/"}, "route": route}],
                                     }
                                 ],
                             },
@@ -242,12 +279,17 @@ def _listener(
 
 def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
     filters = [ext_proc_filter(o)]
+    if not o.pool_endpoints:  # ORIGINAL_DST without a destination would loop back to this listener
+        filters.append(destination_guard_filter())
     if o.response_path == "observer":
         filters.append(observer_filter(o))
     if o.subset_hint_header:
         lua_config = {"@type": _LUA, "default_source_code": {"inline_string": SUBSET_FROM_HEADER_LUA}}
         filters.insert(0, {"name": "envoy.filters.http.lua", "typed_config": lua_config})
-    listeners = [_listener("gateway", o.listen_host, o.listen_port, filters, "original_destination", o)]
+    filters.insert(0, scrub_filter(o.allowed_paths, keep=(SUBSET_KEY,) if o.subset_hint_header else ()))
+    upstream = "pool" if o.pool_endpoints else "original_destination"
+    retries = o.retries if o.pool_endpoints else 0  # ORIGINAL_DST would retry the same address
+    listeners = [_listener("gateway", o.listen_host, o.listen_port, filters, upstream, o, retries)]
     clusters: list[dict[str, Any]] = [
         {
             "name": "original_destination",
@@ -258,8 +300,17 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
             "per_connection_buffer_limit_bytes": o.buffer_limit_bytes,
             "original_dst_lb_config": {"use_http_header": True, "http_header_name": PRIMARY_HEADER},
         },
-        _static_cluster("picker", o.picker_host, o.picker_port, o.connect_timeout_s, h2=True),
+        _static_cluster(
+            "picker",
+            o.picker_host,
+            o.picker_port,
+            o.connect_timeout_s,
+            h2=True,
+            keepalive_s=o.picker_keepalive_s,
+        ),
     ]
+    if o.pool_endpoints:
+        clusters.append(pool_cluster("pool", o.pool_endpoints, o.connect_timeout_s, CIRCUIT_BREAKERS))
     if (o.direct_port is None) != (o.direct_backend is None):
         raise ValueError("direct_port and direct_backend go together")
     if o.direct_port is not None and o.direct_backend is not None:

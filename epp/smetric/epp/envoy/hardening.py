@@ -1,0 +1,155 @@
+"""The gateway's side of issue 12 (hostile input and faults), as parts of the Envoy bootstrap.
+
+* :func:`scrub_filter` (first HTTP filter, before ext_proc): a request for a path outside the
+  inference API allow-list gets a 404 at the gateway (an engine's ``/metrics`` or
+  ``/reset_prefix_cache`` is never reachable through it), and the client's copies of every routing
+  header (``x-gateway-destination-endpoint*``, ``x-prefiller-host-port``, the picker's own
+  ``x-smetric-request-id``, ``x-envoy-*``) are removed before the picker or Envoy's router see them.
+* :func:`pool_cluster`: with the pool's endpoints known (``EnvoyOptions.pool_endpoints``, the local
+  launchers), the model servers are a STATIC cluster with Envoy's ``override_host`` load-balancing
+  policy -- the policy Envoy added for the Endpoint Picker Protocol: it reads the picker's list from
+  the ``envoy.lb`` metadata (primary first), and each retry takes the next entry (GIE failover).
+  Only pool endpoints exist in that cluster, so no destination can reach Envoy's admin or any other
+  address; with no usable list (FailOpen after a picker failure) the fallback policy round-robins
+  over the pool. Without ``pool_endpoints`` the ORIGINAL_DST cluster stays (Kubernetes, where the
+  gateway owns the pool) and :func:`destination_guard_filter` refuses a request with no destination
+  (ORIGINAL_DST would otherwise send it back to Envoy's own listener).
+* :func:`retry_policy`: connect failures, refused streams and resets before the response starts are
+  retried on the picker's fallbacks (up to ``retries``); a retry never happens once the response
+  started, so a stream cut mid-response reaches the client as a reset (a truncated chunked body /
+  HTTP/2 RST), never as a clean end.
+* :func:`picker_keepalive`: HTTP/2 PINGs on the picker connection. In FULL_DUPLEX_STREAMED mode Envoy
+  runs no ``message_timeout`` and the router's timeouts have not started (the request is still in
+  the ext_proc filter), so a stopped picker held requests forever (probe: > 40 s). A stopped or
+  wedged picker process answers no PING: Envoy closes the connection after ``interval + timeout``
+  and every request waiting on it gets a 500 (FailClose) -- measured 2.1 s with 1 s + 1 s. A live
+  but slow picker still answers PINGs (gRPC's core does, off the Python event loop).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from smetric.epp.server.guard import INFERENCE_PATHS, TRUSTED_HEADERS
+
+_LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
+_OVERRIDE_HOST = "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost"
+_ROUND_ROBIN = "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"
+LB_NAMESPACE = "envoy.lb"
+DEST_KEY = "x-gateway-destination-endpoint"
+SUBSET_KEY = "x-gateway-destination-endpoint-subset"
+
+
+def _lua_set(names: tuple[str, ...]) -> str:
+    return "{" + ", ".join(f'["{n}"] = true' for n in names) + "}"
+
+
+def scrub_lua(allowed_paths: tuple[str, ...], keep: tuple[str, ...] = ()) -> str:
+    removed = tuple(h for h in TRUSTED_HEADERS if h not in keep)
+    path_check = ""
+    if allowed_paths:
+        path_check = f"""
+  local path = h:headers():get(":path") or ""
+  local route = string.gsub(string.gsub(path, "?.*$", ""), "(.)/$", "%1")
+  if not ({_lua_set(allowed_paths)})[route] then
+    h:respond({{[":status"] = "404", ["content-type"] = "application/json"}},
+      '{{"error": {{"message": "not an inference API path", "type": "smetric_gateway", "code": 404}}}}')
+    return
+  end"""
+    return f"""
+function envoy_on_request(h)
+{path_check}
+  local drop = {{}}
+  for key, _ in pairs(h:headers()) do
+    if ({_lua_set(removed)})[key] or string.sub(key, 1, 8) == "x-envoy-" then drop[#drop + 1] = key end
+  end
+  for _, key in ipairs(drop) do h:headers():remove(key) end
+end
+"""
+
+
+def scrub_filter(
+    allowed_paths: tuple[str, ...] = INFERENCE_PATHS, keep: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``keep``: client headers the gateway itself uses (the test gateway's subset-hint header)."""
+    return {
+        "name": "smetric.scrub",
+        "typed_config": {
+            "@type": _LUA,
+            "default_source_code": {"inline_string": scrub_lua(allowed_paths, keep)},
+        },
+    }
+
+
+DESTINATION_GUARD_LUA = """
+function envoy_on_request(h)
+  if h:headers():get("x-smetric-destination-primary") == nil then
+    h:respond({[":status"] = "503", ["content-type"] = "application/json"},
+      '{"error": {"message": "the endpoint picker chose no destination", "type": "smetric_gateway", "code": 503}}')
+  end
+end
+"""
+
+
+def destination_guard_filter() -> dict[str, Any]:
+    return {
+        "name": "smetric.destination_guard",
+        "typed_config": {"@type": _LUA, "default_source_code": {"inline_string": DESTINATION_GUARD_LUA}},
+    }
+
+
+def _socket(address: str) -> dict[str, Any]:
+    host, port = address.rsplit(":", 1)
+    return {"socket_address": {"address": host.strip("[]"), "port_value": int(port)}}
+
+
+def pool_cluster(
+    name: str, endpoints: tuple[str, ...], connect_timeout_s: float, circuit_breakers: dict[str, Any]
+) -> dict[str, Any]:
+    fallback = {
+        "policies": [
+            {
+                "typed_extension_config": {
+                    "name": "envoy.load_balancing_policies.round_robin",
+                    "typed_config": {"@type": _ROUND_ROBIN},
+                }
+            }
+        ]
+    }
+    override = {
+        "@type": _OVERRIDE_HOST,
+        "override_host_sources": [{"metadata": {"key": LB_NAMESPACE, "path": [{"key": DEST_KEY}]}}],
+        "fallback_policy": fallback,
+    }
+    return {
+        "name": name,
+        "type": "STATIC",
+        "circuit_breakers": circuit_breakers,
+        "connect_timeout": f"{connect_timeout_s:g}s",
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(e)}} for e in endpoints]}],
+        },
+        "load_balancing_policy": {
+            "policies": [
+                {
+                    "typed_extension_config": {
+                        "name": "envoy.load_balancing_policies.override_host",
+                        "typed_config": override,
+                    }
+                }
+            ]
+        },
+    }
+
+
+def retry_policy(retries: int) -> dict[str, Any]:
+    return {
+        "retry_on": "connect-failure,refused-stream,reset",
+        "num_retries": retries,
+        "retry_back_off": {"base_interval": "0.02s", "max_interval": "0.2s"},
+    }
+
+
+def picker_keepalive(interval_s: float, timeout_s: float) -> dict[str, Any]:
+    return {"interval": f"{interval_s:g}s", "timeout": f"{timeout_s:g}s"}
