@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from smetric.bench.metrics import load_imbalance, meets_slo, summarise
+from smetric.bench.metrics import load_imbalance, meets_slo, model_latency, summarise
 from smetric.bench.promtext import MetricsFormatError, counter_delta, parse_engine_metrics
 from smetric.bench.replay import Outcome, RequestRecord
 from smetric.bench.sampler import LoadSample
@@ -112,11 +112,41 @@ def test_bad_metrics_text_is_a_clear_error() -> None:
         parse_engine_metrics("# TYPE foo counter\nfoo_total 1\n")
 
 
-def test_router_time_can_be_counted_unscaled() -> None:
-    # 0.2 s wall TTFT of which 0.05 s router: scaled -> 2.0 model s (misses 1.0625);
-    # router unscaled -> 0.15 / 0.1 + 0.05 = 1.55 model s (still misses); 0.12 s wall -> 0.75 (meets)
-    slow = rec(0.2, 0.2 + 9 * 0.001, 10)
-    fast = rec(0.12, 0.12 + 9 * 0.001, 10)
-    assert meets_slo(slow, SLO, TS, router_wall_s=0.05)[0] is False
-    assert meets_slo(fast, SLO, TS)[0] is False
-    assert meets_slo(fast, SLO, TS, router_wall_s=0.05)[0] is True
+def timed(
+    ttft_s: float, e2e_s: float, out: int, srv_ttft_s: float, srv_e2e_s: float, prompt: int = 1000
+) -> RequestRecord:
+    outcome = Outcome(ok=True, status=200, ttft_s=ttft_s, e2e_s=e2e_s, output_tokens=out, prompt_tokens=prompt,
+                      server_ttft_s=srv_ttft_s, server_e2e_s=srv_e2e_s)  # fmt: skip
+    return RequestRecord("s", "f", 0, 0.0, 0.0, prompt, out, outcome)
+
+
+def test_split_accounting_scales_only_the_engine_part() -> None:
+    # 0.12 s wall TTFT, of which the engine 0.07 s: split -> 0.07 / 0.1 + 0.05 = 0.75 model s (meets
+    # 1.0625); all scaled -> 1.2 model s (misses). Decode: engine 9 ms, client 18 ms over 9 gaps:
+    # split TPOT = (0.09 + 0.009) / 9 = 11 ms; all scaled 0.018 / 0.1 / 9 = 20 ms.
+    r = timed(0.12, 0.12 + 0.018, 10, srv_ttft_s=0.07, srv_e2e_s=0.07 + 0.009)
+    ttft, tpot, e2e = model_latency(r, TS, "split")
+    assert ttft == pytest.approx(0.75)
+    assert tpot == pytest.approx((0.09 + 0.009) / 9)
+    assert e2e == pytest.approx(0.75 + 0.099)
+    assert model_latency(r, TS, "all_scaled")[0] == pytest.approx(1.2)
+    assert meets_slo(r, SLO, TS, "split") == (True, True)
+    assert meets_slo(r, SLO, TS, "all_scaled")[0] is False
+
+
+def test_split_accounting_without_server_timing_falls_back_to_all_scaled() -> None:
+    r = rec(0.12, 0.12 + 9 * 0.001, 10)
+    assert model_latency(r, TS, "split") == model_latency(r, TS, "all_scaled")
+    # server time above the client's (clock jitter) never makes the router time negative
+    odd = timed(0.10, 0.11, 2, srv_ttft_s=0.2, srv_e2e_s=0.3)
+    assert model_latency(odd, TS, "split")[0] == pytest.approx(1.0)
+
+
+def test_summary_reports_both_accountings() -> None:
+    fast_engine_slow_router = timed(0.12, 0.12 + 0.009, 10, srv_ttft_s=0.07, srv_e2e_s=0.079)
+    s = summarise([fast_engine_slow_router], 0, SLO, TS, [], None)
+    assert s.slo_attainment == 1.0 and s.slo_attainment_all_scaled == 0.0
+    assert s.tps_within_slo > 0 and s.tps_within_slo_all_scaled == 0.0
+    assert s.router_overhead_ms == pytest.approx(50.0)
+    assert s.n_server_timed == 1
+    assert s.ttft_p50_s == pytest.approx(0.75) and s.ttft_p50_all_scaled_s == pytest.approx(1.2)

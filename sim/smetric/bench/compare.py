@@ -1,0 +1,183 @@
+"""``smetric bench --compare-sim``: the simulator's ranking of the same policies next to the bench's.
+
+The simulator runs as ``smetric simulate`` (a child process, so the two tools stay decoupled) on
+the same trace, the same instance count and preset, the same picker policies, the same seeds, and
+the same family sample (the bench's fraction of the trace's families at its knee, drawn with the
+same seed by the same ``subsample_families``). What cannot be the same: the simulator replays
+full-size prompts with a stationary open-loop arrival process over 20 + 20 simulated minutes,
+while the bench replays prompts x token scale from a cold start for a short window; the simulator
+has no model of vllm-router. Both rank the policies by mean TPS within SLO at their own knee (the
+first rate where the best policy's mean SLO attainment is below 90 %), and the rank correlation of
+the two orders (Spearman's rho and Kendall's tau-b over the common policies) is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from smetric.bench.procs import BenchError
+from smetric.bench.sweep import KNEE_ATTAINMENT, Row
+
+if TYPE_CHECKING:
+    from smetric.bench.cli import Bench
+
+SIM_RATES = (
+    "0.5,1,2,3,4,6,8"  # multipliers of the simulator's base rate; its knee lies inside at 4-32 instances
+)
+SIM_WARMUP_S = 1200.0  # `smetric simulate --quick`'s window (20 + 20 simulated minutes)
+SIM_MEASURE_S = 1200.0
+SIM_TIMEOUT_S = 3600.0
+
+
+def average_ranks(values: Sequence[float]) -> np.ndarray:
+    """Ranks 1..n (1 = largest), ties get their average rank."""
+    arr = -np.asarray(values, dtype=np.float64)
+    order = np.argsort(arr, kind="stable")
+    ranks = np.empty(len(arr), dtype=np.float64)
+    i = 0
+    while i < len(arr):
+        j = i
+        while j + 1 < len(arr) and arr[order[j + 1]] == arr[order[i]]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return ranks
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    if len(a) != len(b) or len(a) < 2:
+        return float("nan")
+    ra, rb = average_ranks(a), average_ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def kendall_tau_b(a: Sequence[float], b: Sequence[float]) -> float:
+    n = len(a)
+    if n != len(b) or n < 2:
+        return float("nan")
+    concordant = discordant = ties_a = ties_b = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            da, db = np.sign(a[i] - a[j]), np.sign(b[i] - b[j])
+            if da == 0 and db == 0:
+                continue
+            if da == 0:
+                ties_a += 1
+            elif db == 0:
+                ties_b += 1
+            elif da == db:
+                concordant += 1
+            else:
+                discordant += 1
+    denom = math.sqrt((concordant + discordant + ties_a) * (concordant + discordant + ties_b))
+    return (concordant - discordant) / denom if denom else float("nan")
+
+
+def sim_knee_scores(
+    results: Sequence[Mapping[str, Any]], policies: Sequence[str]
+) -> tuple[float, dict[str, float]]:
+    """(knee multiplier, policy -> mean TPS within SLO there) from ``smetric simulate``'s rows."""
+    by: dict[tuple[str, float], list[tuple[float, float]]] = {}
+    for r in results:
+        tps, att = r.get("tps_within_slo"), r.get("slo_attainment")
+        if r.get("policy") in policies and isinstance(tps, int | float) and isinstance(att, int | float):
+            by.setdefault((str(r["policy"]), float(r["rate_multiplier"])), []).append(
+                (float(tps), float(att))
+            )
+    rates = sorted({m for _, m in by})
+    if not rates:
+        raise BenchError("smetric simulate returned no usable rows")
+
+    def mean(p: str, m: float, k: int) -> float:
+        vals = [v[k] for v in by.get((p, m), [])]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    knee = next(
+        (m for m in rates if not max((mean(p, m, 1) for p in policies), default=0.0) >= KNEE_ATTAINMENT),
+        rates[-1],
+    )
+    return knee, {p: mean(p, knee, 0) for p in policies}
+
+
+def run_simulator(argv: list[str], out: Path) -> list[dict[str, Any]]:
+    cmd = [sys.executable, "-m", "smetric.core.cli", "simulate", *argv, "--json", str(out)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SIM_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"smetric simulate did not finish within {SIM_TIMEOUT_S:g} s") from None
+    if proc.returncode != 0 or not out.is_file():
+        raise BenchError(
+            f"smetric simulate failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-400:]}"
+        )
+    doc = json.loads(out.read_text())
+    rows = doc.get("results")
+    if not isinstance(rows, list):
+        raise BenchError("smetric simulate wrote no results")
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def compare_with_simulator(bench: Bench, rows: Sequence[Row], console: Console) -> dict[str, Any]:
+    """Run the simulator as described above, print both rankings and return the JSON section."""
+    policies = [r.policy for r in rows if r.router.startswith("envoy") and r.rate == rows[0].rate]
+    if len(policies) < 2:
+        raise BenchError("needs at least two picker policies")
+    rate = bench.knee if bench.knee is not None else max(r.rate for r in rows)
+    bench_scores = {
+        r.policy: r.mean("tps_within_slo") for r in rows if r.rate == rate and r.policy in policies
+    }
+    runs = [run for run in bench.meta.get("runs", []) if run["rate"] == rate]
+    n_families = len({r.family_id for r in bench.trace.requests})
+    fraction = min(1.0, max(runs[0]["families"] / n_families, 1.0 / n_families)) if runs else 1.0
+    seeds = ",".join(str(s) for s in bench.meta["seeds"])
+    argv = ["--trace", bench.meta["trace"], "--instances", str(bench.preset.instances), "--preset", bench.args.preset,
+            "--global-tier", bench.args.global_tier, "--policies", ",".join(policies), "--rates", SIM_RATES,
+            "--seeds", seeds, "--subsample", f"{fraction:.6g}", "--warmup-s", f"{SIM_WARMUP_S:g}",
+            "--measure-s", f"{SIM_MEASURE_S:g}", "--no-extend-past-knee"]  # fmt: skip
+    console.print(f"compare-sim: smetric simulate {' '.join(argv)}")
+    with tempfile.TemporaryDirectory(prefix="smetric-compare-") as tmp:
+        results = run_simulator(argv, Path(tmp) / "sim.json")
+    sim_knee, sim_scores = sim_knee_scores(results, policies)
+    common = [
+        p for p in policies if not math.isnan(bench_scores.get(p, math.nan)) and not math.isnan(sim_scores[p])
+    ]
+    a, b = [bench_scores[p] for p in common], [sim_scores[p] for p in common]
+    rho, tau = spearman(a, b), kendall_tau_b(a, b)
+    bench_order = sorted(common, key=lambda p: -bench_scores[p])
+    sim_order = sorted(common, key=lambda p: -sim_scores[p])
+    table = Table(
+        title=f"bench vs simulator, {bench.preset.instances} instances: TPS within SLO at each one's knee"
+    )
+    for head in ("rank", f"bench @ {rate:g} families/model s", f"simulator @ {sim_knee:g}x base rate"):
+        table.add_column(head)
+    for i, (pb, ps) in enumerate(zip(bench_order, sim_order, strict=True)):
+        table.add_row(str(i + 1), f"{pb} {bench_scores[pb]:.1f}", f"{ps} {sim_scores[ps]:.1f}")
+    console.print(table)
+    console.print(
+        f"rank correlation over {len(common)} policies: Spearman {rho:+.2f}, Kendall tau-b {tau:+.2f}"
+    )
+    return {
+        "simulate_argv": argv,
+        "bench_rate": rate,
+        "sim_knee_multiplier": sim_knee,
+        "bench_tps_within_slo": bench_scores,
+        "sim_tps_within_slo": sim_scores,
+        "bench_order": bench_order,
+        "sim_order": sim_order,
+        "spearman": rho,
+        "kendall_tau_b": tau,
+        "note": "the simulator replays full-size prompts (no token scale), stationary arrivals, 20+20 min; "
+        "vllm-router is not simulated",
+    }

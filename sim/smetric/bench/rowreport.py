@@ -1,0 +1,146 @@
+"""Output of a bench sweep: the rich table, the Markdown table, the JSON document and the figure.
+
+Each :class:`~smetric.bench.sweep.Row` is one front end at one rate over its seeds: means, and the
+sample standard deviation over seeds as ``±``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from smetric.bench.report import _clean, _fmt, _pct
+from smetric.bench.sweep import Row, row_dict
+
+
+def _pm(row: Row, name: str, spec: str, scale: float = 1.0) -> str:
+    mean, spread = row.mean(name) * scale, row.spread(name) * scale
+    text = _fmt(mean, spec)
+    return text if math.isnan(spread) or text == "-" else f"{text} ± {_fmt(spread, spec)}"
+
+
+def _pct_pm(row: Row, name: str) -> str:
+    return _pm(row, name, ".1f", 100.0) + ("" if math.isnan(row.mean(name)) else " %")
+
+
+def _ok_sent(row: Row) -> str:
+    return f"{int(row.mean('n_ok'))}/{int(row.mean('n_sent'))}"
+
+
+def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
+    table = Table(title=title, header_style="bold", caption=CAPTION)
+    heads = ["rate", "point", "policy", "router", "seeds", "TPS in SLO", "SLO att.",
+             "all-scaled TPS / att.", "TTFT p50/p90", "engine TTFT", "local hit", "router ms", "ok/sent"]  # fmt: skip
+    for i, h in enumerate(heads):
+        table.add_column(h, justify="left" if 1 <= i <= 3 else "right")
+    last_rate = None
+    for r in rows:
+        if last_rate is not None and r.rate != last_rate:
+            table.add_section()
+        last_rate = r.rate
+        head = [f"{r.rate:g}", r.point, r.label, r.router, str(len(r.seeds))]
+        if r.summary is None:
+            table.add_row(*head, f"[yellow]{r.status}[/]: {r.note}"[:80], *[""] * (len(heads) - 6))
+            continue
+        table.add_row(
+            *head,
+            _pm(r, "tps_within_slo", ".1f"),
+            _pct_pm(r, "slo_attainment"),
+            f"{_fmt(r.mean('tps_within_slo_all_scaled'), '.1f')} / {_pct(r.mean('slo_attainment_all_scaled'))}",
+            f"{_fmt(r.mean('ttft_p50_s'), '.2f')}/{_fmt(r.mean('ttft_p90_s'), '.2f')}s",
+            f"{_fmt(r.mean('engine_ttft_mean_s'), '.2f')}s",
+            _pct(r.mean("local_hit_ratio")),
+            _fmt(r.mean("router_overhead_ms"), ".1f"),
+            _ok_sent(r),
+        )
+    console.print(table)
+
+
+CAPTION = (
+    "rate: session families per model second; ± = std over seeds. TPS in SLO, SLO att., TTFT: engine time / "
+    "time scale + router/network time unscaled (split); all-scaled: whole client latency / time scale."
+)
+
+
+def rows_markdown(rows: Sequence[Row]) -> str:
+    head = (
+        "| rate | point | policy | router | seeds | TPS in SLO | SLO att. | all-scaled TPS / att. "
+        "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router ms | ok / sent |"
+    )
+    lines = [head, "|" + "---|" * 15]
+    for r in rows:
+        lead = f"| {r.rate:g} | {r.point} | {r.label} | {r.router} | {len(r.seeds)} "
+        if r.summary is None:
+            lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 9)
+            continue
+        lines.append(
+            lead + f"| {_pm(r, 'tps_within_slo', '.1f')} | {_pct_pm(r, 'slo_attainment')} "
+            f"| {_fmt(r.mean('tps_within_slo_all_scaled'), '.1f')} / {_pct(r.mean('slo_attainment_all_scaled'), ' ')} "
+            f"| {_fmt(r.mean('ttft_p50_s'), '.2f')} / {_fmt(r.mean('ttft_p90_s'), '.2f')} "
+            f"| {_fmt(r.mean('tpot_p50_s') * 1000, '.1f')} | {_fmt(r.mean('engine_ttft_mean_s'), '.2f')} "
+            f"| {_pct(r.mean('local_hit_ratio'), ' ')} | {_pct(r.mean('usage_hit_ratio'), ' ')} "
+            f"| {_fmt(r.mean('router_overhead_ms'), '.1f')} | {int(r.mean('n_ok'))} / {int(r.mean('n_sent'))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def rows_json(rows: Sequence[Row], meta: Mapping[str, Any]) -> bytes:
+    doc = {"meta": dict(meta), "results": [row_dict(r) for r in rows]}
+    return orjson.dumps(_clean(doc), option=orjson.OPT_INDENT_2)
+
+
+def write_rows_json(path: Path, rows: Sequence[Row], meta: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(rows_json(rows, meta))
+
+
+PANELS: tuple[tuple[str, str, float, str], ...] = (
+    # (summary field, title, scale, which way is better)
+    ("tps_within_slo", "TPS within SLO (tok/s, model time)", 1.0, "higher is better"),
+    ("slo_attainment", "SLO attainment (%)", 100.0, "higher is better"),
+    ("ttft_p90_s", "TTFT p90 (model s)", 1.0, "lower is better"),
+    ("tps_within_slo_all_scaled", "TPS within SLO, all-scaled accounting", 1.0, "higher is better"),
+)
+
+
+def plot_rows(path: Path, rows: Sequence[Row], title: str, knee: float | None) -> None:
+    """One panel per metric against the arrival rate, one line per front end, error bars = std
+    over seeds; the legend sits below the panels, outside the data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(dict.fromkeys(r.label for r in rows if r.summary is not None))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.3 * len(PANELS), 4.6))
+    markers = "osD^vP*Xh<>"
+    for ax, (name, heading, scale, better) in zip(axes, PANELS, strict=True):
+        for i, lab in enumerate(labels):
+            mine = sorted((r for r in rows if r.label == lab and r.summary is not None), key=lambda r: r.rate)
+            xs = [r.rate for r in mine]
+            ys = [r.mean(name) * scale for r in mine]
+            es = [0.0 if math.isnan(r.spread(name)) else r.spread(name) * scale for r in mine]
+            ax.errorbar(xs, ys, yerr=es, marker=markers[i % len(markers)], capsize=3, label=lab,
+                        linestyle="--" if lab.startswith("vllm-router") else "-")  # fmt: skip
+        if name == "slo_attainment":
+            ax.axhline(90.0, color="grey", linewidth=0.8, linestyle=":")
+        if knee is not None:
+            ax.axvline(knee, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_title(f"{heading}\n({better})", fontsize=9.5)
+        ax.set_xlabel("family arrivals per model second" + ("  (dashed: knee)" if knee else ""), fontsize=8.5)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 5), fontsize=8.5, frameon=False)
+    fig.suptitle(title, fontsize=10.5)
+    rows_of_legend = math.ceil(max(len(names), 1) / 5)
+    fig.tight_layout(rect=(0.0, 0.06 * rows_of_legend + 0.02, 1.0, 1.0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

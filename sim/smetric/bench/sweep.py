@@ -1,0 +1,188 @@
+"""Load sweep of ``smetric bench``: the knee search, and the mean and spread over seeds per row.
+
+Knee (issue 15): the first family arrival rate at which the *best* row's SLO attainment drops below
+:data:`KNEE_ATTAINMENT`. Without ``--rates`` the bench walks a geometric ladder of rates
+(``start * factor**k``) with the first seed only: up while the best row still meets 90 %, down
+while it does not, until two neighbouring rungs bracket the knee (or ``max_probes`` rungs were
+tried). Those probe rows are the first seed's rows of their rate, so nothing is run twice; then
+the knee and the rung past it are run with every seed. A rung's verdict is a whole ladder step
+(x sqrt 2 by default) away from its neighbours', so the run-to-run noise of one seed moves the
+knee by at most one rung; the verdict is re-checked on the seed means and both are reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from smetric.bench.metrics import Summary
+from smetric.bench.report import PolicyResult
+
+KNEE_ATTAINMENT = 0.90  # issue 15: "the first rate where the best policy's SLO attainment drops below 90 %"
+_COUNTS = ("n_sent", "n_ok", "n_failed", "n_not_sent", "n_server_timed")
+SPREAD_FIELDS = (
+    "tps_within_slo",
+    "slo_attainment",
+    "tps_within_slo_all_scaled",
+    "slo_attainment_all_scaled",
+    "ttft_p90_s",
+)
+
+
+def rung(rate: float) -> float:
+    """Rates as ladder keys: 4 significant digits, so start * factor**k compares equal."""
+    return float(f"{rate:.4g}")
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One row of one (rate, seed) run."""
+
+    rate: float
+    seed: int
+    result: PolicyResult
+
+
+def best_attainment(results: Iterable[PolicyResult]) -> float:
+    """Highest SLO attainment among the rows that ran (NaN when none did)."""
+    vals = [r.summary.slo_attainment for r in results if r.summary is not None]
+    vals = [v for v in vals if not math.isnan(v)]
+    return max(vals) if vals else float("nan")
+
+
+@dataclass(frozen=True, slots=True)
+class KneeSearch:
+    start: float
+    factor: float = math.sqrt(2.0)
+    max_probes: int = 5
+
+    def __post_init__(self) -> None:
+        if not (self.start > 0 and self.factor > 1 and self.max_probes >= 1):
+            raise ValueError("knee search needs start > 0, factor > 1, max_probes >= 1")
+
+    def step(self, rate: float, k: int) -> float:
+        """The rung ``k`` steps from ``rate``'s rung (computed from the start, so rungs compare equal)."""
+        here = round(math.log(rate / self.start) / math.log(self.factor))
+        return rung(self.start * self.factor ** (here + k))
+
+    def next_rate(self, probed: Mapping[float, float]) -> float | None:
+        """The next rung to probe given ``rate -> best attainment`` so far, or None when done."""
+        if not probed:
+            return rung(self.start)
+        if len(probed) >= self.max_probes:
+            return None
+        above = sorted(r for r, a in probed.items() if not a >= KNEE_ATTAINMENT)  # NaN counts as a miss
+        below = sorted(r for r, a in probed.items() if a >= KNEE_ATTAINMENT)
+        if not above:
+            return self.step(below[-1], 1)
+        knee = above[0]
+        neighbour = self.step(knee, -1)
+        if neighbour in probed:
+            return None
+        if below and below[-1] > neighbour:  # noisy ladder (a lower rung missed): the bracket is there
+            return None
+        return neighbour
+
+    def knee(self, probed: Mapping[float, float]) -> float | None:
+        """The first rung below 90 % (None when every probed rung met it)."""
+        above = sorted(r for r, a in probed.items() if not a >= KNEE_ATTAINMENT)
+        return above[0] if above else None
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A front end at one rate over its seeds (what the table, the JSON and the plot show)."""
+
+    label: str
+    router: str
+    policy: str
+    status: str
+    note: str
+    rate: float
+    point: str  # "knee" | "past knee" | "below knee" | "sweep"
+    seeds: tuple[int, ...]
+    summary: dict[str, float] | None
+    per_seed: tuple[dict[str, Any], ...]
+
+    def mean(self, name: str) -> float:
+        return float("nan") if self.summary is None else float(self.summary.get(name, float("nan")))
+
+    def spread(self, name: str) -> float:
+        return self.mean(f"{name}_spread")
+
+
+def _spread(values: Sequence[float]) -> float:
+    """Sample standard deviation over seeds (NaN with fewer than two)."""
+    vals = [v for v in values if not math.isnan(v)]
+    return float(np.std(vals, ddof=1)) if len(vals) >= 2 else float("nan")
+
+
+def aggregate(cells: Sequence[Cell], rate: float, label: str, point: str) -> Row:
+    """Mean (counts: sum) and spread over the seeds that ran; failed seeds are listed with why."""
+    mine = sorted((c for c in cells if c.rate == rate and c.result.label == label), key=lambda c: c.seed)
+    first = mine[0].result
+    ran = [c for c in mine if c.result.summary is not None]
+    per_seed = tuple(
+        {"seed": c.seed, "status": c.result.status, "note": c.result.note}
+        | ({k: getattr(c.result.summary, k) for k in SPREAD_FIELDS} if c.result.summary is not None else {})
+        for c in mine
+    )
+    if not ran:
+        return Row(label, first.router, first.policy, first.status, first.note, rate, point,
+                   tuple(c.seed for c in mine), None, per_seed)  # fmt: skip
+    sums: list[Summary] = [c.result.summary for c in ran if c.result.summary is not None]
+    summary: dict[str, float] = {}
+    for f in dataclasses.fields(Summary):
+        values = [float(getattr(s, f.name)) for s in sums]
+        if f.name in _COUNTS:
+            summary[f.name] = float(sum(values))
+        else:
+            finite = [v for v in values if not math.isnan(v)]
+            summary[f.name] = float(np.mean(finite)) if finite else float("nan")
+    for name in SPREAD_FIELDS:
+        summary[f"{name}_spread"] = _spread([float(getattr(s, name)) for s in sums])
+    failed = [c for c in mine if c.result.summary is None]
+    note = "; ".join(f"seed {c.seed}: {c.result.note}" for c in failed) or first.note
+    status = "ok" if not failed else "partial"
+    return Row(label, first.router, first.policy, status, note, rate, point,
+               tuple(c.seed for c in ran), summary, per_seed)  # fmt: skip
+
+
+def point_of(rate: float, knee: float | None, past: float | None) -> str:
+    if knee is None:
+        return "sweep"
+    if rate == knee:
+        return "knee"
+    if past is not None and rate >= past:
+        return "past knee"
+    return "below knee" if rate < knee else "past knee"
+
+
+def rows_of(
+    cells: Sequence[Cell], labels: Sequence[str], knee: float | None, past: float | None
+) -> list[Row]:
+    rates = sorted({c.rate for c in cells})
+    out: list[Row] = []
+    for rate in rates:
+        present = {c.result.label for c in cells if c.rate == rate}
+        out += [aggregate(cells, rate, lab, point_of(rate, knee, past)) for lab in labels if lab in present]
+    return out
+
+
+def best_mean_attainment(rows: Sequence[Row], rate: float) -> tuple[str, float]:
+    """(label, mean SLO attainment) of the best row at ``rate``."""
+    cands = [(r.mean("slo_attainment"), r.label) for r in rows if r.rate == rate and r.summary is not None]
+    cands = [c for c in cands if not math.isnan(c[0])]
+    if not cands:
+        return "", float("nan")
+    att, label = max(cands)
+    return label, att
+
+
+def row_dict(row: Row) -> dict[str, Any]:
+    return dataclasses.asdict(row)
