@@ -8,7 +8,9 @@ COPY sim sim
 COPY epp epp
 COPY operator operator
 COPY crds crds
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# The [tokenizer] extra: `prefixIndex: precise` loads the model's tokenizer (tokenizers, jinja2 and
+# huggingface_hub for a model id resolved through the mounted hub cache or the network).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[tokenizer]"
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="smetric-epp" \
@@ -16,8 +18,8 @@ LABEL org.opencontainers.image.title="smetric-epp" \
       org.opencontainers.image.licenses="Apache-2.0"
 RUN useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin smetric
 COPY --from=wheel /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links=/wheels smetric && rm -rf /wheels
-ENV PYTHONUNBUFFERED=1
+RUN pip install --no-cache-dir --no-index --find-links=/wheels "smetric[tokenizer]" && rm -rf /wheels
+ENV PYTHONUNBUFFERED=1 HF_HOME=/var/cache/huggingface
 USER 65532
 ENTRYPOINT ["smetric-epp"]
 CMD ["--help"]

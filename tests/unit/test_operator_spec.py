@@ -139,6 +139,16 @@ BAD_SPECS: dict[str, tuple[dict[str, Any], str]] = {
         "tensorParallelSize",
     ),
     "rdma-without-devices": (minimal(globalKV={"enabled": True, "protocol": "rdma"}), "deviceNames"),
+    "role-tp-not-dividing-role-gpus": (  # issue 16 item 11: TP and GPUs per role
+        minimal(
+            topology={
+                "mode": "disaggregated",
+                "prefill": {"replicas": 1},
+                "decode": {"replicas": 1, "tensorParallelSize": 3, "gpusPerPod": 8},
+            }
+        ),
+        "topology.decode",
+    ),
 }
 
 
@@ -155,6 +165,8 @@ SCHEMA_ONLY_BAD: dict[str, dict[str, Any]] = {
     "block-size-not-multiple-of-16": minimal(model={"name": "m", "blockSize": 24}),
     "bad-failure-mode": minimal(router={"failureMode": "Sometimes"}),
     "bad-quantity": minimal(globalKV={"segmentSize": "lots"}),
+    "bad-gateway-provider": minimal(gateway={"parentRef": {"name": "g"}, "provider": "nginx"}),
+    "bad-kv-cache-dtype": minimal(model={"name": "m", "kvCacheDtype": "int4"}),
     "hit-ratio-out-of-range": minimal(router={"parameters": {"hitRatio": 1.0}}),
     "bad-mode": minimal(topology={"mode": "pipelined", "replicas": 1}),
 }

@@ -9,19 +9,25 @@ from pathlib import Path
 
 import yaml
 
+from smetric.operator.advice import context_warnings
 from smetric.operator.render import render_resource
-from smetric.operator.spec import InvalidSpecError
+from smetric.operator.spec import InvalidSpecError, parse_spec
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="smetric-operator", description="SMetricPool operator")
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="smetric-operator", description="SMetricPool operator", formatter_class=fmt
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     render = sub.add_parser(
-        "render", help="print the child manifests of SMetricPool CR(s) in FILE (- = stdin)"
+        "render",
+        help="print the child manifests of SMetricPool CR(s) in FILE (- = stdin)",
+        formatter_class=fmt,
     )
     render.add_argument("file")
     render.add_argument("--namespace", default="default", help="namespace for CRs that name none")
-    run = sub.add_parser("run", help="run the controller")
+    run = sub.add_parser("run", help="run the controller", formatter_class=fmt)
     scope = run.add_mutually_exclusive_group()
     scope.add_argument("--namespace", action="append", default=[], help="watch this namespace (repeatable)")
     scope.add_argument("--all-namespaces", action="store_true", help="watch the whole cluster (default)")
@@ -34,7 +40,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 class _BlockDumper(yaml.SafeDumper):
-    """Multi-line strings (config files, launcher scripts) as ``|`` blocks: readable output."""
+    """Multi-line strings (config files, launcher scripts) as ``|`` blocks; no anchors/aliases
+    (``&id001``): shared sub-objects are written out in full, as kubectl would show them."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
@@ -46,7 +56,13 @@ _BlockDumper.add_representer(str, _str)
 
 
 def _render(path: str, namespace: str) -> int:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(
+            f"smetric-operator: {path}: cannot read: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr
+        )
+        return 2
     try:
         documents = [d for d in yaml.safe_load_all(text) if d]
     except yaml.YAMLError as exc:
@@ -60,6 +76,9 @@ def _render(path: str, namespace: str) -> int:
     for pool in pools:
         try:
             manifests += render_resource(pool, namespace)
+            name = (pool.get("metadata") or {}).get("name", "?")
+            for warning in context_warnings(str(name), parse_spec(pool.get("spec"))):
+                print(f"smetric-operator: warning: {warning}", file=sys.stderr)
         except (InvalidSpecError, ValueError) as exc:
             name = (pool.get("metadata") or {}).get("name", "?")
             print(f"smetric-operator: SMetricPool {name}: invalid spec: {exc}", file=sys.stderr)
