@@ -67,6 +67,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("bind-address", str, "0.0.0.0", "address every listener binds (ext_proc, health, metrics)"),
     Flag("scrape-timeout-ms", int, 1000, "timeout of one /metrics scrape"),
     Flag("scrape-max-bytes", int, 4 * 1024 * 1024, "a larger /metrics page is refused (endpoint goes stale)"),
+    Flag(
+        "state-file", str, "", "approximate index snapshot: written periodically and at exit, read at start"
+    ),
+    Flag("state-interval-ms", int, 2000, "how often --state-file is written"),
+    Flag("snapshot-port", int, 0, "serve GET /snapshot (the index) for peer replicas; 0 = off"),
+    Flag("peers", str, "", "host:port,... of peer replicas' --snapshot-port: fetched at start-up"),
     Flag("hash-seed", str, "0", "PYTHONHASHSEED shared with the engines (precise block hashes)"),
     Flag(
         "hash-algo",

@@ -30,6 +30,7 @@ from smetric.epp.obs.logging import (
 from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
+from smetric.epp.server.snapshot import StateKeeper
 from smetric.epp.server.tls import TlsError, server_key_pair
 
 log = logging.getLogger("smetric.epp")
@@ -80,8 +81,12 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, toggle_decision_log)
+    keeper = state_keeper(args, datastore.index)
     await datastore.start()
     try:
+        if keeper is not None:  # before serving: the first decisions are already warm
+            await keeper.restore()
+            await keeper.start()
         start_http_server(args.metrics_port, addr=args.bind_address, registry=registry)
         await server.start()
         settle_gc()
@@ -106,8 +111,29 @@ async def serve(args: argparse.Namespace) -> int:
         return 1
     finally:
         await server.stop(SHUTDOWN_GRACE_S)
+        if keeper is not None:
+            await keeper.stop()  # the final snapshot, after the last decision
         await datastore.stop()
     return 0
+
+
+def state_keeper(args: argparse.Namespace, index: object) -> StateKeeper | None:
+    """``--state-file`` / ``--snapshot-port`` / ``--peers`` (approximate index only: the precise
+    index's truth is the engines' KV events)."""
+    from smetric.epp.index.approximate import ApproximateIndex
+
+    wanted = args.state_file or args.snapshot_port or args.peers
+    if not wanted or not isinstance(index, ApproximateIndex):
+        return None
+    peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
+    return StateKeeper(
+        index,
+        args.state_file,
+        args.state_interval_ms / 1000.0,
+        peers,
+        args.snapshot_port,
+        args.bind_address,
+    )
 
 
 def settle_gc() -> None:

@@ -126,6 +126,18 @@ class ApproximateIndex:
         """Drop an endpoint (removed from the pool, or restarted)."""
         self._lrus.pop(address, None)
 
+    def export_state(self) -> dict[str, list[int]]:
+        """Per endpoint, its keys least recent first (a restarted picker's warm start)."""
+        return {address: list(lru.keys) for address, lru in self._lrus.items()}
+
+    def import_state(self, state: dict[str, list[int]]) -> None:
+        """Replace the LRUs with ``state`` (as :meth:`export_state` wrote it)."""
+        self._lrus = {}
+        for address, keys in state.items():
+            lru = _Lru()
+            lru.keys.update(zip(keys, repeat(None)))
+            self._lrus[address] = lru
+
     def size(self, address: str) -> int:
         """Keys (groups of ``group_blocks`` blocks) held for ``address``."""
         lru = self._lrus.get(address)

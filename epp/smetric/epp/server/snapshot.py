@@ -1,0 +1,160 @@
+"""Restart without amnesia (issue 12 item 11): the approximate prefix index outlives the process.
+
+The approximate index learns only from the picker's own routing decisions, so a restarted picker
+knew nothing: a probe saw session stickiness fall from 12/12 to 4/12 after one restart. Two ways
+back, both optional:
+
+* ``--state-file PATH``: the index is written there every ``--state-interval-ms`` (atomically: a
+  temporary file renamed over it) and at shutdown, and read at start-up. A SIGKILLed picker loses at
+  most one interval of learning; a SIGTERMed one (a rolling restart) loses nothing.
+* ``--snapshot-port N`` serves ``GET /snapshot`` (the same bytes); ``--peers host:port,...`` makes a
+  starting picker fetch the first answering peer's snapshot before it reports ready, so a new or
+  restarted replica decides as the warm one does from its first request.
+
+Format: JSON ``{"version": 1, "tokens_per_key": T, "saved_at": unix_s, "endpoints": {address:
+base64(uint64 little-endian keys, least recent first)}}``. A snapshot whose ``tokens_per_key``
+differs (another ``--block-size``) is ignored with a warning; so is an unreadable one. The precise
+index is not snapshotted: its truth is the engines' KV events (it refills from them), and a stale
+snapshot could report blocks the engine has since evicted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import orjson
+from aiohttp import web
+
+from smetric.epp.index.approximate import ApproximateIndex
+
+log = logging.getLogger(__name__)
+
+MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024  # a peer's answer larger than this is refused
+
+
+def dump(index: ApproximateIndex) -> bytes:
+    endpoints = {
+        address: base64.b64encode(np.asarray(keys, dtype="<u8").tobytes()).decode()
+        for address, keys in index.export_state().items()
+    }
+    doc = {
+        "version": 1,
+        "tokens_per_key": index.tokens_per_key,
+        "saved_at": time.time(),
+        "endpoints": endpoints,
+    }
+    return orjson.dumps(doc)
+
+
+def load(index: ApproximateIndex, data: bytes, source: str) -> bool:
+    """Replace ``index``'s state with the snapshot; ``False`` (and a warning) if it does not fit."""
+    try:
+        doc = orjson.loads(data)
+        if doc.get("version") != 1 or doc.get("tokens_per_key") != index.tokens_per_key:
+            log.warning("snapshot from %s does not match this picker's index: ignored", source)
+            return False
+        state = {
+            str(address): np.frombuffer(base64.b64decode(raw), dtype="<u8").tolist()
+            for address, raw in dict(doc["endpoints"]).items()
+        }
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        log.warning("snapshot from %s is unreadable (%s): ignored", source, exc)
+        return False
+    index.import_state(state)
+    log.info(
+        "prefix index restored from %s",
+        source,
+        extra={"endpoints": len(state), "keys": sum(map(len, state.values()))},
+    )
+    return True
+
+
+class StateKeeper:
+    """Periodic and final snapshots to ``path``; the peer server; the start-up restore."""
+
+    def __init__(
+        self,
+        index: ApproximateIndex,
+        path: str = "",
+        interval_s: float = 2.0,
+        peers: tuple[str, ...] = (),
+        serve_port: int = 0,
+        host: str = "0.0.0.0",
+    ) -> None:
+        self.index = index
+        self.path = Path(path) if path else None
+        self.interval_s = interval_s
+        self.peers = peers
+        self.serve_port = serve_port
+        self.host = host
+        self._task: asyncio.Task[None] | None = None
+        self._runner: web.AppRunner | None = None
+        self.restored_from = ""
+
+    async def restore(self, timeout_s: float = 2.0) -> str:
+        """Peers first (the freshest state), then the file; returns where the state came from."""
+        for peer in self.peers:
+            url = f"http://{peer}/snapshot"
+            try:
+                async with (
+                    aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
+                    session.get(url) as resp,
+                ):
+                    if resp.status == 200:
+                        data = await resp.content.read(MAX_SNAPSHOT_BYTES + 1)
+                        if len(data) <= MAX_SNAPSHOT_BYTES and load(self.index, data, url):
+                            self.restored_from = url
+                            return url
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.info("peer %s has no snapshot (%s)", peer, exc)
+        path = self.path
+        if path is not None and path.is_file() and load(self.index, path.read_bytes(), str(path)):
+            self.restored_from = str(path)
+        return self.restored_from
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            tmp.write_bytes(dump(self.index))
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.warning("cannot write the state file %s: %s", self.path, exc)
+
+    async def start(self) -> None:
+        if self.path is not None:
+            self._task = asyncio.get_running_loop().create_task(self._periodic(), name="state-snapshot")
+        if self.serve_port:
+            app = web.Application()
+            app.router.add_get("/snapshot", self._serve)
+            self._runner = web.AppRunner(app, access_log=None)
+            await self._runner.setup()
+            await web.TCPSite(self._runner, self.host, self.serve_port).start()
+
+    async def _serve(self, _: web.Request) -> web.Response:
+        return web.Response(body=dump(self.index), content_type="application/json")
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            self.save()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.save()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
