@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from smetric.sim.sweep import RunTask, run_task
+from smetric.sim.sweep import RunCost, RunTask, run_task
 
 RETRIES = 2
 CONNECT_TIMEOUT_S = 60.0
@@ -46,7 +46,7 @@ def _materialise(blob: TraceBlob) -> str:
     return str(path)
 
 
-def run_remote(task: RunTask, blob: TraceBlob) -> tuple[dict[str, Any], float]:
+def run_remote(task: RunTask, blob: TraceBlob) -> tuple[dict[str, Any], RunCost]:
     """A run on a worker: the trace comes from the scattered blob, not the client's path."""
     local = replace(task, workload=replace(task.workload, trace_path=_materialise(blob)))
     return run_task(local)
@@ -86,7 +86,7 @@ class DaskExecutor:
     def n_workers(self) -> int:
         return len(self.client.scheduler_info().get("workers", {}))
 
-    def run(self, tasks: list[RunTask]) -> Iterator[tuple[RunTask, dict[str, Any], float]]:
+    def run(self, tasks: list[RunTask]) -> Iterator[tuple[RunTask, dict[str, Any], RunCost]]:
         from distributed import as_completed
 
         if not tasks:
@@ -99,8 +99,8 @@ class DaskExecutor:
         }
         try:
             for fut in as_completed(futures):
-                row, wall_s = fut.result()
-                yield futures[fut], row, wall_s
+                row, cost = fut.result()
+                yield futures[fut], row, cost
         finally:
             self.client.cancel([f for f in futures if not f.done()])
 

@@ -23,7 +23,7 @@ from smetric.sim.regimes import Regime, map_cells, plot_map
 from smetric.sim.report import map_table, mean_rows, plot, results_table, summary_table
 from smetric.sim.stats import summary
 from smetric.sim.stream import Sidecar, fingerprint, read_done, sidecar_path, write_atomic
-from smetric.sim.sweep import RunKey, RunTask, Setting, SweepSpec, json_ready, prepared, run_sweep
+from smetric.sim.sweep import RunCost, RunKey, RunTask, Setting, SweepSpec, json_ready, prepared, run_sweep
 from smetric.sim.workload import max_request_tokens
 
 
@@ -117,15 +117,15 @@ def run_and_write(
                 total = prog.tasks[0].total or 0
                 prog.update(bar, total=total + n)
 
-            def finished(task: RunTask, row: dict[str, Any], wall_s: float) -> None:
+            def finished(task: RunTask, row: dict[str, Any], cost: RunCost) -> None:
                 if sidecar is not None:
-                    sidecar.add(task.key, row, wall_s)
+                    sidecar.add(task.key, row, cost)
                 k = task.key
                 where = f"{k.regime} " if k.regime else ""
                 prog.update(
                     bar,
                     advance=1,
-                    description=f"{where}{k.policy} seed {k.seed} @ {k.rate_multiplier:g}x ({wall_s:.1f} s)",
+                    description=f"{where}{k.policy} seed {k.seed} @ {k.rate_multiplier:g}x ({cost.wall_s:.1f} s)",
                 )
 
             rows = run_sweep(spec, executor, done, finished, grow)

@@ -1,7 +1,7 @@
 """Where a sweep's runs execute: in this process, on a local process pool (the default), or on a
 Dask cluster (``--cluster``, :mod:`smetric.sim.cluster`, imported only then).
 
-Every executor runs :func:`smetric.sim.sweep.run_task` and yields ``(task, row, wall_s)`` as runs
+Every executor runs :func:`smetric.sim.sweep.run_task` and yields ``(task, row, cost)`` as runs
 finish; rows do not depend on the executor (the sweep orders them canonically).
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from smetric.sim.sweep import Executor, RunTask, run_task
+from smetric.sim.sweep import Executor, RunCost, RunTask, run_task
 
-Done = tuple[RunTask, dict[str, Any], float]
+Done = tuple[RunTask, dict[str, Any], RunCost]
 
 
 class InlineExecutor:
@@ -22,8 +22,8 @@ class InlineExecutor:
 
     def run(self, tasks: list[RunTask]) -> Iterator[Done]:
         for t in tasks:
-            row, wall_s = run_task(t)
-            yield t, row, wall_s
+            row, cost = run_task(t)
+            yield t, row, cost
 
     def close(self) -> None:
         return None
@@ -37,7 +37,7 @@ class PoolExecutor:
         self._pool = ProcessPoolExecutor(max_workers=workers)
 
     def run(self, tasks: list[RunTask]) -> Iterator[Done]:
-        pending: dict[Future[tuple[dict[str, Any], float]], RunTask] = {
+        pending: dict[Future[tuple[dict[str, Any], RunCost]], RunTask] = {
             self._pool.submit(run_task, t): t for t in tasks
         }
         try:
@@ -45,8 +45,8 @@ class PoolExecutor:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     t = pending.pop(fut)
-                    row, wall_s = fut.result()
-                    yield t, row, wall_s
+                    row, cost = fut.result()
+                    yield t, row, cost
         finally:
             for fut in pending:
                 fut.cancel()

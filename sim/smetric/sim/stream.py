@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
-from smetric.sim.sweep import RunKey
+from smetric.sim.sweep import RunCost, RunKey
 
 FORMAT = "smetric-sim-runs/1"
 
@@ -76,8 +76,14 @@ class Sidecar:
         self._fh.write(json.dumps(obj, allow_nan=False) + "\n")
         self._fh.flush()
 
-    def add(self, key: RunKey, row: dict[str, Any], wall_s: float) -> None:
-        self._write({"key": key.as_list(), "row": row, "wall_s": round(wall_s, 4)})
+    def add(self, key: RunKey, row: dict[str, Any], cost: RunCost) -> None:
+        rec = {
+            "key": key.as_list(),
+            "row": row,
+            "wall_s": round(cost.wall_s, 4),
+            "cpu_s": round(cost.cpu_s, 4),
+        }
+        self._write(rec)
 
     def close(self) -> None:
         self._fh.close()

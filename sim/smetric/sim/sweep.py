@@ -165,9 +165,17 @@ def json_ready(x: object) -> object:
     return x
 
 
-def run_task(task: RunTask) -> tuple[dict[str, Any], float]:
-    """Simulate one run: ``(row, wall seconds)``; the row has no wall-clock field."""
-    wall0 = time.perf_counter()
+@dataclass(frozen=True, slots=True)
+class RunCost:
+    """What a run cost where it ran (sidecar and progress only; never in the row)."""
+
+    wall_s: float
+    cpu_s: float  # process CPU time: the unloaded wall time on a busy machine
+
+
+def run_task(task: RunTask) -> tuple[dict[str, Any], RunCost]:
+    """Simulate one run: ``(row, cost)``; the row has no wall-clock field."""
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     work = prepared(task.workload)
     k = task.key
     res = simulate(work, k.policy, task.families_per_s, task.sim, rate_multiplier=k.rate_multiplier)
@@ -178,13 +186,13 @@ def run_task(task: RunTask) -> tuple[dict[str, Any], float]:
     head.update(policy=k.policy, seed=k.seed)
     out = json_ready({**head, **row})
     assert isinstance(out, dict)
-    return out, time.perf_counter() - wall0
+    return out, RunCost(time.perf_counter() - wall0, time.process_time() - cpu0)
 
 
 class Executor(Protocol):
-    """Runs tasks; yields ``(task, row, wall_s)`` as each finishes (any order)."""
+    """Runs tasks; yields ``(task, row, cost)`` as each finishes (any order)."""
 
-    def run(self, tasks: list[RunTask]) -> Iterable[tuple[RunTask, dict[str, Any], float]]: ...
+    def run(self, tasks: list[RunTask]) -> Iterable[tuple[RunTask, dict[str, Any], RunCost]]: ...
 
     def close(self) -> None: ...
 
@@ -217,7 +225,7 @@ def run_sweep(
     spec: SweepSpec,
     executor: Executor,
     done: dict[RunKey, dict[str, Any]] | None = None,
-    on_result: Callable[[RunTask, dict[str, Any], float], None] | None = None,
+    on_result: Callable[[RunTask, dict[str, Any], RunCost], None] | None = None,
     on_new_tasks: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """The grid, then extension rounds past each knee; rows in :meth:`SweepSpec.order`.
@@ -231,10 +239,10 @@ def run_sweep(
             on_new_tasks(len(todo))
         # heaviest (highest rate) first, so a pool does not end on one long run
         todo.sort(key=lambda t: (-t.key.rate_multiplier, spec.order(t.key)))
-        for task, row, wall_s in executor.run(todo):
+        for task, row, cost in executor.run(todo):
             rows[task.key] = row
             if on_result is not None:
-                on_result(task, row, wall_s)
+                on_result(task, row, cost)
         todo = [t for t in extensions(spec, rows) if t.key not in rows]
         if not todo:
             break
