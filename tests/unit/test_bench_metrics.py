@@ -150,3 +150,17 @@ def test_summary_reports_both_accountings() -> None:
     assert s.router_overhead_ms == pytest.approx(50.0)
     assert s.n_server_timed == 1
     assert s.ttft_p50_s == pytest.approx(0.75) and s.ttft_p50_all_scaled_s == pytest.approx(1.2)
+
+
+def test_split_accounting_prefers_the_modelled_engine_time() -> None:
+    # client 0.12 s wall TTFT; engine modelled 0.5 model s (0.05 wall at x0.1): the other 0.07 s wall
+    # (router + emulator lag) count unscaled -> 0.57 model s, even though the server saw 0.09 s wall.
+    o = Outcome(ok=True, status=200, ttft_s=0.12, e2e_s=0.12 + 0.02, output_tokens=11, prompt_tokens=1000,
+                server_ttft_s=0.09, server_e2e_s=0.105, engine_ttft_model_s=0.5, engine_e2e_model_s=0.6)  # fmt: skip
+    r = RequestRecord("s", "f", 0, 0.0, 0.0, 1000, 11, o)
+    ttft, tpot, e2e = model_latency(r, TS, "split")
+    assert ttft == pytest.approx(0.5 + 0.07)
+    assert tpot == pytest.approx((0.1 + (0.02 - 0.01)) / 10)
+    assert e2e == pytest.approx(ttft + 0.11)
+    s = summarise([r], 0, SLO, TS, [], None)
+    assert s.emulator_overhead_ms == pytest.approx(40.0) and s.router_overhead_ms == pytest.approx(30.0)

@@ -13,6 +13,7 @@ from smetric.emulator import sse
 from smetric.emulator.cluster import RunningCluster, start_cluster
 from smetric.emulator.config import EmulatorConfig
 from smetric.emulator.ports import free_port_block
+from smetric.emulator.protocol import SERVER_TIMING_FIELD
 
 MODEL = "emu-model"
 
@@ -99,6 +100,10 @@ async def test_streaming_frames_usage_and_done(cluster: RunningCluster) -> None:
     assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * 4 + ["length"]
     usage = frames[-2]
     assert usage is not None and usage["choices"] == [] and usage["usage"]["completion_tokens"] == 5
+    # the emulator's own timing (docs/bench.md, time accounting): wall since arrival, modelled engine time
+    timing = usage[SERVER_TIMING_FIELD]
+    assert 0 < timing["ttft_wall_s"] <= timing["e2e_wall_s"]
+    assert 0 < timing["engine_ttft_s"] < timing["engine_e2e_s"]
 
 
 async def test_errors_are_openai_shaped(cluster: RunningCluster) -> None:

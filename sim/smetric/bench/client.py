@@ -3,8 +3,8 @@
 TTFT is the time from sending the request to the first SSE chunk carrying content; end-to-end
 latency is until ``[DONE]`` (or the stream's end). Output tokens come from the final usage chunk
 (``stream_options.include_usage``), else from the number of content chunks. The emulator adds its
-own first/last-token times to that chunk (``smetric_server_timing``), kept as
-``Outcome.server_ttft_s`` / ``server_e2e_s``.
+own first/last-token times (wall) and its modelled engine times to that chunk
+(``smetric_server_timing``), kept in the :class:`Outcome`.
 """
 
 from __future__ import annotations
@@ -142,6 +142,8 @@ async def _read_stream(
         served_by=served,
         server_ttft_s=_seconds(timing.get("ttft_wall_s")),
         server_e2e_s=_seconds(timing.get("e2e_wall_s")),
+        engine_ttft_model_s=_seconds(timing.get("engine_ttft_s")),
+        engine_e2e_model_s=_seconds(timing.get("engine_e2e_s")),
     )
 
 

@@ -3,12 +3,14 @@
 Time accounting (``meta.time_accounting`` in the JSON; docs/bench.md): the emulated engines run
 ``1 / time_scale`` times too fast, the client, Envoy, the picker and vllm-router at real speed.
 
-* ``split`` (the headline columns): per request, the engine's part of the latency (the emulator
-  reports its first/last-token times since it received the request) is divided by the time scale
-  and everything else -- client, router, network -- is counted in wall seconds, unscaled:
-  ``TTFT = server_ttft / time_scale + (client_ttft - server_ttft)``, the same for the decode span
-  (TPOT). This is the latency a user would see if the engines ran at the modelled speed and the
-  router at the speed measured here. A request without server timing falls back to ``all_scaled``.
+* ``split`` (the headline columns): per request, the engine's part of the latency is counted at
+  model speed and everything else -- client, router, network, the emulator's own HTTP/tokenizer/
+  event-loop time -- in wall seconds, unscaled: ``TTFT = E + (client_ttft - E * time_scale)`` with
+  E the emulator's modelled engine TTFT (model seconds, from the engine's arrival of the request to
+  its first token), the same for the decode span (TPOT). This is the latency a user would see if
+  the engines ran at the modelled speed and the router at the speed measured here. A server that
+  reports only wall times (``server_ttft / time_scale`` is used as E) or none (``all_scaled``)
+  falls back.
 * ``all_scaled``: the client's wall latency / time scale (the router's cost magnified
   ``1 / time_scale`` times), kept as ``*_all_scaled`` columns for comparison.
 
@@ -72,6 +74,9 @@ class Summary:
     ttft_p50_all_scaled_s: float = float("nan")
     ttft_p90_all_scaled_s: float = float("nan")
     n_server_timed: int = 0  # requests whose engine time the server reported (split accounting)
+    # mean (server wall TTFT - modelled engine TTFT x time scale) per request, wall ms: the
+    # emulator's own HTTP, tokenizer and event-loop time (counted unscaled in the split accounting)
+    emulator_overhead_ms: float = float("nan")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -88,22 +93,28 @@ def model_latency(
 ) -> tuple[float, float, float]:
     """(TTFT, TPOT, e2e) of one finished request in model seconds under ``accounting``.
 
-    ``split``: the server's share / time scale + the rest (router, network, client) unscaled; the
-    rest is clamped at >= 0 (clock jitter). Without server timing, ``all_scaled`` is used.
+    ``split``: the engine's part at model speed, every other wall second (client, router, network,
+    the emulator's own HTTP/tokenizer/event-loop time) unscaled. The engine's part is the
+    emulator's modelled engine time when it reports it, else its wall time / time scale; without
+    server timing the request is counted ``all_scaled``. Unscaled remainders are clamped at >= 0.
     """
     o = record.outcome
     n = o.output_tokens
-    srv_ttft, srv_e2e = o.server_ttft_s, o.server_e2e_s
-    if accounting == "all_scaled" or math.isnan(srv_ttft) or math.isnan(srv_e2e):
-        ttft, e2e = o.ttft_s / time_scale, o.e2e_s / time_scale
+    c_ttft, c_decode = o.ttft_s, max(o.e2e_s - o.ttft_s, 0.0)
+    if accounting == "split" and not (math.isnan(o.engine_ttft_model_s) or math.isnan(o.engine_e2e_model_s)):
+        e_ttft = o.engine_ttft_model_s
+        e_decode = max(o.engine_e2e_model_s - e_ttft, 0.0)
+        ttft = e_ttft + max(c_ttft - e_ttft * time_scale, 0.0)
+        decode = e_decode + max(c_decode - e_decode * time_scale, 0.0)
+    elif accounting == "split" and not (math.isnan(o.server_ttft_s) or math.isnan(o.server_e2e_s)):
+        s_ttft = min(o.server_ttft_s, c_ttft)
+        s_decode = min(max(o.server_e2e_s - o.server_ttft_s, 0.0), c_decode)
+        ttft = s_ttft / time_scale + (c_ttft - s_ttft)
+        decode = s_decode / time_scale + (c_decode - s_decode)
     else:
-        srv_ttft = min(srv_ttft, o.ttft_s)
-        srv_decode = min(max(srv_e2e - srv_ttft, 0.0), max(o.e2e_s - o.ttft_s, 0.0))
-        ttft = srv_ttft / time_scale + (o.ttft_s - srv_ttft)
-        decode = srv_decode / time_scale + (o.e2e_s - o.ttft_s - srv_decode)
-        e2e = ttft + decode
-    tpot = (e2e - ttft) / (n - 1) if n >= 2 else 0.0
-    return ttft, tpot, e2e
+        ttft, decode = c_ttft / time_scale, c_decode / time_scale
+    tpot = decode / (n - 1) if n >= 2 else 0.0
+    return ttft, tpot, ttft + decode
 
 
 def meets_slo(
@@ -188,6 +199,15 @@ def summarise(
         overhead = float(np.mean([r.outcome.ttft_s for r in ok])) - counters.mean_server_ttft_s
         overhead_ms = overhead * 1000.0
         share = overhead / float(np.mean([r.outcome.e2e_s for r in ok]))
+    modelled = [r for r in timed if not math.isnan(r.outcome.engine_ttft_model_s)]
+    emu_ms = (
+        1000.0
+        * float(
+            np.mean([r.outcome.server_ttft_s - r.outcome.engine_ttft_model_s * time_scale for r in modelled])
+        )
+        if modelled
+        else float("nan")
+    )
     imb_mean, imb_max = load_imbalance(samples, window_model_s * time_scale)
     return Summary(
         n_sent=n,
@@ -220,4 +240,5 @@ def summarise(
         ttft_p50_all_scaled_s=percentile(ttft_all, 50),
         ttft_p90_all_scaled_s=percentile(ttft_all, 90),
         n_server_timed=len(timed),
+        emulator_overhead_ms=emu_ms,
     )

@@ -51,6 +51,9 @@ class Outcome:
     # server does not report them, e.g. a real vLLM): the part of ttft_s / e2e_s spent in the engine.
     server_ttft_s: float = float("nan")
     server_e2e_s: float = float("nan")
+    # The emulated engine's modelled times for it (model seconds; NaN when not reported).
+    engine_ttft_model_s: float = float("nan")
+    engine_e2e_model_s: float = float("nan")
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,10 @@ class RequestHandle:
     cached_tokens: int = 0
     first_token_wall_s: float = math.nan
     done: bool = False
+    # Modelled engine time (engine seconds, i.e. model seconds) from the engine's arrival of the
+    # request to its first token / its last token: the time a real engine would have taken.
+    engine_ttft_s: float = math.nan
+    engine_e2e_s: float = math.nan
 
 
 class KvEventCollector:
@@ -257,6 +261,7 @@ class EmulatedInstance:
         if ev.kind == "first_token":
             handle.cached_tokens = t.local_hit_tokens + t.global_hit_tokens
             handle.first_token_wall_s = wall_now
+            handle.engine_ttft_s = t.ttft_s
             m.prefix_queries.inc(handle.prompt.num_tokens)
             m.prefix_hits.inc(t.local_hit_tokens)
             m.prompt_tokens.inc(handle.prompt.num_tokens)
@@ -264,6 +269,7 @@ class EmulatedInstance:
             self._deliver(handle, 1)
         if ev.kind == "finished":
             self._deliver(handle, handle.output_tokens)
+            handle.engine_e2e_s = t.finish_s - t.arrival_s
             m.e2e.observe(wall_now - handle.arrival_wall_s)
             if handle.output_tokens > 1:
                 itl = (wall_now - handle.first_token_wall_s) / (handle.output_tokens - 1)

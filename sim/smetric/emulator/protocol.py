@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from smetric.emulator.config import DEFAULT_MAX_TOKENS
 
 # Extra field of the final usage chunk (not vLLM's): the request's first/last-token times on the
-# server, wall seconds since its HTTP request arrived (docs/bench.md, "time accounting"). Clients
-# that do not know it ignore it.
+# server, wall seconds since its HTTP request arrived, and the modelled engine times in model
+# seconds (docs/bench.md, "time accounting"). Clients that do not know it ignore it.
 SERVER_TIMING_FIELD = "smetric_server_timing"
 
 _ERROR_TYPES: Mapping[int, str] = MappingProxyType(

@@ -218,11 +218,14 @@ class InstanceServer:
             await resp.write(sse.frame(ApiError(503, "request aborted").body()))
         elif include_usage:
             body = shaper.usage_chunk(handle.prompt.num_tokens, n, handle.cached_tokens)
-            # The emulator's own view of this request, in wall seconds since it arrived here: lets a
-            # client split its latency into engine time (scaled) and router + network time (not).
+            # The emulator's own view of this request: wall seconds since it arrived here, and the
+            # modelled engine time (model seconds); lets a client split its latency into engine
+            # time (scaled) and router + network + emulator overhead (not).
             body[SERVER_TIMING_FIELD] = {
                 "ttft_wall_s": first_written - received,
                 "e2e_wall_s": last_written - received,
+                "engine_ttft_s": handle.engine_ttft_s,  # modelled, engine (model) seconds
+                "engine_e2e_s": handle.engine_e2e_s,
             }
             await resp.write(sse.frame(body))
         await resp.write(sse.DONE)
