@@ -29,8 +29,10 @@ from smetric.core.presets import InstancePreset, get_preset, variant_name
 from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
 from smetric.engine.global_tier import GlobalPath, instances_per_node
 from smetric.policy import DecodeStepModel, PolicyParams, Router, fetch_s_per_token, make_policy
+from smetric.policy.tiered_params import TieredParams
 from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.metrics import LoadTracker, summarise
+from smetric.sim.tier_view import TierView
 from smetric.sim.view import ROUTER_VIEWS, make_router_view
 from smetric.sim.workload import PreparedWorkload
 
@@ -66,10 +68,10 @@ class SimConfig:
     tp: int | None = None
     gpu: str | None = None
     hbm_gb: float | None = None
+    max_context: int | None = None  # e.g. 1,048,576 with YaRN (Qwen3-Coder model card)
     # SMetric's SLO check credits the global tier (a migrated session is reloaded over the NIC,
     # paper §4.2); off = algorithms.md's literal local-hit-only check. Ignored without a tier.
     global_aware_slo: bool = True
-    max_context: int | None = None  # e.g. 1,048,576 with YaRN (Qwen3-Coder model card)
     warmup_s: float = 3600.0
     measure_s: float = 3600.0
     seed: int = 0
@@ -77,6 +79,8 @@ class SimConfig:
     # prefills and online prefill rates; "oracle" = engine cost model, speed 1.0 (sim/view.py)
     router_view: str = "deployed"
     legacy_ledger: bool = False  # reproduce the pre-fix phantom-load ledger charge (issue 9)
+    # smetric-tiered switches (ablation rows) and parameters; other policies ignore them
+    tiered: TieredParams = field(default_factory=TieredParams)
     # "stationary": families also start before t = 0 (request rate stationary from t = 0);
     # "cold": every family starts at t >= 0 (the request rate climbs for hours) -- workload.py
     arrivals: str = "stationary"
@@ -182,6 +186,7 @@ def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
         block_tokens=block_tokens,
         seed=cfg.seed,
         global_fetch_s_per_token=fetch_s,
+        tiered=cfg.tiered,
     )
 
 
@@ -230,6 +235,11 @@ def simulate(
         cfg.refresh_s,
         params.global_fetch_s_per_token,
         legacy_ledger=cfg.legacy_ledger,
+    )
+    tier_view = (  # two-tier facts only for a policy that reads them (smetric-tiered)
+        TierView(cluster, work.block_tokens, cfg.tiered.footprint_window_s)
+        if getattr(router.policy, "uses_tier_view", False)
+        else None
     )
     loads = LoadTracker(len(cluster), cfg.window_s)
     colocated = cfg.mode == "colocated"
@@ -344,11 +354,15 @@ def simulate(
         )
         rview = work.view(i, clone)
         _, snaps = view.snapshots(req, rview)
+        if tier_view is not None:
+            snaps = tier_view.enrich(snaps, req, t)
         decision = router.pick(rview, snaps)
         k = decision.target
         where[-1] = k
         reasons[decision.reason] = reasons.get(decision.reason, 0) + 1
         view.dispatched(a, k, rview, snaps[k], t)
+        if tier_view is not None:
+            tier_view.dispatched(snaps[k], rview, t)
         inst = cluster[k]
         inst.submit(req, t)
         handle(inst.advance(t))
