@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from smetric.core.presets import get_preset
 from smetric.core.views import EndpointSnapshot, RequestView
@@ -87,3 +88,12 @@ def test_all_switches_off_reproduces_smetric_run_for_run() -> None:
     b = simulate(w, "smetric-tiered", 0.08, off, keep_records=True)
     assert a.records == b.records
     assert comparable(a.to_dict()) == comparable(b.to_dict())
+
+
+def test_cli_tiered_off_switches_mechanisms() -> None:
+    from smetric.sim.cli import _spec, parser
+
+    spec = _spec(parser().parse_args(["--policies", "smetric-tiered", "--tiered-off", "footprint, global"]))
+    assert spec.sim.tiered == TieredParams(global_aware=False, footprint=False)
+    with pytest.raises(ValueError, match="unknown mechanisms"):
+        _spec(parser().parse_args(["--tiered-off", "prefetch"]))

@@ -25,6 +25,7 @@ from smetric.core.names import MODES, POLICY_NAMES
 from smetric.core.presets import GPUS, KV_DTYPES, PRESETS
 from smetric.engine.global_tier import GLOBAL_TIER_KINDS, LOAD_MODES
 from smetric.policy import known_policies
+from smetric.policy.tiered_params import TieredParams
 from smetric.sim import regimes as rg
 from smetric.sim.driver import run_and_write
 from smetric.sim.simulator import SimConfig
@@ -159,6 +160,12 @@ def parser() -> argparse.ArgumentParser:
         help="SMetric's SLO check counts local hits only (algorithms.md literally); default credits the "
         "global tier's copy of the session at NIC bandwidth when a tier exists",
     )
+    p.add_argument(
+        "--tiered-off",
+        default="",
+        help="smetric-tiered ablation: comma-separated mechanisms to switch off "
+        "(global, migration, node-local, footprint); other policies ignore it",
+    )
     p.add_argument("--refresh-ms", type=float, default=50.0, help="router metrics scrape interval")
     p.add_argument(
         "--router-view",
@@ -273,6 +280,7 @@ def _spec(a: argparse.Namespace) -> SweepSpec:
         hbm_gb=a.hbm_gb,
         max_context=a.max_context,
         global_aware_slo=not a.local_only_slo_check,
+        tiered=TieredParams().without(*(m.strip() for m in a.tiered_off.split(",") if m.strip())),
         router_view=a.router_view,
         legacy_ledger=a.legacy_ledger,
         warmup_s=a.warmup_s if a.warmup_s is not None else warmup_default,
