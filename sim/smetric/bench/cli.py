@@ -70,13 +70,14 @@ class Preset:
 
 
 # Load: session families arrive as a Poisson process at the rate over the whole window (as in the
-# simulator), so the rate sets the load; the knee search starts at 0.25 families per model second
-# per instance (4 instances, tokens x1/16: the best row met 96 % at 1.0 and its knee was one rung
-# above, measured 2026-12-01) and walks the ladder either way. Timing goal of --quick: <= 3 min on 2
-# cores. Drain: 10 wall s at x0.1 = 100 model s, longer than any request that could still meet both
-# SLOs after the window (TTFT SLO <= 2 s, TPOT 20 ms x <= 1,000 scaled output tokens).
-FULL = Preset(8, DEFAULT_POLICIES, ("vllm-router:cache_aware",), 0, 2.0, 0.1, 1 / 16, 120.0, 3, 10.0)
-QUICK = Preset(4, "smetric,lmetric", ("vllm-router:cache_aware",), 0, 1.0, 0.1, 1 / 16, 80.0, 2, 10.0)
+# simulator), so the rate sets the load; the sessions are closed loops, so the load builds up over
+# the window. The knee search starts one ladder rung below where the knee was measured
+# (2026-12-01, on the shared box: 4 instances, 60 model s -> between 1.0 and 1.414 families per model
+# second) and walks the ladder either way; FULL starts at the same rate per instance-minute.
+# Timing goal of --quick: <= 3 min on 2 cores (15 rows of ~11 s). Drain: 5-10 wall s at x0.1 =
+# 50-100 model s after the window; requests cut then count as failed (SLO misses).
+FULL = Preset(8, DEFAULT_POLICIES, ("vllm-router:cache_aware",), 0, 1.414, 0.1, 1 / 16, 120.0, 3, 10.0)
+QUICK = Preset(4, "smetric,lmetric", ("vllm-router:cache_aware",), 0, 1.0, 0.1, 1 / 16, 60.0, 2, 5.0)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,18 +35,18 @@ def _ok_sent(row: Row) -> str:
 
 def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
     table = Table(title=title, header_style="bold", caption=CAPTION)
-    heads = ["rate", "point", "policy", "router", "seeds", "TPS in SLO", "SLO att.",
-             "all-scaled TPS / att.", "TTFT p50/p90", "engine TTFT", "local hit", "router ms", "ok/sent"]  # fmt: skip
+    heads = ["rate", "point", "policy", "seeds", "TPS in SLO", "SLO att.", "all-scaled TPS / att.",
+             "TTFT p50/p90", "engine TTFT", "local hit", "router ms", "ok/sent"]  # fmt: skip
     for i, h in enumerate(heads):
-        table.add_column(h, justify="left" if 1 <= i <= 3 else "right")
+        table.add_column(h, justify="left" if 1 <= i <= 2 else "right", no_wrap=i == 2)
     last_rate = None
     for r in rows:
         if last_rate is not None and r.rate != last_rate:
             table.add_section()
         last_rate = r.rate
-        head = [f"{r.rate:g}", r.point, r.label, r.router, str(len(r.seeds))]
+        head = [f"{r.rate:g}", r.point, r.label, str(len(r.seeds))]
         if r.summary is None:
-            table.add_row(*head, f"[yellow]{r.status}[/]: {r.note}"[:80], *[""] * (len(heads) - 6))
+            table.add_row(*head, f"[yellow]{r.status}[/]: {r.note}"[:80], *[""] * (len(heads) - 5))
             continue
         table.add_row(
             *head,
@@ -71,7 +71,7 @@ CAPTION = (
 def rows_markdown(rows: Sequence[Row]) -> str:
     head = (
         "| rate | point | policy | router | seeds | TPS in SLO | SLO att. | all-scaled TPS / att. "
-        "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router ms | ok / sent |"
+        "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms | ok / sent |"
     )
     lines = [head, "|" + "---|" * 15]
     for r in rows:
@@ -85,7 +85,8 @@ def rows_markdown(rows: Sequence[Row]) -> str:
             f"| {_fmt(r.mean('ttft_p50_s'), '.2f')} / {_fmt(r.mean('ttft_p90_s'), '.2f')} "
             f"| {_fmt(r.mean('tpot_p50_s') * 1000, '.1f')} | {_fmt(r.mean('engine_ttft_mean_s'), '.2f')} "
             f"| {_pct(r.mean('local_hit_ratio'), ' ')} | {_pct(r.mean('usage_hit_ratio'), ' ')} "
-            f"| {_fmt(r.mean('router_overhead_ms'), '.1f')} | {int(r.mean('n_ok'))} / {int(r.mean('n_sent'))} |"
+            f"| {_fmt(r.mean('router_overhead_ms'), '.1f')} / {_fmt(r.mean('emulator_overhead_ms'), '.1f')} "
+            f"| {int(r.mean('n_ok'))} / {int(r.mean('n_sent'))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -120,10 +121,13 @@ def plot_rows(path: Path, rows: Sequence[Row], title: str, knee: float | None) -
     labels = list(dict.fromkeys(r.label for r in rows if r.summary is not None))
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.3 * len(PANELS), 4.6))
     markers = "osD^vP*Xh<>"
+    rates = sorted({r.rate for r in rows})
+    # small horizontal offsets so the error bars of different rows at one rate do not hide each other
+    dodge = 0.012 * (rates[-1] - rates[0] if len(rates) > 1 else rates[0])
     for ax, (name, heading, scale, better) in zip(axes, PANELS, strict=True):
         for i, lab in enumerate(labels):
             mine = sorted((r for r in rows if r.label == lab and r.summary is not None), key=lambda r: r.rate)
-            xs = [r.rate for r in mine]
+            xs = [r.rate + (i - (len(labels) - 1) / 2) * dodge for r in mine]
             ys = [r.mean(name) * scale for r in mine]
             es = [0.0 if math.isnan(r.spread(name)) else r.spread(name) * scale for r in mine]
             ax.errorbar(xs, ys, yerr=es, marker=markers[i % len(markers)], capsize=3, label=lab,
