@@ -4,8 +4,9 @@ workers (``--cluster local:N``), with the per-task overhead of each executor.
 
     python bench/sim_cluster_speed.py [--trace PATH] [--json out.json]
 
-The sweep: 4 policies x 4 rates x 3 seeds on 8 instances, a quarter of the agentic trace's
-families, 600 + 600 simulated seconds, no knee extension (exactly 48 runs). For each executor:
+The sweep: 4 policies x 4 rates x 3 seeds on 16 instances, the whole agentic trace, 900 + 900
+simulated seconds (about a second of CPU per run, the regime map's scale), no knee extension
+(exactly 48 runs). For each executor:
 wall time of the whole command (including a Dask cluster's start and stop), the sum of the runs'
 own wall and CPU seconds (from the streamed sidecar), speed-up over inline, and the per-task
 overhead ``(wall x workers - sum of run wall times) / runs`` -- what scheduling, transfer and
@@ -29,13 +30,13 @@ from smetric.sim.cli import default_trace, main
 from smetric.sim.stream import sidecar_path
 
 POLICIES = "smetric,lmetric,dynamo,load-balance"
-RATES = "2,4,6,8"
+RATES = "1,1.5,2,2.5"
 SEEDS = "0,1,2"
 
 
 def sweep_args(trace: Path, out: Path) -> list[str]:
-    return ["--trace", str(trace), "--instances", "8", "--subsample", "0.25", "--policies", POLICIES,
-            "--rates", RATES, "--seeds", SEEDS, "--warmup-s", "600", "--measure-s", "600",
+    return ["--trace", str(trace), "--instances", "16", "--policies", POLICIES,
+            "--rates", RATES, "--seeds", SEEDS, "--warmup-s", "900", "--measure-s", "900",
             "--no-extend-past-knee", "--json", str(out)]  # fmt: skip
 
 
@@ -83,7 +84,7 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
     res = run(a.trace or default_trace())
-    t = Table(title=f"48-run sweep (8 instances, 1/4 of the families, 600+600 s); {os.cpu_count()} cores, "
+    t = Table(title=f"48-run sweep (16 instances, 900+900 s); {os.cpu_count()} cores, "
                     f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     for c in (
         "executor",
@@ -105,7 +106,7 @@ def cli(argv: list[str] | None = None) -> int:
             f"{r['overhead_per_task_s']:.3f}",
             "yes" if r["identical_json"] else "NO",
         )
-    Console().print(t)
+    Console(width=140).print(t)
     if a.json is not None:
         a.json.write_text(json.dumps(res, indent=1))
     return 0 if all(r["identical_json"] for r in res) else 1
