@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Every simulator result quoted in the README, in one script (about 30 min on 2 cores).
+# Every simulator result quoted in the README, in one script. Since issue 9 every sweep runs 3 seeds
+# (paired CIs), stationary arrivals and rates past each knee, so it takes several times the former
+# ~30 min on 2 cores; `--cluster local:N` or `--cluster tcp://...` (pip install 'smetric[cluster]')
+# spreads the runs, and a re-run with --resume skips the runs streamed to OUT.runs.jsonl.
 # Usage: bench/paper_sweeps.sh [OUT_DIR]   (default results/)
 set -euo pipefail
 OUT="${1:-results}"
@@ -21,3 +24,5 @@ $S --mode colocated --global-tier small --policies smetric,smetric-slo-tokens --
 P=smetric,lmetric,bailian,llmd-session,preble,dynamo,load-balance
 $S --instances 8 --policies $P --rates 4,6,8 --json "$OUT/sim-8.json"
 $S --instances 16 --policies $P --rates 4,6,8 --json "$OUT/sim-16.json"
+# The regime map (docs/simulator.md "Regime map"; <= 30 min on 2 cores by design).
+smetric simulate --regime-map --json "$OUT/regime-map.json" --plot "$OUT/regime-map.png"
