@@ -80,6 +80,7 @@ def test_aggregate_mean_spread_and_counts() -> None:
     assert math.isnan(aggregate(cells, 1.0, "b", "knee").spread("tps_within_slo"))  # one seed
     rows = rows_of(cells, ["a", "b"], knee=1.0, past=None)
     assert [r.point for r in rows] == ["knee", "knee"]
+    assert rows[0].paired is None and rows[1].paired == {"vs": "a", "seeds": [0], "mean": -5.0, "ci95": None}
     assert best_mean_attainment(rows, 1.0) == ("b", 0.95)
     assert best_attainment([c.result for c in cells]) == 0.95
 
@@ -116,3 +117,11 @@ def test_sim_knee_scores_rank_at_the_first_rate_below_90_percent() -> None:
     rows.append({"policy": "a", "rate_multiplier": 8, "tps_within_slo": None, "slo_attainment": None})
     knee, scores = sim_knee_scores(rows, ["a", "b"])
     assert knee == 4 and scores == {"a": 150.5, "b": 170.5}
+
+
+def test_paired_difference_has_a_t_interval() -> None:
+    cells = [Cell(1.0, k, result("a", 10.0 + k, 0.9)) for k in range(3)]
+    cells += [Cell(1.0, k, result("b", 12.0 + 2 * k, 0.9)) for k in range(3)]
+    p = rows_of(cells, ["a", "b"], knee=None, past=None)[1].paired
+    assert p is not None and p["mean"] == pytest.approx(3.0)  # diffs 2, 3, 4
+    assert p["ci95"] == pytest.approx(4.303 * 1.0 / math.sqrt(3))

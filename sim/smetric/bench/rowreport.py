@@ -70,14 +70,14 @@ CAPTION = (
 
 def rows_markdown(rows: Sequence[Row]) -> str:
     head = (
-        "| rate | point | policy | router | seeds | TPS in SLO | SLO att. | all-scaled TPS / att. "
+        "| rate | point | policy | router | seeds | TPS in SLO | Δ TPS vs first row, paired (95 % CI) | SLO att. | all-scaled TPS / att. "
         "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms | ok / sent |"
     )
-    lines = [head, "|" + "---|" * 15]
+    lines = [head, "|" + "---|" * 16]
     for r in rows:
         lead = f"| {r.rate:g} | {r.point} | {r.label} | {r.router} | {len(r.seeds)} "
         if r.summary is None:
-            lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 9)
+            lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 10)
             continue
         lines.append(
             lead + f"| {_pm(r, 'tps_within_slo', '.1f')} | {_pct_pm(r, 'slo_attainment')} "
@@ -89,6 +89,14 @@ def rows_markdown(rows: Sequence[Row]) -> str:
             f"| {int(r.mean('n_ok'))} / {int(r.mean('n_sent'))} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _paired(row: Row) -> str:
+    p = row.paired
+    if not p:
+        return "-"
+    ci = p.get("ci95")
+    return f"{p['mean']:+.1f}" + ("" if ci is None else f" ± {ci:.1f}")
 
 
 def rows_json(rows: Sequence[Row], meta: Mapping[str, Any]) -> bytes:

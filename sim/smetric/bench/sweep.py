@@ -108,6 +108,9 @@ class Row:
     seeds: tuple[int, ...]
     summary: dict[str, float] | None
     per_seed: tuple[dict[str, Any], ...]
+    # TPS within SLO minus the reference row's (the first picker policy), paired by seed:
+    # {"vs", "seeds", "mean", "ci95"} (ci95 = half-width of the t interval; None below 2 seeds)
+    paired: dict[str, Any] | None = None
 
     def mean(self, name: str) -> float:
         return float("nan") if self.summary is None else float(self.summary.get(name, float("nan")))
@@ -153,6 +156,27 @@ def aggregate(cells: Sequence[Cell], rate: float, label: str, point: str) -> Row
                tuple(c.seed for c in ran), summary, per_seed)  # fmt: skip
 
 
+# two-sided 95 % Student t quantiles by degrees of freedom (1..9), for the paired intervals
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
+
+
+def paired_diff(cells: Sequence[Cell], rate: float, label: str, ref: str) -> dict[str, Any] | None:
+    """Paired (same seed: same families, arrivals and messages) TPS-within-SLO difference to ``ref``."""
+
+    def tps(lab: str) -> dict[int, float]:
+        return {c.seed: c.result.summary.tps_within_slo for c in cells
+                if c.rate == rate and c.result.label == lab and c.result.summary is not None}  # fmt: skip
+
+    mine, theirs = tps(label), tps(ref)
+    seeds = sorted(set(mine) & set(theirs))
+    if label == ref or not seeds:
+        return None
+    diffs = [mine[k] - theirs[k] for k in seeds]
+    n = len(diffs)
+    half = _T95[min(n - 2, len(_T95) - 1)] * float(np.std(diffs, ddof=1)) / math.sqrt(n) if n >= 2 else None
+    return {"vs": ref, "seeds": seeds, "mean": float(np.mean(diffs)), "ci95": half}
+
+
 def point_of(rate: float, knee: float | None, past: float | None) -> str:
     if knee is None:
         return "sweep"
@@ -167,10 +191,14 @@ def rows_of(
     cells: Sequence[Cell], labels: Sequence[str], knee: float | None, past: float | None
 ) -> list[Row]:
     rates = sorted({c.rate for c in cells})
+    ref = labels[0] if labels else ""
     out: list[Row] = []
     for rate in rates:
         present = {c.result.label for c in cells if c.rate == rate}
-        out += [aggregate(cells, rate, lab, point_of(rate, knee, past)) for lab in labels if lab in present]
+        for lab in labels:
+            if lab in present:
+                row = aggregate(cells, rate, lab, point_of(rate, knee, past))
+                out.append(dataclasses.replace(row, paired=paired_diff(cells, rate, lab, ref)))
     return out
 
 
