@@ -55,6 +55,17 @@ def envoy_manifests(picker_ip: str) -> list[dict[str, Any]]:
     hcm["route_config"]["response_headers_to_add"] = [
         {"header": {"key": "x-smetric-upstream", "value": "%UPSTREAM_HOST%"}}
     ]
+    # The picker serves TLS (upstream default, self-signed): the picker cluster speaks TLS + h2
+    # without verifying it, as kgateway does.
+    for cluster in config["static_resources"]["clusters"]:
+        if cluster.get("type") == "STATIC" and "typed_extension_protocol_options" in cluster:
+            cluster["transport_socket"] = {
+                "name": "envoy.transport_sockets.tls",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                    "common_tls_context": {"alpn_protocols": ["h2"]},
+                },
+            }
     labels = {"app": "e2e-envoy"}
     return [
         {

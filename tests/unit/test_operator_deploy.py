@@ -302,3 +302,25 @@ def test_gpu_samples_are_sized_for_agent_traffic(sample: str, capsys: pytest.Cap
     (pool,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
     assert pool["spec"]["model"]["kvCacheDtype"] == "fp8" and pool["spec"]["model"]["maxModelLen"] == 262144
     assert "92.7 %" in path.read_text()  # the share it serves is stated in the sample
+
+
+def test_deploy_guide_and_kind_script_agree_on_versions() -> None:
+    """item 12: docs/deploy.md names the CRD and gateway versions the kind script installs, and the
+    steps from images to a first request."""
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    script = (ROOT / "tests" / "e2e" / "kind_e2e.sh").read_text()
+    for pattern in (r"GATEWAY_API_VERSION:-(v[\d.]+)", r"GIE_VERSION:-(v[\d.]+)", r"KGTW_VERSION:-(v[\d.]+)"):
+        match = re.search(pattern, script)
+        assert match and match.group(1) in guide, pattern
+    for step in (
+        "docker build",
+        "docker push",
+        "helm install",
+        "kubectl apply -f manifests/samples",
+        "--for=jsonpath='{.status.phase}'=Ready",
+        "/v1/chat/completions",
+        "smetric_epp_decisions_total",
+        "Troubleshooting",
+    ):
+        assert step in guide, step
+    assert "kind-emulator.yaml" in script and "/v1/chat/completions" in script
