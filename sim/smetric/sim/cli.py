@@ -338,6 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]smetric simulate: {exc}[/red]")
         return 2
+    except (OSError, TimeoutError) as exc:  # e.g. --cluster: no scheduler at that address
+        console.print(f"[red]smetric simulate: {type(exc).__name__}: {exc}[/red]")
+        return 1
 
 
 if __name__ == "__main__":

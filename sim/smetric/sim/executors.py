@@ -59,8 +59,13 @@ def make_executor(workers: int | None, cluster: str | None, n_tasks: int, trace_
     """``cluster`` set: a Dask executor (address, or ``local:N``); else the local pool (or inline
     for one worker / one task)."""
     if cluster:
-        from smetric.sim.cluster import DaskExecutor  # optional dependency: only with --cluster
+        from smetric.sim.cluster import DaskExecutor  # imports distributed itself, only here
 
-        return DaskExecutor(cluster, trace_paths)
+        try:
+            return DaskExecutor(cluster, trace_paths)
+        except ImportError as exc:
+            raise ValueError(
+                f"--cluster needs Dask distributed: pip install 'smetric[cluster]' ({exc})"
+            ) from None
     n = max(1, min(workers or os.cpu_count() or 1, n_tasks))
     return InlineExecutor() if n == 1 else PoolExecutor(n)
