@@ -72,11 +72,11 @@ class Preset:
 # Load: session families arrive as a Poisson process at the rate over the whole window (as in the
 # simulator), so the rate sets the load; the sessions are closed loops, so the load builds up over
 # the window. The knee search starts one ladder rung below where the knee was measured
-# (2026-12-01, on the shared box: 4 instances, 60 model s -> between 1.0 and 1.414 families per model
+# (2026-12-01, on the shared box: 4 instances, 60 model s -> between 1.0 and 1.41 families per model
 # second) and walks the ladder either way; FULL starts at the same rate per instance-minute.
 # Timing goal of --quick: <= 3 min on 2 cores (15 rows of ~11 s). Drain: 5-10 wall s at x0.1 =
 # 50-100 model s after the window; requests cut then count as failed (SLO misses).
-FULL = Preset(8, DEFAULT_POLICIES, ("vllm-router:cache_aware",), 0, 1.414, 0.1, 1 / 16, 120.0, 3, 10.0)
+FULL = Preset(8, DEFAULT_POLICIES, ("vllm-router:cache_aware",), 0, 1.41, 0.1, 1 / 16, 120.0, 3, 10.0)
 QUICK = Preset(4, "smetric,lmetric", ("vllm-router:cache_aware",), 0, 1.0, 0.1, 1 / 16, 60.0, 2, 5.0)
 
 

@@ -35,8 +35,8 @@ SPREAD_FIELDS = (
 
 
 def rung(rate: float) -> float:
-    """Rates as ladder keys: 4 significant digits, so start * factor**k compares equal."""
-    return float(f"{rate:.4g}")
+    """Rates as ladder keys: 3 significant digits, so start * factor**k compares equal."""
+    return float(f"{rate:.3g}")
 
 
 @dataclass(frozen=True, slots=True)
