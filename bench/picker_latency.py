@@ -49,7 +49,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from prometheus_client import CollectorRegistry
 
 from smetric.core.views import RequestView
-from smetric.epp.config import PickerConfig, policy_params
+from smetric.epp.config import PickerConfig, PolicySection, policy_params
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.index.approximate import ApproximateIndex
 from smetric.epp.obs.health import wait_serving
@@ -103,14 +103,16 @@ def decision_bodies(n: int, seed: int = 1) -> list[bytes]:
 # -- 1. decision latency ---------------------------------------------------------------------------
 
 
-def make_picker(n_endpoints: int) -> Picker:
+def make_picker(n_endpoints: int, policy: PolicySection | None = None) -> Picker:
     addrs = [f"10.0.{i // 250}.{i % 250 + 1}:8000" for i in range(n_endpoints)]
-    cfg = PickerConfig()
+    cfg = PickerConfig() if policy is None else PickerConfig(policy=policy)
     return build_picker(cfg, policy_params(cfg), StaticEndpointSource(addrs), ApproximateIndex())
 
 
-def bench_policy(n_endpoints: int, bodies: list[bytes]) -> dict[str, float]:
-    picker = make_picker(n_endpoints)
+def bench_policy(
+    n_endpoints: int, bodies: list[bytes], policy: PolicySection | None = None
+) -> dict[str, float]:
+    picker = make_picker(n_endpoints, policy)
     parsed = [parse_body(b, "/v1/chat/completions") for b in bodies]
     times: list[float] = []
     for i, p in enumerate(parsed):
@@ -120,6 +122,27 @@ def bench_policy(n_endpoints: int, bodies: list[bytes]) -> dict[str, float]:
         times.append(time.perf_counter() - t0)
         picker.ledger.remove(f"r{i}")  # first token came back
     return summary_ms(times[len(times) // 10 :])  # drop warm-up
+
+
+def compare_policies(names: Sequence[str], quick: bool, reps: int = 3) -> list[dict[str, Any]]:
+    """In-process decision latency of several policies at 32 and 128 endpoints, interleaved
+    (A, B, A, B, ...) so a loaded box slows them alike; the median over ``reps`` of each p50/p99.
+    Every policy runs with ``globalFetchSPerToken`` set (7.9e-6 s/token: 96 KiB per token at
+    100 Gb/s), so the global-tier parts of the policies are on the measured path."""
+    bodies = decision_bodies(200 if quick else 1000)
+    out = []
+    for n in (32, 128):
+        samples: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+        for _ in range(reps):
+            for name in names:
+                section = PolicySection(name=name, parameters={"globalFetchSPerToken": 7.9e-6})
+                samples[name].append(bench_policy(n, bodies, section))
+        for name in names:
+            row: dict[str, Any] = {"endpoints": n, "policy": name}
+            for k in ("p50_ms", "p99_ms"):
+                row[k] = statistics.median(s[k] for s in samples[name])
+            out.append(row)
+    return out
 
 
 def bench_breakdown(n: int) -> list[dict[str, Any]]:
@@ -461,7 +484,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--serve-backends", help=argparse.SUPPRESS)
     ap.add_argument("--serve-static-picker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--endpoints-count", type=int, default=8, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--compare-policies",
+        help="comma-separated policies: only their in-process decision latency at 32/128 endpoints",
+    )
     args = ap.parse_args(argv)
+    if args.compare_policies:
+        rows = compare_policies(
+            [x.strip() for x in args.compare_policies.split(",") if x.strip()], args.quick
+        )
+        print("| endpoints | policy | decision p50 | decision p99 |\n|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['endpoints']} | {r['policy']} | {r['p50_ms']} ms | {r['p99_ms']} ms |")
+        if args.out:
+            args.out.write_text(json.dumps(rows, indent=2))
+        return 0
     if args.serve_backends:
         asyncio.run(serve_backends([int(p) for p in args.serve_backends.split(",")]))
         return 0

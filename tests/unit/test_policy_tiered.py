@@ -266,3 +266,18 @@ def test_without_rejects_unknown_mechanism() -> None:
         TieredParams().without("prefetch")
     with pytest.raises(ValueError):
         TieredParams(footprint_window_s=float("nan"))
+
+
+def test_with_tier_facts_copies_every_other_field() -> None:
+    import dataclasses
+
+    from smetric.policy.smetric_tiered import with_tier_facts
+
+    values = {
+        f.name: f"x{i}" if f.type in ("str",) else i + 1
+        for i, f in enumerate(dataclasses.fields(EndpointSnapshot))
+    }
+    s = EndpointSnapshot(**values)  # type: ignore[arg-type]
+    assert with_tier_facts(s, 7, "n9", 3.5) == replace(
+        s, global_hit_tokens=7, node="n9", session_kv_tokens=3.5
+    )

@@ -17,11 +17,11 @@ derives it from the ledger's queued fetch seconds per node (``queued_fetch_s``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.engine import EngineRequest, Instance
 from smetric.policy.footprint import FootprintTracker
+from smetric.policy.smetric_tiered import with_tier_facts
 
 
 class TierView:
@@ -39,13 +39,11 @@ class TierView:
         fp, nodes = self._footprint.tokens, self._nodes
         if self._tier is None:  # no global tier: g stays what the router core estimated (0)
             return [
-                replace(s, node=nodes[i], session_kv_tokens=fp(s.name, now_s)) for i, s in enumerate(snaps)
+                with_tier_facts(s, s.global_hit_tokens, nodes[i], fp(s.name, now_s))
+                for i, s in enumerate(snaps)
             ]
         g = min(request.prompt_tokens, self._tier.match(request.prompt_pieces) * self._block_tokens)
-        return [
-            replace(s, global_hit_tokens=g, node=nodes[i], session_kv_tokens=fp(s.name, now_s))
-            for i, s in enumerate(snaps)
-        ]
+        return [with_tier_facts(s, g, nodes[i], fp(s.name, now_s)) for i, s in enumerate(snaps)]
 
     def dispatched(self, snap: EndpointSnapshot, view: RequestView, now_s: float) -> None:
         self._footprint.add(

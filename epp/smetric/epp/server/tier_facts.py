@@ -27,7 +27,6 @@ charged at dispatch with the tokens the request writes into its target's local t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from smetric.core.views import EndpointSnapshot
 from smetric.epp.contracts import EndpointInfo, PromptKey
@@ -36,6 +35,7 @@ from smetric.epp.index.prefix import cached_prefix_blocks
 from smetric.epp.kvevents.store import BlockStore
 from smetric.policy.base import PolicyParams
 from smetric.policy.footprint import FootprintTracker
+from smetric.policy.smetric_tiered import with_tier_facts
 
 DEFAULT_MAX_KEYS = 2_000_000  # memory budget of the estimate (~200 MB of LRU entries)
 
@@ -100,8 +100,7 @@ class TierFacts:
         g = self.index.global_hit(key)
         now, fp = self._clock(), self.footprint.tokens
         return [
-            replace(s, global_hit_tokens=g, node=ep.node, session_kv_tokens=fp(s.name, now))
-            for s, ep in zip(snaps, endpoints, strict=True)
+            with_tier_facts(s, g, ep.node, fp(s.name, now)) for s, ep in zip(snaps, endpoints, strict=True)
         ]
 
     def dispatched(self, key: PromptKey, address: str, written_tokens: int) -> None:
