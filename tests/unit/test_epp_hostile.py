@@ -28,6 +28,9 @@ async def test_client_copies_of_routing_headers_are_removed_or_overwritten(serve
     mutation = out[0].request_headers.response.header_mutation
     set_ = {h.header.key: h.header.raw_value.decode() for h in mutation.set_headers}
     for h in TRUSTED_HEADERS:  # every routing header is either the picker's value or removed
+        if h.startswith("x-envoy-"):  # not mutable from ext_proc: the gateway's scrub removes it
+            assert h not in removed(out[0])
+            continue
         assert h in removed(out[0]) or (h in set_ and "9901" not in set_[h]), h
     assert "x-prefiller-host-port" in removed(out[0])
     assert all(a in EPS for a in set_["x-gateway-destination-endpoint"].split(","))
@@ -91,7 +94,7 @@ async def test_global_body_budget_refuses_with_503_and_is_returned(serve: object
     first = stub.Process()  # holds ~100 kB, not finished
     await first.write(headers_msg(BASE_HEADERS))
     await first.write(body_msgs(big, 2)[0])
-    for _ in range(100):
+    for _ in range(500):
         if servicer.budget.used_bytes:
             break
         await asyncio.sleep(0.01)
@@ -99,7 +102,7 @@ async def test_global_body_budget_refuses_with_503_and_is_returned(serve: object
     assert out[0].immediate_response.status.code == 503
     assert b"budget" in out[0].immediate_response.body
     first.cancel()
-    for _ in range(100):
+    for _ in range(500):
         if not servicer.budget.used_bytes:
             break
         await asyncio.sleep(0.01)

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "emulate": ("smetric.emulator.cli", "serve N emulated vLLM instances (GPU-free backend)"),
     "bench": ("smetric.bench.cli", "end-to-end benchmark: Envoy + picker + emulated cluster"),
     "epp": ("smetric.epp.main", "run the endpoint picker (same as `smetric-epp`)"),
+    "chaos": ("smetric.bench.chaos", "fault and hostile-input run: Envoy + picker + emulated engines"),
 }
 
 

@@ -113,6 +113,7 @@ class EnvoyOptions:
     # request, generation included) stays 600 s.
     stream_idle_timeout_s: float = 300.0
     picker_keepalive_s: float = 1.0  # PING interval and timeout: a stopped picker -> 500 in ~2 s
+    served_by_header: bool = False  # response header x-smetric-served-by: upstream ip:port (tests, chaos)
 
 
 def _secs(s: float) -> str:
@@ -225,6 +226,13 @@ def _ext_proc_common(o: EnvoyOptions) -> dict[str, Any]:
     }
 
 
+_SERVED_BY = {
+    "response_headers_to_add": [
+        {"header": {"key": "x-smetric-served-by", "value": "%UPSTREAM_REMOTE_ADDRESS%"}}
+    ]
+}
+
+
 def _listener(
     name: str,
     host: str,
@@ -261,7 +269,13 @@ def _listener(
                                     {
                                         "name": name,
                                         "domains": ["*"],
-                                        "routes": [{"match": {"prefix": "/"}, "route": route}],
+                                        "routes": [
+                                            {
+                                                "match": {"prefix": "/"},
+                                                "route": route,
+                                                **(_SERVED_BY if o.served_by_header else {}),
+                                            }
+                                        ],
                                     }
                                 ],
                             },

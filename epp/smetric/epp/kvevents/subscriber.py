@@ -30,11 +30,11 @@ GapCallback = Callable[[str], None]
 # blocks of 16 tokens, ~0.4 MB of msgpack with its token ids; 4 MiB is 10x that (stated
 # assumption). A larger message makes ZMQ drop the connection (it reconnects; the next batch is a
 # sequence gap and the endpoint resyncs). The receive queue holds at most RCVHWM messages (SUB
-# drops past it: a gap again). The receive loop yields to the event loop every YIELD_EVERY
-# messages so a flood cannot starve the request path.
+# drops past it: a gap again). The receive loop yields to the event loop after every message (a
+# ready socket never suspends; one 10k-hash batch costs ~10 ms to decode and apply), so a flood
+# delays the request path by one batch at most.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 RCVHWM = 10_000
-YIELD_EVERY = 32
 
 
 class SequenceTracker:
@@ -139,12 +139,9 @@ class KvEventManager:
     @staticmethod
     async def _run(sub: KvEventSubscriber, sock: zmq.asyncio.Socket) -> None:
         try:
-            n = 0
             while True:
                 frames = await sock.recv_multipart()
-                n += 1
-                if n % YIELD_EVERY == 0:
-                    await asyncio.sleep(0)  # a ready socket never suspends: let requests run
+                await asyncio.sleep(0)  # a ready socket never suspends: let requests run
                 try:
                     sub.handle(frames)
                 except Exception:  # a bug must not silence the endpoint's events for good

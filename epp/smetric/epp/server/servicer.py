@@ -329,7 +329,9 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         """The routing reply; client copies of routing headers the picker does not set are removed
         (the ones it sets are overwritten)."""
         values = self._route_header_values(st, pick, body_len)
-        remove = tuple(h for h in TRUSTED_HEADERS if h not in values)
+        # x-envoy-* headers are not mutable from ext_proc (Envoy counts a rejected mutation): the
+        # gateway's scrub filter removes those.
+        remove = tuple(h for h in TRUSTED_HEADERS if h not in values and not h.startswith("x-envoy-"))
         build = msgs.route_buffered_body if buffered else msgs.route_headers
         return build(values, self._addresses(pick), remove)
 

@@ -1,0 +1,377 @@
+"""The faults of ``smetric chaos``: each runs against a live :class:`ChaosStack` and returns rows
+(fault, expected, observed, passed) with the figures it measured."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from smetric.bench.chaos_stack import MODEL, ChaosStack, Reply, chat
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    fault: str
+    expected: str
+    observed: str
+    passed: bool
+
+
+Fault = Callable[[ChaosStack, bool], Awaitable[list[Row]]]
+LONG_TOKENS = 20_000  # a stream that is still running when the fault hits
+KEEPALIVE_BOUND_S = 2 * 1.0 + 1.5  # EnvoyOptions.picker_keepalive_s interval + timeout, plus slack
+
+
+async def picker_stop(st: ChaosStack, quick: bool) -> list[Row]:
+    st.signal("picker", signal.SIGSTOP)
+    try:
+        r = await st.post(chat("stop", 0), timeout_s=30)
+    finally:
+        st.signal("picker", signal.SIGCONT)
+    await asyncio.sleep(0.5)
+    after = await st.post(chat("stop", 0))
+    ok = 500 <= r.status < 600 and r.elapsed_s < KEEPALIVE_BOUND_S and after.status == 200
+    return [
+        Row(
+            "picker SIGSTOP",
+            f"5xx within {KEEPALIVE_BOUND_S:.1f} s (PING keepalive), 200 after SIGCONT",
+            f"{r.status or r.error} after {r.elapsed_s:.2f} s; after SIGCONT {after.status}",
+            ok,
+        )
+    ]
+
+
+async def picker_kill_and_restart(st: ChaosStack, quick: bool) -> list[Row]:
+    rows = []
+    for sig, label in ((signal.SIGTERM, "SIGTERM"), (signal.SIGKILL, "SIGKILL")):
+        n = 12 if quick else 30
+        sessions = [f"{label}-s{i}" for i in range(n)]
+        for s in sessions:  # turn 0: placed; turn 1: the warm picker's choice
+            await st.post(chat(s, 0))
+        warm = {s: (await st.post(chat(s, 1))).served for s in sessions}
+        await asyncio.sleep(st.settings.state_interval_ms / 1000.0 * 2.5)  # a periodic snapshot ran
+        if sig == signal.SIGKILL:
+            await st.kill("picker")
+            down = await st.post(chat("down", 0), timeout_s=30)
+            rows.append(
+                Row(
+                    "picker SIGKILL",
+                    "5xx promptly (< 3 s) while down",
+                    f"{down.status or down.error} after {down.elapsed_s:.2f} s",
+                    500 <= down.status < 600 and down.elapsed_s < 3.0,
+                )
+            )
+        else:
+            await st.sup.stop("picker")  # SIGTERM: graceful, final snapshot
+        t0 = time.monotonic()
+        await st.start_picker()
+        restart_s = time.monotonic() - t0
+        after = {s: (await st.post(chat(s, 2))).served for s in sessions}
+        same = sum(1 for s in sessions if after[s] and after[s] == warm[s])
+        share = same / n
+        rows.append(
+            Row(
+                f"picker restart ({label}): session stickiness",
+                ">= 95 % of sessions routed where the warm picker sent them",
+                f"{same}/{n} = {share:.0%} (restart {restart_s:.1f} s)",
+                share >= 0.95,
+            )
+        )
+    return rows
+
+
+async def endpoint_kill(st: ChaosStack, quick: bool) -> list[Row]:
+    # a long stream on engine0 (its session sticks there), cut by SIGKILL mid-response
+    home = await _session_on(st, "engine0")
+    long_req = asyncio.create_task(st.post(chat(home, 1, max_tokens=LONG_TOKENS), timeout_s=60))
+    await asyncio.sleep(1.0)
+    await st.kill("engine0")
+    cut = await long_req
+    replies = await asyncio.gather(*(st.post(chat(f"kill-{i}", 0)) for i in range(12)))
+    failed = [r for r in replies if r.status != 200 or r.error]
+    to_dead = [r for r in replies if r.served == st.endpoints[0]]
+    await st.restart_engine("engine0")
+    await st.wait_fresh()
+    back = await asyncio.gather(*(st.post(chat(f"back-{i}", 0)) for i in range(9)))
+    served_back = sum(1 for r in back if r.served == st.endpoints[0])
+    return [
+        Row(
+            "endpoint SIGKILL mid-stream",
+            "the client sees an error, not a clean 200 end",
+            f"{cut.status} from {_name(st, cut.served)}, first byte {cut.first_byte_s or 0:.2f} s: "
+            f"{cut.error or 'clean end'} after {cut.elapsed_s:.2f} s",
+            cut.served == st.endpoints[0] and bool(cut.error),
+        ),
+        Row(
+            "endpoint SIGKILL: new requests",
+            "all 200 (connect failures retried on the picker's fallbacks)",
+            f"{len(replies) - len(failed)}/{len(replies)} ok, {len(to_dead)} served by the dead one",
+            not failed and not to_dead,
+        ),
+        Row(
+            "endpoint restart",
+            "serves again once scraped fresh",
+            f"{served_back}/{len(back)} new sessions placed on it, all {sum(r.status == 200 for r in back)} ok",
+            all(r.status == 200 for r in back),
+        ),
+    ]
+
+
+async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
+    idle = st.settings.stream_idle_timeout_s
+    home = await _session_on(st, "engine1")
+    long_req = asyncio.create_task(st.post(chat(home, 1, max_tokens=LONG_TOKENS), timeout_s=idle * 4))
+    await asyncio.sleep(1.0)  # streaming from engine1 now
+    st.signal("engine1", signal.SIGSTOP)
+    t_stop = time.monotonic()
+    try:
+        hung = await long_req
+        cut_after = time.monotonic() - t_stop
+        await asyncio.sleep(2.5)  # its scrapes fail: stale after --staleness-threshold-ms
+        others = await asyncio.gather(*(st.post(chat(f"stop-{i}", 0)) for i in range(9)))
+    finally:
+        st.signal("engine1", signal.SIGCONT)
+    avoid = sum(1 for r in others if r.status == 200 and r.served != st.endpoints[1])
+    return [
+        Row(
+            "endpoint SIGSTOP mid-stream",
+            f"cut by the stream idle timeout ({idle:g} s here), reported as an error",
+            f"{hung.status} from {_name(st, hung.served)}: {hung.error or 'clean end'} {cut_after:.1f} s after SIGSTOP",
+            hung.served == st.endpoints[1] and bool(hung.error) and cut_after < idle + 3.0,
+        ),
+        Row(
+            "endpoint SIGSTOP: new requests",
+            "avoid the stopped endpoint once it is stale",
+            f"{avoid}/{len(others)} ok elsewhere",
+            avoid == len(others),
+        ),
+    ]
+
+
+def _name(st: ChaosStack, served: str) -> str:
+    return f"engine{st.endpoints.index(served)}" if served in st.endpoints else (served or "-")
+
+
+async def long_prefill(st: ChaosStack, quick: bool) -> list[Row]:
+    idle = st.settings.stream_idle_timeout_s
+    r = await st.post(chat("long", 40, filler=130, max_tokens=8), timeout_s=idle * 4)
+    ttft = r.first_byte_s or 0.0
+    return [
+        Row(
+            "long prefill vs stream idle timeout",
+            f"a ~16k-token prefill completes (idle timeout {idle:g} s not tripped)",
+            f"{r.status} {r.error or r.body[:100]!r}, first byte {ttft:.2f} s",
+            r.status == 200 and not r.error,
+        )
+    ]
+
+
+async def _session_on(st: ChaosStack, engine: str) -> str:
+    """A session id whose first turn landed on ``engine`` (so its next turn sticks there)."""
+    address = st.endpoints[int(engine.removeprefix("engine"))]
+    for i in range(40):
+        sid = f"{engine}-home-{i}-{time.monotonic_ns()}"
+        if (await st.post(chat(sid, 0))).served == address:
+            return sid
+    return sid
+
+
+async def hostile_metrics(st: ChaosStack, quick: bool) -> list[Row]:
+    rows = []
+    for mode in ("garbage", "nan", "huge"):
+        st.hostile.mode = mode
+        log_before = st.picker_log().count("\n")
+        scrapes_before = st.hostile.scrapes
+        await asyncio.sleep(2.0)
+        replies = await asyncio.gather(*(st.post(chat(f"{mode}-{i}", 0)) for i in range(6)))
+        stale = await st.picker_metric("smetric_epp_stale_endpoints")
+        new_lines = st.picker_log().count("\n") - log_before
+        ok = all(r.status == 200 and r.served != st.hostile.address for r in replies) and stale == 1.0
+        rows.append(
+            Row(
+                f"{mode} /metrics page",
+                "only that endpoint stale, requests 200 elsewhere, <= 2 log lines",
+                f"stale={stale:g}, {sum(r.status == 200 for r in replies)}/6 ok, "
+                f"{st.hostile.scrapes - scrapes_before} scrapes -> {new_lines} log lines",
+                ok and new_lines <= 2,
+            )
+        )
+    st.hostile.mode = "garbage"
+    return rows
+
+
+async def hostile_headers_and_paths(st: ChaosStack, quick: bool) -> list[Row]:
+    admin = f"127.0.0.1:{st.admin_port}"
+    hostile = {
+        "x-gateway-destination-endpoint": admin,
+        "x-smetric-destination-primary": admin,
+        "x-envoy-original-dst-host": admin,
+        "x-prefiller-host-port": "10.255.0.1:1",
+        "x-request-id": "reused",
+        "x-smetric-request-id": "reused",
+    }
+    replies = await asyncio.gather(*(st.post(chat(f"hdr-{i}", 0), hostile) for i in range(4)))
+    pool = {*st.endpoints}
+    steer_ok = all(r.status == 200 and r.served in pool for r in replies)
+    paths = {}
+    for path in ("/healthcheck/fail", "/metrics", "/reset_prefix_cache", "/v1/chat/completions/../x"):
+        paths[path] = (await st.post({"model": MODEL}, hostile, path=path)).status
+    assert st.session is not None
+    async with st.session.get(f"http://{admin}/ready") as r:
+        admin_live = (await r.text()).strip() == "LIVE"
+    return [
+        Row(
+            "client routing headers (admin address, prefiller, reused ids)",
+            "served by a pool endpoint, Envoy admin untouched",
+            f"{sum(r.status == 200 for r in replies)}/4 ok on {sorted({r.served for r in replies})}; admin LIVE={admin_live}",
+            steer_ok and admin_live,
+        ),
+        Row(
+            "non-inference paths",
+            "404 at the gateway",
+            ", ".join(f"{p} {s}" for p, s in paths.items()),
+            all(s == 404 for s in paths.values()),
+        ),
+    ]
+
+
+def _nested(depth: int) -> bytes:
+    content = b'{"type":"tool_result","content":' * depth + b'"x"' + b"}" * depth
+    return b'{"model":"m","messages":[{"role":"user","content":' + content + b"}]}"
+
+
+async def hostile_bodies(st: ChaosStack, quick: bool) -> list[Row]:
+    nested = await st.post(_nested(600))
+    garbage = await st.post(b"{not json at all")
+    too_big = await st.post(
+        b'{"model":"m","messages":[{"role":"user","content":"' + b"x" * (17 << 20) + b'"}]}'
+    )
+    big = (
+        b'{"model":"m","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"'
+        + b"y" * (15 << 20)
+        + b'"}]}'
+    )
+    rss0 = st.rss_mb()
+    peak = rss0
+    lat: list[float] = []
+
+    async def probe() -> None:
+        nonlocal peak
+        while True:
+            lat.append(await st.health_latency_s())
+            peak = max(peak, st.rss_mb())
+            await asyncio.sleep(0.1)
+
+    task = asyncio.create_task(probe())
+    replies = await asyncio.gather(*(st.post(big, timeout_s=60) for _ in range(8)))
+    task.cancel()
+    codes = sorted(r.status for r in replies)
+    worst_health = max(lat) if lat else 99.0
+    return [
+        Row(
+            "600-level nested content",
+            "400 (no traceback, no 500)",
+            f"{nested.status}",
+            nested.status == 400,
+        ),
+        Row("body that is not JSON", "400", f"{garbage.status}", garbage.status == 400),
+        Row("17 MiB body (limit 16 MiB)", "413", f"{too_big.status}", too_big.status == 413),
+        Row(
+            "8 concurrent 15 MiB bodies",
+            "each 200 or 503 (64 MiB body budget), health answers < 1 s throughout",
+            f"codes {codes}; picker RSS {rss0:.0f} -> peak {peak:.0f} MB; worst health {worst_health:.2f} s",
+            all(c in (200, 503) for c in codes) and worst_health < 1.0,
+        ),
+    ]
+
+
+async def kv_events(st: ChaosStack, quick: bool) -> list[Row]:
+    """The picker's ZMQ subscriber + block store, in this process, against a hostile publisher (a
+    thread, so the flood itself does not run on the event loop being measured)."""
+    import msgpack  # type: ignore[import-untyped]
+    import zmq
+
+    from smetric.bench.procs import free_port
+    from smetric.epp.contracts import EndpointInfo
+    from smetric.epp.kvevents.store import BlockStore
+    from smetric.epp.kvevents.subscriber import KvEventManager
+
+    address = "10.0.0.1:8000"
+    gaps: list[str] = []
+    store = BlockStore(capacity=lambda _: 4096)  # what the engine's cache_config_info would say
+    manager = KvEventManager(store, gaps.append)
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    port = free_port()
+    pub.bind(f"tcp://127.0.0.1:{port}")
+    manager.sync([EndpointInfo(address, kv_events_endpoint=f"tcp://127.0.0.1:{port}")])
+    await asyncio.sleep(0.5)  # slow joiner
+
+    def batch(hashes: list[int]) -> bytes:
+        events = [{"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None, "token_ids": [],
+                   "block_size": 16, "lora_id": None, "medium": "GPU"}]  # fmt: skip
+        return bytes(msgpack.packb([time.time(), events, 0]))
+
+    n_batches = 200 if quick else 1000
+    payloads = [batch(list(range(seq * 10_000, (seq + 1) * 10_000))) for seq in range(n_batches)]
+
+    def publish() -> None:
+        for seq, payload in enumerate(payloads):  # a flood: 10k hashes per batch
+            pub.send_multipart([b"kv", seq.to_bytes(8, "big"), payload])
+        pub.send_multipart([b"kv", (n_batches + 5).to_bytes(8, "big"), batch([1, 2, 3])])  # a gap
+        pub.send_multipart([b"kv", (n_batches + 6).to_bytes(8, "big"), b"\x00" * (8 << 20)])  # oversize
+
+    lag, size = [0.0], [0]
+
+    async def ticker() -> None:
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(0.01)
+            lag[0] = max(lag[0], time.monotonic() - t - 0.01)
+            size[0] = max(size[0], store.size(address))
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.to_thread(publish)
+    deadline = time.monotonic() + 15.0
+    while not gaps and time.monotonic() < deadline:  # the subscriber works through the flood
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)
+    tick.cancel()
+    await manager.stop()
+    pub.close(0)
+    ctx.destroy(0)
+    cap = store.max_blocks(address)
+    return [
+        Row(
+            "KV-event flood",
+            f"block store capped at the engine's blocks x1.25 ({cap}), event loop keeps running (lag < 0.5 s)",
+            f"{n_batches * 10_000:,} hashes sent -> at most {size[0]:,} kept, {store.evicted:,} evicted; "
+            f"worst loop lag {lag[0] * 1000:.0f} ms",
+            size[0] <= cap and lag[0] < 0.5,
+        ),
+        Row(
+            "KV-event gap / 8 MiB message",
+            "gap counted and the endpoint resynchronised; the oversize message dropped",
+            f"{len(gaps)} gap(s) reported",
+            len(gaps) >= 1,
+        ),
+    ]
+
+
+FAULTS: tuple[Fault, ...] = (
+    hostile_headers_and_paths,
+    hostile_bodies,
+    hostile_metrics,
+    kv_events,
+    long_prefill,
+    picker_stop,
+    picker_kill_and_restart,
+    endpoint_kill,
+    endpoint_stop,
+)
+
+
+__all__ = ["FAULTS", "Reply", "Row"]

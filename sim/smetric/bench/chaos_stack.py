@@ -1,0 +1,326 @@
+"""The stack ``smetric chaos`` breaks: one emulator process per instance (so one can be killed or
+stopped alone), the real picker process, the real Envoy with the hardened bootstrap (pool cluster,
+retries, PING keepalive, path allow-list, header scrub), and one in-process "hostile engine" whose
+``/metrics`` page the faults make garbage, NaN or huge. Every process goes through the bench's
+:class:`~smetric.bench.procs.Supervisor`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from smetric.bench.procs import Supervisor, free_port, wait_http_ok
+from smetric.bench.stacks import HOST, smetric_argv, wait_grpc_serving
+
+MODEL = "m"
+GOOD_METRICS = (
+    'vllm:num_requests_running{engine="0",model_name="m"} 0\n'
+    'vllm:num_requests_waiting{engine="0",model_name="m"} 0\n'
+    'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.0\n'
+    'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="4096"} 1.0\n'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosSettings:
+    instances: int = 3
+    time_scale: float = 0.1
+    stream_idle_timeout_s: float = 5.0  # scaled down with the emulator's time (see the README)
+    route_timeout_s: float = 60.0
+    state_interval_ms: int = 500
+    startup_timeout_s: float = 60.0
+
+
+@dataclass
+class HostileEngine:
+    """An OpenAI-shaped server whose /metrics page the faults control (``mode``)."""
+
+    mode: str = "garbage"  # garbage | nan | huge | good
+    port: int = 0
+    runner: web.AppRunner | None = None
+    huge: bytes = b""
+    scrapes: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        self.port = free_port()
+        await web.TCPSite(self.runner, HOST, self.port).start()
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        self.scrapes += 1
+        if self.mode == "nan":
+            return web.Response(
+                text=GOOD_METRICS.replace(
+                    'running{engine="0",model_name="m"} 0', 'running{engine="0",model_name="m"} NaN'
+                )
+            )
+        if self.mode == "huge":
+            if not self.huge:
+                self.huge = (GOOD_METRICS + "# padding " + "x" * 100 + "\n").encode() * (
+                    24 * 1024 * 1024 // 112
+                )
+            return web.Response(body=self.huge, content_type="text/plain")
+        if self.mode == "good":
+            return web.Response(text=GOOD_METRICS)
+        return web.Response(text="{{{ this is not prometheus text\nvllm:num_requests_running{ 1 2 3\n")
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"choices": [{"message": {"content": "hostile engine"}}]})
+
+
+@dataclass
+class Reply:
+    status: int
+    served: str
+    elapsed_s: float
+    error: str = ""
+    first_byte_s: float | None = None
+    body: bytes = b""
+
+
+@dataclass
+class ChaosStack:
+    sup: Supervisor
+    work: Path
+    settings: ChaosSettings
+    hostile: HostileEngine
+    endpoints: list[str] = field(default_factory=list)
+    emu_argv: dict[str, list[str]] = field(default_factory=dict)
+    picker_argv: list[str] = field(default_factory=list)
+    health_target: str = ""
+    metrics_url: str = ""
+    url: str = ""
+    admin_port: int = 0
+    session: aiohttp.ClientSession | None = None
+
+    # -- processes ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        s = self.settings
+        for i in range(s.instances):
+            port, kv_port = free_port(), free_port()
+            name = f"engine{i}"
+            self.emu_argv[name] = [
+                *smetric_argv("emulate"),
+                "--instances=1",
+                f"--host={HOST}",
+                f"--port={port}",
+                f"--kv-events-port={kv_port}",
+                f"--time-scale={s.time_scale}",
+                f"--model={MODEL}",
+                "--hash-seed=0",
+            ]
+            self.endpoints.append(f"{HOST}:{port}")
+            await self.sup.start(name, self.emu_argv[name], env={"PYTHONHASHSEED": "0"})
+        await self.hostile.start()
+        for e in self.endpoints:
+            await wait_http_ok(f"http://{e}/health", self.sup, s.startup_timeout_s, "emulator")
+        grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
+        pool = [*self.endpoints, self.hostile.address]
+        self.picker_argv = [
+            *smetric_argv("epp"),
+            f"--endpoints={','.join(pool)}",
+            f"--grpc-port={grpc_port}",
+            f"--grpc-health-port={health_port}",
+            f"--metrics-port={metrics_port}",
+            "--bind-address=127.0.0.1",
+            "--secure-serving=false",
+            f"--state-file={self.work / 'picker-state.json'}",
+            f"--state-interval-ms={s.state_interval_ms}",
+            "--log-level=warning",
+        ]
+        self.health_target = f"{HOST}:{health_port}"
+        self.metrics_url = f"http://{HOST}:{metrics_port}/metrics"
+        await self.start_picker()
+        await self.start_envoy(grpc_port, pool)
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+
+    async def start_picker(self) -> None:
+        await self.sup.start("picker", self.picker_argv, env={"PYTHONHASHSEED": "0"})
+        await wait_grpc_serving(self.health_target, self.sup, self.settings.startup_timeout_s, "picker")
+        await self.wait_fresh()
+
+    async def start_envoy(self, picker_port: int, pool: list[str]) -> None:
+        from smetric.epp.envoy import EnvoyOptions, bootstrap, envoy_binary
+
+        listen_port, self.admin_port = free_port(), free_port()
+        options = EnvoyOptions(
+            listen_port=listen_port,
+            admin_port=self.admin_port,
+            picker_port=picker_port,
+            pool_endpoints=tuple(pool),
+            stream_idle_timeout_s=self.settings.stream_idle_timeout_s,
+            route_timeout_s=self.settings.route_timeout_s,
+            served_by_header=True,
+        )
+        path = self.work / "envoy.json"
+        path.write_text(json.dumps(bootstrap(options)))
+        argv = [str(envoy_binary()), "-c", str(path), "--disable-hot-restart", "--log-level", "error",
+                "--concurrency", "1"]  # fmt: skip
+        await self.sup.start("envoy", argv)
+        await wait_http_ok(
+            f"http://{HOST}:{self.admin_port}/ready", self.sup, self.settings.startup_timeout_s, "envoy"
+        )
+        self.url = f"http://{HOST}:{listen_port}"
+
+    def pid(self, name: str) -> int:
+        return self.sup.children[name].pid
+
+    def signal(self, name: str, sig: signal.Signals) -> None:
+        os.kill(self.pid(name), sig)
+
+    async def kill(self, name: str) -> None:
+        self.signal(name, signal.SIGKILL)
+        await self.sup.stop(name)  # reap it (and forget it, so check_alive stays quiet)
+
+    async def restart_engine(self, name: str) -> None:
+        await self.sup.start(name, self.emu_argv[name], env={"PYTHONHASHSEED": "0"})
+        i = int(name.removeprefix("engine"))
+        await wait_http_ok(
+            f"http://{self.endpoints[i]}/health", self.sup, self.settings.startup_timeout_s, name
+        )
+
+    def rss_mb(self, name: str = "picker") -> float:
+        try:
+            for line in Path(f"/proc/{self.pid(name)}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+        except (OSError, KeyError):
+            pass
+        return 0.0
+
+    def picker_log(self) -> str:
+        child = self.sup.children.get("picker")
+        path = child.log_path if child is not None else self.sup.log_dir / "picker.log"
+        try:
+            return path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    async def picker_metric(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        assert self.session is not None
+        try:
+            async with self.session.get(self.metrics_url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                text = await r.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
+                    return float(sample.value)
+        return None
+
+    async def wait_fresh(self, timeout_s: float = 20.0) -> None:
+        """Until the picker sees every emulated engine fresh (the hostile one stays stale)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.session is None:
+                self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+            ready = await self.picker_metric("smetric_epp_ready_endpoints")
+            stale = await self.picker_metric("smetric_epp_stale_endpoints")
+            if ready is not None and stale is not None and ready - stale >= len(self.endpoints):
+                return
+            await asyncio.sleep(0.2)
+
+    async def health_latency_s(self) -> float:
+        """One grpc.health.v1 Check against the picker (seconds; 99 on failure)."""
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        t0 = time.monotonic()
+        try:
+            async with grpc.aio.insecure_channel(self.health_target) as ch:
+                await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        except grpc.aio.AioRpcError:
+            return 99.0
+        return time.monotonic() - t0
+
+    async def stop(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+        await self.hostile.stop()
+
+    # -- requests -------------------------------------------------------------------------------
+
+    async def post(
+        self,
+        body: dict[str, object] | bytes,
+        headers: dict[str, str] | None = None,
+        path: str = "/v1/chat/completions",
+        timeout_s: float = 30.0,
+    ) -> Reply:
+        """One request; streams are read to the end (a cut stream is an error, not a 200)."""
+        assert self.session is not None
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        hdrs = {"content-type": "application/json", **(headers or {})}
+        t0 = time.monotonic()
+        first: float | None = None
+        status, served = 0, ""
+        chunks: list[bytes] = []
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self.session.post(self.url + path, data=data, headers=hdrs) as r:
+                    status, served = r.status, r.headers.get("x-smetric-served-by", "")
+                    async for chunk in r.content.iter_any():
+                        if first is None:
+                            first = time.monotonic() - t0
+                        chunks.append(chunk)
+                    body_bytes = b"".join(chunks)
+                    if (
+                        r.headers.get("content-type", "").startswith("text/event-stream")
+                        and b"[DONE]" not in body_bytes
+                    ):
+                        return Reply(
+                            status,
+                            served,
+                            time.monotonic() - t0,
+                            "stream ended without [DONE]",
+                            first,
+                            body_bytes,
+                        )
+                    return Reply(status, served, time.monotonic() - t0, "", first, body_bytes)
+        except TimeoutError:
+            return Reply(status, served, time.monotonic() - t0, "stuck (client timeout)", first)
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            return Reply(status, served, time.monotonic() - t0, f"{type(exc).__name__}", first)
+
+
+def chat(
+    session: str, turns: int, *, stream: bool = True, max_tokens: int = 16, filler: int = 40
+) -> dict[str, object]:
+    """A multi-turn agent conversation: each turn adds a tool output and the model's answer."""
+    messages: list[dict[str, str]] = [
+        {"role": "system", "content": f"[{session}] You are a coding agent. " * 20}
+    ]
+    for t in range(turns):
+        messages.append(
+            {"role": "user", "content": f"tool output {t} of {session}: " + "line of log " * filler}
+        )
+        messages.append({"role": "assistant", "content": f"step {t} done for {session}"})
+    messages.append({"role": "user", "content": f"continue {session}"})
+    return {"model": MODEL, "messages": messages, "stream": stream, "max_tokens": max_tokens}
