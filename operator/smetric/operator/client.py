@@ -1,120 +1,205 @@
-"""Minimal async Kubernetes client (aiohttp): GET, server-side apply and status merge-patch.
+"""The operator's Kubernetes access: the official client's dynamic client (``kubernetes_asyncio``, the
+asyncio edition of ``kubernetes``), so nothing blocks kopf's event loop.
 
-The operator touches a fixed set of kinds, so URLs come from a static table rather than API
-discovery. Credentials come from kopf's login (``kopf.ConnectionInfo``): the same identity kopf
-uses for its watches.
+* Plurals and URLs come from API discovery (``DynamicClient.resources``), not a fixed table: any kind
+  the renderer emits works once its API is served; an unserved kind (CRD not installed) lists as
+  empty and refuses applies with :class:`ApiError` 404.
+* Writes are server-side apply with ``fieldManager=smetric-operator`` and ``force=true``; status is
+  a merge patch of the ``/status`` subresource.
+* Credentials come from kopf's login (``kopf.ConnectionInfo``): the same identity kopf uses for its
+  watches. Inline CA / client-certificate data is written to private temporary files (the client
+  takes paths).
 """
 
 from __future__ import annotations
 
-import json
-import ssl
-from dataclasses import dataclass
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.dynamic import DynamicClient
+from kubernetes_asyncio.dynamic.exceptions import DynamicApiError, NotFoundError, ResourceNotFoundError
 
-from smetric.operator.meta import FIELD_MANAGER, PLURAL, Manifest
+from smetric.operator.meta import API_VERSION, FIELD_MANAGER, KIND, Manifest
 
-# (apiVersion, kind) -> plural; every kind the renderer emits plus the pool itself.
-PLURALS: dict[tuple[str, str], str] = {
-    ("v1", "ConfigMap"): "configmaps",
-    ("v1", "Service"): "services",
-    ("v1", "ServiceAccount"): "serviceaccounts",
-    ("apps/v1", "Deployment"): "deployments",
-    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
-    ("inference.networking.k8s.io/v1", "InferencePool"): "inferencepools",
-    ("gateway.networking.k8s.io/v1", "HTTPRoute"): "httproutes",
-    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
-    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
-    ("networking.istio.io/v1", "DestinationRule"): "destinationrules",
-    ("networking.gke.io/v1", "HealthCheckPolicy"): "healthcheckpolicies",
-    ("networking.gke.io/v1", "GCPBackendPolicy"): "gcpbackendpolicies",
-    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitors",
-    ("smetric.io/v1alpha1", "SMetricPool"): PLURAL,
-}
+# Every kind the renderer emits (plus the pool itself, the first entry); kopf watches the children.
+KINDS: tuple[tuple[str, str], ...] = (
+    (API_VERSION, KIND),
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("apps/v1", "Deployment"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("inference.networking.k8s.io/v1", "InferencePool"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("networking.istio.io/v1", "DestinationRule"),
+    ("networking.gke.io/v1", "HealthCheckPolicy"),
+    ("networking.gke.io/v1", "GCPBackendPolicy"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+)
+CHILD_KINDS: tuple[tuple[str, str], ...] = KINDS[1:]
 
 
 class ApiError(RuntimeError):
-    def __init__(self, status: int, method: str, url: str, body: str) -> None:
-        super().__init__(f"{method} {url} -> HTTP {status}: {body[:500]}")
+    def __init__(self, status: int, method: str, what: str, body: str) -> None:
+        super().__init__(f"{method} {what} -> HTTP {status}: {body[:500]}")
         self.status = status
 
 
-def collection_path(api_version: str, kind: str, namespace: str) -> str:
-    plural = PLURALS.get((api_version, kind))
-    if plural is None:
-        raise KeyError(f"no URL known for {api_version} {kind}")
-    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    return f"{prefix}/namespaces/{namespace}/{plural}"
-
-
-def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
-    return f"{collection_path(api_version, kind, namespace)}/{name}"
+def _pem_file(data: bytes | str | None, path: str | None, suffix: str) -> str | None:
+    """A path for PEM material given inline (kopf's ``*_data``) or as a path."""
+    if path:
+        return path
+    if not data:
+        return None
+    raw = data.encode() if isinstance(data, str) else data
+    fd, name = tempfile.mkstemp(prefix="smetric-operator-", suffix=suffix)
+    with os.fdopen(fd, "wb") as f:
+        f.write(raw)
+    return name
 
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
     server: str
-    headers: dict[str, str]
-    ssl_context: ssl.SSLContext | bool
+    token: str | None = None
+    ca_path: str | None = None
+    insecure: bool = False
+    cert_path: str | None = None
+    key_path: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. basic auth
 
     @staticmethod
     def from_kopf(info: Any) -> Credentials:
         """From a ``kopf.ConnectionInfo`` (server, CA, token or client certificate)."""
-        server = str(info.server).rstrip("/")
-        headers = dict(info.as_http_headers())
-        if not server.startswith("https"):
-            return Credentials(server, headers, False)
-        return Credentials(server, headers, info.as_ssl_context())
+        headers = {}
+        if info.username and info.password:
+            headers = {k: v for k, v in dict(info.as_http_headers()).items() if k.lower() == "authorization"}
+        return Credentials(
+            server=str(info.server).rstrip("/"),
+            token=info.token,
+            ca_path=_pem_file(info.ca_data, info.ca_path, ".ca.pem"),
+            insecure=bool(info.insecure),
+            cert_path=_pem_file(info.certificate_data, info.certificate_path, ".crt.pem"),
+            key_path=_pem_file(info.private_key_data, info.private_key_path, ".key.pem"),
+            headers=headers,
+        )
+
+    def configuration(self, timeout_s: float) -> k8s.Configuration:
+        config = k8s.Configuration(host=self.server)
+        if self.token:
+            config.api_key = {"BearerToken": self.token}
+            config.api_key_prefix = {"BearerToken": "Bearer"}
+        if self.server.startswith("https"):
+            config.ssl_ca_cert = self.ca_path
+            config.verify_ssl = not self.insecure
+            config.cert_file, config.key_file = self.cert_path, self.key_path
+        return config
 
 
 class KubeClient:
-    """One aiohttp session; use as ``async with KubeClient(creds) as api``."""
+    """One API client + dynamic client; use as ``async with KubeClient(creds) as api``."""
 
     def __init__(self, credentials: Credentials, timeout_s: float = 30.0) -> None:
         self._creds = credentials
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._session: aiohttp.ClientSession | None = None
+        self._timeout_s = timeout_s
+        self._api: k8s.ApiClient | None = None
+        self._dynamic: DynamicClient | None = None
 
     async def __aenter__(self) -> KubeClient:
-        connector = aiohttp.TCPConnector(ssl=self._creds.ssl_context)
-        self._session = aiohttp.ClientSession(
-            headers=self._creds.headers, timeout=self._timeout, connector=connector
-        )
+        self._api = k8s.ApiClient(self._creds.configuration(self._timeout_s))
+        for name, value in self._creds.headers.items():
+            self._api.set_default_header(name, value)
+        try:
+            self._dynamic = await DynamicClient(self._api)
+        except ApiException as exc:
+            await self._api.close()
+            raise ApiError(exc.status or 0, "GET", "API discovery", str(exc.body or exc.reason)) from None
+        except Exception as exc:  # connection refused, TLS: surfaced as a retryable API error
+            await self._api.close()
+            raise ApiError(0, "GET", "API discovery", str(exc)) from None
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._api is not None:
+            await self._api.close()
+        self._api = self._dynamic = None
 
-    async def _request(
-        self, method: str, path: str, body: bytes | None = None, content_type: str | None = None
-    ) -> tuple[int, Any]:
-        if self._session is None:
+    async def _resource(self, api_version: str, kind: str) -> Any | None:
+        """The discovered resource (plural, namespaced, subresources), None when not served."""
+        if self._dynamic is None:
             raise RuntimeError("KubeClient used outside `async with`")
-        url = self._creds.server + path
-        headers = {"Content-Type": content_type} if content_type else {}
-        async with self._session.request(method, url, data=body, headers=headers) as resp:
-            text = await resp.text()
-            if resp.status >= 400 and resp.status != 404:
-                raise ApiError(resp.status, method, url, text)
-            return resp.status, (json.loads(text) if text else None)
+        try:
+            return await self._dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            return None
+
+    async def _call(self, method: str, what: str, coro: Any) -> Any:
+        """Await a dynamic-client call made with ``serialize=False, _request_timeout=self._timeout_s`` (the client then hands back the
+        raw response, errors included): the JSON body as plain data (lists without a top-level
+        ``kind`` are fine), None for 404, :class:`ApiError` for any other error status."""
+        try:
+            response = await coro
+        except NotFoundError:
+            return None
+        except DynamicApiError as exc:
+            raise ApiError(exc.status or 0, method, what, exc.summary()) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:  # connection lost, request timed out
+            raise ApiError(0, method, what, f"{type(exc).__name__}: {exc}") from None
+        try:
+            if response.status == 404:
+                return None
+            if response.status >= 400:
+                raise ApiError(response.status, method, what, await response.text())
+            return await response.json(content_type=None)
+        finally:
+            response.release()
 
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Manifest | None:
-        status, data = await self._request("GET", object_path(api_version, kind, namespace, name))
-        return None if status == 404 else data
+        resource = await self._resource(api_version, kind)
+        if resource is None:
+            return None
+        assert self._dynamic is not None
+        what = f"{kind} {namespace}/{name}"
+        result: Manifest | None = await self._call(
+            "GET",
+            what,
+            self._dynamic.get(
+                resource, name=name, namespace=namespace, serialize=False, _request_timeout=self._timeout_s
+            ),
+        )
+        if not isinstance(result, dict) or result.get("kind") == "Status":
+            return None  # e.g. a Status body for a deleted object
+        if not (result.get("metadata") or {}).get("name"):
+            return None
+        return result
 
     async def list(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[Manifest]:
         """Objects of a kind in a namespace; an unserved kind (CRD not installed) lists as empty."""
-        path = collection_path(api_version, kind, namespace)
-        status, data = await self._request("GET", path + "?" + urlencode({"labelSelector": label_selector}))
-        if status == 404 or not data:
+        resource = await self._resource(api_version, kind)
+        if resource is None:
             return []
-        items: list[Manifest] = data.get("items") or []
+        assert self._dynamic is not None
+        data = await self._call(
+            "GET",
+            f"{kind} in {namespace}",
+            self._dynamic.get(
+                resource,
+                namespace=namespace,
+                label_selector=label_selector,
+                serialize=False,
+                _request_timeout=self._timeout_s,
+            ),
+        )
+        items: list[Manifest] = (data or {}).get("items") or []
         for item in items:  # list items omit apiVersion/kind
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
@@ -122,28 +207,67 @@ class KubeClient:
 
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete (background propagation); an already absent object is not an error."""
-        path = object_path(api_version, kind, namespace, name) + "?propagationPolicy=Background"
-        await self._request("DELETE", path)
+        resource = await self._resource(api_version, kind)
+        if resource is None:
+            return
+        assert self._dynamic is not None
+        with contextlib.suppress(NotFoundError):
+            await self._call(
+                "DELETE",
+                f"{kind} {namespace}/{name}",
+                self._dynamic.delete(
+                    resource,
+                    name=name,
+                    namespace=namespace,
+                    propagation_policy="Background",
+                    serialize=False,
+                    _request_timeout=self._timeout_s,
+                ),
+            )
 
     async def apply(self, manifest: Manifest) -> Manifest:
         """Server-side apply (create or update), owning every field we render, forcing conflicts."""
         meta = manifest["metadata"]
-        path = object_path(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
-        body = json.dumps(manifest).encode()  # JSON is YAML: valid apply-patch+yaml
-        status, data = await self._request(
+        what = f"{manifest['kind']} {meta['namespace']}/{meta['name']}"
+        resource = await self._resource(manifest["apiVersion"], manifest["kind"])
+        if resource is None:
+            raise ApiError(404, "PATCH", what, f"{manifest['apiVersion']} {manifest['kind']} is not served")
+        assert self._dynamic is not None
+        result: Manifest | None = await self._call(
             "PATCH",
-            f"{path}?fieldManager={FIELD_MANAGER}&force=true",
-            body,
-            "application/apply-patch+yaml",
+            what,
+            self._dynamic.server_side_apply(
+                resource,
+                body=manifest,
+                name=meta["name"],
+                namespace=meta["namespace"],
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,  # ?force=True (the API server parses Go booleans)
+                serialize=False,
+                _request_timeout=self._timeout_s,
+            ),
         )
-        if status == 404:
-            raise ApiError(404, "PATCH", path, json.dumps(data))
-        result: Manifest = data
+        if result is None:
+            raise ApiError(404, "PATCH", what, "not found")
         return result
 
     async def patch_status(
         self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]
     ) -> None:
-        path = object_path(api_version, kind, namespace, name) + "/status"
-        body = json.dumps({"status": status}).encode()
-        await self._request("PATCH", path, body, "application/merge-patch+json")
+        resource = await self._resource(api_version, kind)
+        if resource is None:
+            raise ApiError(404, "PATCH", f"{kind} {namespace}/{name}/status", "kind not served")
+        assert self._dynamic is not None
+        await self._call(
+            "PATCH",
+            f"{kind} {namespace}/{name}/status",
+            self._dynamic.patch(
+                resource.subresources["status"],
+                body={"status": status},
+                name=name,
+                namespace=namespace,
+                content_type="application/merge-patch+json",
+                serialize=False,
+                _request_timeout=self._timeout_s,
+            ),
+        )

@@ -16,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from smetric.operator.client import PLURALS, ApiError, Credentials, KubeClient
+from smetric.operator.client import CHILD_KINDS, ApiError, Credentials, KubeClient
 from smetric.operator.meta import (
     API_VERSION,
     FIELD_MANAGER,
@@ -27,7 +27,7 @@ from smetric.operator.meta import (
     POOL_LABEL,
     VERSION,
 )
-from smetric.operator.reconcile import CHILD_KINDS, ChildApplyError, reconcile
+from smetric.operator.reconcile import ChildApplyError, reconcile
 
 
 @dataclass
@@ -116,10 +116,10 @@ def build_registry(state: OperatorState) -> kopf.OperatorRegistry:
 
     for api_version, kind in CHILD_KINDS:
         group, _, version = api_version.rpartition("/")
-        kopf.on.event(
-            group,
-            version,
-            PLURALS[(api_version, kind)],
+        kopf.on.event(  # kopf discovers the plural; an unserved kind (CRD absent) is skipped
+            group=group,
+            version=version,
+            kind=kind,
             labels={MANAGED_BY_LABEL: FIELD_MANAGER},
             registry=registry,
             id=f"child-{kind.lower()}",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from smetric.operator.client import PLURALS, ApiError, KubeClient
+from smetric.operator.client import CHILD_KINDS, ApiError, KubeClient
 from smetric.operator.meta import (
     API_VERSION,
     FIELD_MANAGER,
@@ -27,8 +27,6 @@ from smetric.operator.meta import (
 from smetric.operator.render import render_children
 from smetric.operator.spec import InvalidSpecError, parse_spec
 from smetric.operator.status import invalid_status, now_rfc3339, pool_status
-
-CHILD_KINDS: tuple[tuple[str, str], ...] = tuple(k for k in PLURALS if k != (API_VERSION, KIND))
 
 
 class ChildApplyError(RuntimeError):
