@@ -49,6 +49,8 @@ class HostileEngine:
     runner: web.AppRunner | None = None
     huge: bytes = b""
     scrapes: int = 0
+    last_scrape: float = 0.0
+    worst_scrape_gap_s: float = 0.0  # the longest time between two scrapes (reset by the faults)
 
     @property
     def address(self) -> str:
@@ -70,6 +72,10 @@ class HostileEngine:
 
     async def _metrics(self, _: web.Request) -> web.Response:
         self.scrapes += 1
+        now = time.monotonic()
+        if self.last_scrape:
+            self.worst_scrape_gap_s = max(self.worst_scrape_gap_s, now - self.last_scrape)
+        self.last_scrape = now
         if self.mode == "nan":
             return web.Response(
                 text=GOOD_METRICS.replace(

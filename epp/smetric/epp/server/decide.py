@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from smetric.core.costmodel import CostModel
 from smetric.core.names import ROLE_DECODE, ROLE_PREFILL
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex
+from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex, PromptKey
 from smetric.epp.parse.errors import RequestError
 from smetric.epp.server.tier_facts import TierFacts
 from smetric.policy.framework import NoEndpointError, Router
@@ -136,9 +136,11 @@ class Picker:
         prompt_text: str,
         token_ids: Sequence[int] = (),
         subset_ips: frozenset[str] | None = None,
+        key: PromptKey | None = None,
     ) -> Pick:
         """Choose endpoints and record the dispatch in the ledger. Raises :class:`RequestError`
-        (503 no endpoint, 429 shed)."""
+        (503 no endpoint, 429 shed). ``key``: the prompt's index key when the caller computed it
+        already (the servicer does, off the event loop, for large bodies)."""
         endpoints: Sequence[EndpointInfo] = self.source.ready_endpoints()
         if subset_ips is not None:
             endpoints = [ep for ep in endpoints if ep.ip.strip("[]") in subset_ips]
@@ -146,7 +148,8 @@ class Picker:
             raise RequestError(
                 503, "no ready endpoint" + (" in the subset hint" if subset_ips is not None else "")
             )
-        key = self.index.key(prompt_text, token_ids or None)
+        if key is None:
+            key = self.index.key(prompt_text, token_ids or None)
         if key.token_ids and request.prompt_tokens > 0 and key.prompt_tokens != request.prompt_tokens:
             # A tokenizing (precise) index knows the real length: use it, and scale the chars/4
             # estimate of est_hit by the same factor so c[i] and est_hit share units.

@@ -12,9 +12,19 @@ global body budget (:class:`~smetric.epp.server.guard.BodyBudget`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from smetric.epp.contracts import PromptKey
 from smetric.epp.parse.body import ParsedBody, parse_body
+
+Keyer = Callable[[ParsedBody], tuple[str, PromptKey]]
+
+
+def _parse_and_key(body: bytes | bytearray, path: str, keyer: Keyer) -> tuple[ParsedBody, str, PromptKey]:
+    parsed = parse_body(body, path)
+    text, key = keyer(parsed)
+    return parsed, text, key
 
 
 class ParseOffload:
@@ -23,12 +33,16 @@ class ParseOffload:
         self._pool: ThreadPoolExecutor | None = None  # made on first use (most bodies never need it)
         self.parsed = 0
 
-    async def parse(self, body: bytes | bytearray, path: str) -> ParsedBody:
+    async def parse(
+        self, body: bytes | bytearray, path: str, keyer: Keyer
+    ) -> tuple[ParsedBody, str, PromptKey]:
+        """Parse, then ``keyer(parsed)`` -> (the prompt text the index sees, its index key): the
+        key of a long prompt (hashing, tokenizing) is the other big cost of a large body."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="epp-parse")
         loop = asyncio.get_running_loop()
         self.parsed += 1
-        return await loop.run_in_executor(self._pool, parse_body, body, path)
+        return await loop.run_in_executor(self._pool, _parse_and_key, body, path, keyer)
 
     def close(self) -> None:
         if self._pool is not None:

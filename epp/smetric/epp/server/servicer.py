@@ -33,6 +33,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 
 from smetric.core.views import RequestView
+from smetric.epp.contracts import PromptKey
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.parse.body import ParsedBody, parse_body
 from smetric.epp.parse.errors import RequestError
@@ -142,8 +143,18 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         on carries no bytes (they are in ``st.body``) and ``_decide`` uses ``st.preparsed``."""
         self._absorb(st, m.request_body.body)
         path = st.headers.path if st.headers is not None else ""
-        st.preparsed = await self.offload.parse(st.body, path)
+        st.preparsed, st.pretext, st.prekey = await self.offload.parse(st.body, path, self._index_key)
         return ep.ProcessingRequest(request_body=ep.HttpBody(end_of_stream=m.request_body.end_of_stream))
+
+    def _prompt_text(self, parsed: ParsedBody) -> str:
+        """What the prefix index sees: the engines' chat rendering when known, else ours."""
+        if self.renderer is not None and parsed.messages:
+            return self.renderer.render_chat(parsed.messages)
+        return parsed.prompt_text
+
+    def _index_key(self, parsed: ParsedBody) -> tuple[str, PromptKey]:
+        text = self._prompt_text(parsed)
+        return text, self.picker.index.key(text, parsed.token_ids or None)
 
     def _absorb(self, st: StreamState, chunk: bytes) -> None:
         """Buffer one body chunk within the per-request limit (413) and the global budget (503)."""
@@ -278,12 +289,11 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             tpot_slo_s=h.tpot_slo_s,
             sheddable=h.sheddable,
         )
-        text = ""
-        if parsed is not None:
-            text = parsed.prompt_text
-            if self.renderer is not None and parsed.messages:
-                text = self.renderer.render_chat(parsed.messages)
-        pick = self.picker.pick(view, text, parsed.token_ids if parsed else (), st.subset)
+        if st.prekey is not None:  # parsed and keyed on the worker pool
+            text, key = st.pretext, st.prekey
+        else:
+            text, key = (self._prompt_text(parsed) if parsed is not None else ""), None
+        pick = self.picker.pick(view, text, parsed.token_ids if parsed else (), st.subset, key=key)
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
         if self.settings.response_observer:
             self._awaiting[st.ledger_id] = st

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from smetric.epp.contracts import PromptKey
 from smetric.epp.parse.body import ParsedBody
 from smetric.epp.parse.headers import RequestHeaders
 from smetric.epp.parse.usage import UsageReader
@@ -24,7 +25,9 @@ class StreamState:
         "observer_timer",
         "parsed",
         "pick",
+        "prekey",
         "preparsed",
+        "pretext",
         "req_mode",
         "reserved",
         "resp_mode",
@@ -43,6 +46,8 @@ class StreamState:
         self.body = bytearray()
         self.parsed: ParsedBody | None = None
         self.preparsed: ParsedBody | None = None  # parsed on the worker pool (large bodies)
+        self.pretext = ""  # ... the prompt text the index saw there
+        self.prekey: PromptKey | None = None  # ... and its index key
         self.reserved = 0  # bytes of the global body budget this stream holds
         self.ledger_id = ""  # the picker's own request id (ledger and observer key)
         self.pick: Pick | None = None
