@@ -10,9 +10,11 @@ import ssl
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+from epp_harness import serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from smetric.epp.flags import build_parser, ignored_upstream_flags, render_args
@@ -20,6 +22,8 @@ from smetric.epp.server.tls import TlsError, load_cert_dir, self_signed, server_
 
 # What GIE's config/charts/inferencepool/templates/epp-deployment.yaml renders (1 replica, default
 # values, plus the chart's `inferenceExtension.flags` map entries as `--key value` pairs).
+__all__ = ["serve"]  # the fixture, imported for pytest
+
 UPSTREAM_ARGS = [
     "--pool-name", "pool", "--pool-namespace", "team-a",
     "--zap-encoder", "json", "--config-file", "CONFIG",
@@ -126,3 +130,27 @@ async def test_the_picker_starts_with_the_upstream_chart_arguments(tmp_path: Pat
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+async def test_decision_log_line_switches_at_runtime(serve: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """One line per decision (request id, reason, endpoint, ranked candidates), off by default and
+    switched at runtime (SIGUSR1 calls toggle_decision_log)."""
+    import logging
+
+    from epp_harness import BASE_HEADERS, body_msgs, build, chat, exchange, headers_msg
+
+    from smetric.epp.obs.logging import DECISION_LOGGER, set_decision_log, toggle_decision_log
+
+    servicer, *_ = build()
+    stub = await serve(servicer)
+    caplog.set_level(logging.INFO, logger="smetric.epp")
+    set_decision_log(False)
+    await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+    assert not [r for r in caplog.records if r.name == DECISION_LOGGER]
+    assert toggle_decision_log() is True
+    await exchange(stub, [headers_msg({**BASE_HEADERS, "x-request-id": "r2"}), *body_msgs(chat())])
+    (line,) = [r for r in caplog.records if r.name == DECISION_LOGGER]
+    fields = line.__dict__
+    assert line.getMessage() == "routed" and fields["request_id"] == "r2" and fields["reason"]
+    assert fields["destination"] == fields["ranked"][0] and len(fields["ranked"]) >= 2
+    assert toggle_decision_log() is False
