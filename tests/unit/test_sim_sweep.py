@@ -131,3 +131,18 @@ def test_regime_map_writes_cells_and_heat_map(tmp_path: Path) -> None:
     assert {r["regime"] for r in doc["results"]} == {"default", "tier-none"}
     assert [r["name"] for r in doc["config"]["regimes"]] == ["default", "tier-none"]
     assert png.stat().st_size > 10_000
+
+
+def test_extensions_go_up_until_the_drop_and_down_when_the_peak_is_the_lowest_rate() -> None:
+    from smetric.sim.sweep import RunKey, Setting, SweepSpec, WorkloadSpec, extensions
+
+    setting = Setting("", WorkloadSpec("t"), SimConfig(instances=2))
+    spec = SweepSpec((setting,), ("a", "b"), (1.0, 2.0, 3.0), seeds=(0,))
+    tps = {"a": {1.0: 100, 2.0: 200, 3.0: 190}, "b": {1.0: 300, 2.0: 200, 3.0: 100}}
+    done = {RunKey("", p, 0, m): row(p, 0, m, v) for p, c in tps.items() for m, v in c.items()}
+    nxt = {t.key.policy: t.key.rate_multiplier for t in extensions(spec, done)}
+    assert nxt == {"a": 4.0, "b": 0.6}  # a: not 20 % below its peak yet; b: peak at the lowest rate
+    done[RunKey("", "a", 0, 4.0)] = row("a", 0, 4.0, 150)  # now 25 % below the peak
+    done[RunKey("", "b", 0, 0.6)] = row("b", 0, 0.6, 250)
+    assert extensions(spec, done) == []
+    assert extensions(SweepSpec((setting,), ("a",), (1.0, 2.0, 3.0), extend_past_knee=False), done) == []
