@@ -1,8 +1,10 @@
-"""Envoy bootstrap for the Endpoint Picker Protocol, generated in code (plain dicts, checked by
-``envoy --mode validate`` in the tests).
+"""Envoy bootstrap for the Endpoint Picker Protocol, generated in code (dicts in Envoy's JSON form,
+parsed into envoy-data-plane's typed ``Bootstrap`` message on every build, so a misspelt field
+raises ``BootstrapError`` at build time; ``envoy --mode validate`` in the tests checks the rest).
 
 listener -> HCM -> ext_proc (picker cluster, h2c) -> router -> ``ORIGINAL_DST`` cluster that
-routes to the address in ``x-gateway-destination-endpoint`` (the picker's header). Optionally a
+routes to the address in ``x-smetric-destination-primary`` (the picker's primary; the protocol's
+``x-gateway-destination-endpoint`` carries the whole list, which ORIGINAL_DST cannot parse). Optionally a
 second listener routes straight to one backend without the picker (the bench's baseline).
 """
 
@@ -18,6 +20,7 @@ from smetric.epp.envoy.hardening import (
     retry_policy,
     scrub_filter,
 )
+from smetric.epp.envoy.typed import typed_bootstrap
 from smetric.epp.server.guard import INFERENCE_PATHS
 
 DEST_HEADER = "x-gateway-destination-endpoint"
@@ -331,7 +334,9 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
         host, port = o.direct_backend.rsplit(":", 1)
         listeners.append(_listener("direct", o.listen_host, o.direct_port, [], "direct_backend", o))
         clusters.append(_static_cluster("direct_backend", host, int(port), o.connect_timeout_s, h2=False))
-    return {
+    config = {
         "admin": {"address": _socket("127.0.0.1", o.admin_port)},
         "static_resources": {"listeners": listeners, "clusters": clusters},
     }
+    typed_bootstrap(config)  # envoy-data-plane's typed messages: a misspelt field fails here
+    return config
