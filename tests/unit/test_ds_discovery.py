@@ -72,6 +72,7 @@ async def test_static_discovery_pushes_once() -> None:
     await d.start(seen.append)
     await d.stop()
     assert [[e.address for e in s] for s in seen] == [["10.0.0.1:8000"]]
+    assert d.synced  # a fixed list is complete: the picker is ready at once
 
 
 def _pool(labels: dict[str, str], ports: list[int]) -> dict[str, Any]:
@@ -141,9 +142,11 @@ async def test_kubernetes_watch_follows_pool_and_pods(kmock: Any) -> None:
 
     seen: list[list[str]] = []
     d = KubeDiscovery("pool", "ns", kv_events_port=5557, api_client=factory, resync_s=30, retry_s=0.1)
+    assert not d.synced
     await d.start(lambda eps: seen.append([f"{e.address}/{e.role}" for e in eps]))
     try:
         assert seen[0] == ["10.1.0.1:8000/prefill"]
+        assert d.synced  # pool and pods listed: readiness (issue 16 item 3)
         # a new Ready pod appears
         await kmock.post(pods, json=_pod("b", "10.1.0.2", {"app": "vllm"}))
         await _until(lambda: seen[-1] == ["10.1.0.1:8000/prefill", "10.1.0.2:8000/prefill-decode"], "pod b")
@@ -187,5 +190,20 @@ async def test_kubernetes_pool_selector_change_and_missing_pool(kmock: Any) -> N
         await _until(lambda: seen[-1] == ["10.1.0.2:8000"], "selector changed")
         await kmock.delete(f"{pools}/pool")
         await _until(lambda: seen[-1] == [], "pool deleted")
+    finally:
+        await d.stop()
+
+
+async def test_kubernetes_discovery_is_not_synced_while_the_api_is_down() -> None:
+    """Readiness stays NOT_SERVING until a first complete listing; liveness does not care."""
+
+    async def factory() -> client.ApiClient:
+        return client.ApiClient(client.Configuration(host="http://127.0.0.1:1"))
+
+    d = KubeDiscovery("pool", "ns", api_client=factory, resync_s=30, retry_s=0.1)
+    seen: list[Sequence[EndpointInfo]] = []
+    await d.start(seen.append)
+    try:
+        assert not d.synced and seen == [()]
     finally:
         await d.stop()

@@ -324,3 +324,46 @@ def test_deploy_guide_and_kind_script_agree_on_versions() -> None:
     ):
         assert step in guide, step
     assert "kind-emulator.yaml" in script and "/v1/chat/completions" in script
+
+
+# vLLM v0.32.0 engine arguments the renderer and the samples use
+# (https://docs.vllm.ai/en/v0.32.0/configuration/engine_args.html; protocols.md records the
+# KV-events and KV-transfer flags seen on a real 0.32 engine).
+VLLM_FLAGS = {
+    "--port",
+    "--served-model-name",
+    "--tensor-parallel-size",
+    "--data-parallel-size",
+    "--block-size",
+    "--max-model-len",
+    "--kv-cache-dtype",
+    "--gpu-memory-utilization",
+    "--enable-prefix-caching",
+    "--enable-chunked-prefill",
+    "--kv-events-config",
+    "--kv-transfer-config",
+}
+# llm-d pd-sidecar options (llm-d-inference-scheduler cmd/pd-sidecar, pkg/sidecar options).
+SIDECAR_FLAGS = {"--port", "--vllm-port", "--data-parallel-size", "--kv-connector", "--secure-proxy"}
+# mooncake_master flags (protocols.md, Mooncake store deployment guide).
+MOONCAKE_FLAGS = {
+    "--rpc_port",
+    "--rpc_address",
+    "--enable_http_metadata_server",
+    "--http_metadata_server_port",
+    "--metrics_port",
+    "--eviction_high_watermark_ratio",
+}
+
+
+@pytest.mark.parametrize("sample", ["colocated-qwen3-coder-30b", "disaggregated-qwen3-235b"])
+def test_every_rendered_flag_is_one_the_pinned_images_know(
+    sample: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs, _ = _render_file(ROOT / "manifests" / "samples" / f"{sample}.yaml", capsys)
+    for _, pod in _pods(docs):
+        for c in pod["containers"] + pod.get("initContainers", []):
+            flags = {a.split("=", 1)[0] for a in c.get("args", []) if a.startswith("--")}
+            known = {"vllm": VLLM_FLAGS, "routing-sidecar": SIDECAR_FLAGS, "mooncake-master": MOONCAKE_FLAGS}
+            if c["name"] in known:
+                assert flags <= known[c["name"]], (c["name"], flags - known[c["name"]])
