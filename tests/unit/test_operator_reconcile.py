@@ -25,10 +25,13 @@ class FakeApi:
         self.applied: list[str] = []
         self.deleted: list[str] = []
         self.statuses: list[dict[str, Any]] = []
+        self.pools: list[dict[str, Any]] = []
 
     async def list(
         self, api_version: str, kind: str, namespace: str, label_selector: str
     ) -> list[dict[str, Any]]:
+        if kind == "SMetricPool":  # the route-conflict check lists the namespace's pools
+            return [copy.deepcopy(p) for p in self.pools]
         assert "smetric.io/pool=p" in label_selector
         return [copy.deepcopy(o) for (v, k, _), o in self.objects.items() if (v, k) == (api_version, kind)]
 
@@ -250,3 +253,32 @@ async def test_ready_needs_the_gateway_to_accept_the_route_and_the_pool() -> Non
     rejected = await run(api, pool(raw))
     assert rejected.status["phase"] == "Degraded"
     assert rejected.status["selector"] == "smetric.io/pool=p,app.kubernetes.io/component=model-server"
+
+
+async def test_two_pools_on_one_gateway_and_path_are_flagged() -> None:
+    """issue 16 item 9: routes that would catch each other's traffic make the pool Degraded."""
+    api = FakeApi()
+    raw = {**SPEC, "gateway": {"parentRef": {"name": "gw"}}}
+    api.pools = [
+        {
+            "metadata": {"name": "q"},
+            "spec": {
+                "model": {"name": "other"},
+                "topology": {"replicas": 1},
+                "gateway": {"parentRef": {"name": "gw"}},
+            },
+        }
+    ]
+    outcome = await run(api, pool(raw))
+    degraded = next(c for c in outcome.status["conditions"] if c["type"] == "Degraded")
+    assert outcome.status["phase"] == "Degraded" and degraded["reason"] == "RouteConflict"
+    assert "SMetricPool q" in degraded["message"] and "matchModelHeader" in degraded["message"]
+    # Both matching the model header for different models: told apart, no conflict.
+    api.pools[0]["spec"]["gateway"]["matchModelHeader"] = True
+    raw["gateway"] = {"parentRef": {"name": "gw"}, "matchModelHeader": True}
+    fine = await run(api, pool(raw))
+    assert next(c for c in fine.status["conditions"] if c["type"] == "Degraded")["status"] == "False"
+    # Distinct paths: no conflict either.
+    api.pools[0]["spec"]["gateway"] = {"parentRef": {"name": "gw"}, "path": "/b"}
+    raw["gateway"] = {"parentRef": {"name": "gw"}, "path": "/a"}
+    assert (await run(api, pool(raw))).status["phase"] != "Degraded"

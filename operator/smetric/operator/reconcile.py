@@ -25,6 +25,7 @@ from smetric.operator.meta import (
     key_of,
 )
 from smetric.operator.render import render_children
+from smetric.operator.routes import route_conflicts
 from smetric.operator.spec import InvalidSpecError, parse_spec
 from smetric.operator.status import invalid_status, now_rfc3339, pool_status
 
@@ -102,6 +103,10 @@ async def reconcile(
         deleted.append(f"{key[1]}/{key[2]}")
 
     has_route = any(child["kind"] == "HTTPRoute" for child in rendered)
+    conflicts: list[str] = []
+    if has_route:  # another pool's route on the same Gateway and path would take this one's traffic
+        others = await api.list(API_VERSION, KIND, pool.namespace, "")
+        conflicts = route_conflicts(pool.name, pool.namespace, spec, others)
     status = pool_status(
         pool.name,
         rendered,
@@ -112,6 +117,7 @@ async def reconcile(
         failed,
         gateway=gateway_objects if has_route else None,
         gateway_name=spec.gateway.parent_ref.name if spec.gateway is not None else None,
+        route_conflicts=conflicts,
     )
     if status != dict(old_status):
         await api.patch_status(API_VERSION, KIND, pool.namespace, pool.name, status)

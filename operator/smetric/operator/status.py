@@ -73,9 +73,13 @@ def _failed(deployment: Manifest) -> str | None:
     return None
 
 
-def _degraded_reason(failures: Sequence[str], apply_failures: Sequence[str]) -> str:
+def _degraded_reason(
+    failures: Sequence[str], apply_failures: Sequence[str], route_conflicts: Sequence[str] = ()
+) -> str:
     if apply_failures:
         return "ApplyFailed"
+    if route_conflicts:
+        return "RouteConflict"
     return "DeploymentFailure" if failures else "Healthy"
 
 
@@ -132,6 +136,7 @@ def pool_status(
     apply_failures: Sequence[str] = (),
     gateway: Mapping[str, Manifest | None] | None = None,
     gateway_name: str | None = None,
+    route_conflicts: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Status from the rendered Deployments and their live objects (``observed`` by name; None = absent).
 
@@ -162,6 +167,7 @@ def pool_status(
         if failure:
             failures.append(failure)
     failures += [f"apply failed: {f}" for f in apply_failures]
+    failures += list(route_conflicts)
     gateway_status: dict[str, Any] = {}
     gateway_ok, gateway_message = True, ""
     if gateway is not None:
@@ -196,7 +202,10 @@ def pool_status(
         ),
         Condition("Progressing", not all_ready, "Rollout" if not all_ready else "Stable", ", ".join(waiting)),
         Condition(
-            "Degraded", bool(failures), _degraded_reason(failures, apply_failures), "; ".join(failures)
+            "Degraded",
+            bool(failures),
+            _degraded_reason(failures, apply_failures, route_conflicts),
+            "; ".join(failures),
         ),
     ]
     if gateway is not None:
