@@ -164,3 +164,4 @@ def test_split_accounting_prefers_the_modelled_engine_time() -> None:
     assert e2e == pytest.approx(ttft + 0.11)
     s = summarise([r], 0, SLO, TS, [], None)
     assert s.emulator_overhead_ms == pytest.approx(40.0) and s.router_overhead_ms == pytest.approx(30.0)
+    assert s.engine_ttft_mean_s == pytest.approx(0.5)  # the modelled engine TTFT

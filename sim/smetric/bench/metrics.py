@@ -61,9 +61,9 @@ class Summary:
     usage_hit_ratio: float  # sum of usage.cached_tokens / prompt tokens (client side cross-check)
     imbalance_mean: float
     imbalance_max: float
-    engine_ttft_mean_s: (
-        float  # the engines' own TTFT histogram mean (model s): routing quality without router cost
-    )
+    # the engines' own mean TTFT (model s): routing quality without router cost; the modelled
+    # engine TTFT the emulator reports per request, else its TTFT histogram mean / time scale
+    engine_ttft_mean_s: float
     router_overhead_ms: float  # mean (client TTFT - server TTFT) per request, wall milliseconds
     router_share_of_e2e: float  # that overhead / mean client end-to-end latency
     engine_unfinished_at_end: float = float("nan")  # running + waiting on the engines after the replay
@@ -231,7 +231,9 @@ def summarise(
         usage_hit_ratio=usage_hit,
         imbalance_mean=imb_mean,
         imbalance_max=imb_max,
-        engine_ttft_mean_s=counters.mean_server_ttft_s / time_scale if counters is not None else float("nan"),
+        engine_ttft_mean_s=float(np.mean([r.outcome.engine_ttft_model_s for r in modelled]))
+        if modelled
+        else (counters.mean_server_ttft_s / time_scale if counters is not None else float("nan")),
         router_overhead_ms=overhead_ms,
         router_share_of_e2e=share,
         engine_unfinished_at_end=engine_unfinished_at_end,
