@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from smetric.bench.compare import average_ranks, kendall_tau_b, sim_knee_scores, spearman
+from smetric.bench.compare import average_ranks, kendall_tau_b, sim_scores, spearman
 from smetric.bench.metrics import Summary
 from smetric.bench.report import PolicyResult
 from smetric.bench.sweep import (
@@ -103,7 +103,7 @@ def test_rank_correlations() -> None:
     assert math.isnan(spearman([1.0], [1.0]))
 
 
-def test_sim_knee_scores_rank_at_the_first_rate_below_90_percent() -> None:
+def test_sim_scores_rank_by_peak_and_report_the_knee() -> None:
     rows = [
         {"policy": p, "rate_multiplier": m, "seed": s, "tps_within_slo": tps + s, "slo_attainment": att}
         for p, m, tps, att in [
@@ -111,17 +111,11 @@ def test_sim_knee_scores_rank_at_the_first_rate_below_90_percent() -> None:
             ("b", 2, 90, 0.95),
             ("a", 4, 150, 0.85),
             ("b", 4, 170, 0.88),
+            ("a", 8, 120, 0.5),
+            ("b", 8, 100, 0.4),
         ]
         for s in (0, 1)
     ]
     rows.append({"policy": "a", "rate_multiplier": 8, "tps_within_slo": None, "slo_attainment": None})
-    knee, scores = sim_knee_scores(rows, ["a", "b"])
+    knee, scores = sim_scores(rows, ["a", "b"])
     assert knee == 4 and scores == {"a": 150.5, "b": 170.5}
-
-
-def test_paired_difference_has_a_t_interval() -> None:
-    cells = [Cell(1.0, k, result("a", 10.0 + k, 0.9)) for k in range(3)]
-    cells += [Cell(1.0, k, result("b", 12.0 + 2 * k, 0.9)) for k in range(3)]
-    p = rows_of(cells, ["a", "b"], knee=None, past=None)[1].paired
-    assert p is not None and p["mean"] == pytest.approx(3.0)  # diffs 2, 3, 4
-    assert p["ci95"] == pytest.approx(4.303 * 1.0 / math.sqrt(3))
