@@ -119,3 +119,15 @@ def test_sim_scores_rank_by_peak_and_report_the_knee() -> None:
     rows.append({"policy": "a", "rate_multiplier": 8, "tps_within_slo": None, "slo_attainment": None})
     knee, scores = sim_scores(rows, ["a", "b"])
     assert knee == 4 and scores == {"a": 150.5, "b": 170.5}
+
+
+def test_markdown_rows_have_as_many_cells_as_the_header() -> None:
+    from smetric.bench.rowreport import rows_markdown
+
+    cells = [Cell(1.0, k, result(lab, 10.0 + k, 0.9)) for k in range(2) for lab in ("a", "b")]
+    failed = PolicyResult("c", "vllm-router", "c", "failed", "no binary")
+    lines = rows_markdown(
+        [*rows_of(cells, ["a", "b"], 1.0, None), aggregate([Cell(1.0, 0, failed)], 1.0, "c", "knee")]
+    )
+    counts = {line.count("|") for line in lines.splitlines()}
+    assert len(counts) == 1, lines

@@ -80,7 +80,7 @@ def rows_markdown(rows: Sequence[Row]) -> str:
             lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 10)
             continue
         lines.append(
-            lead + f"| {_pm(r, 'tps_within_slo', '.1f')} | {_pct_pm(r, 'slo_attainment')} "
+            lead + f"| {_pm(r, 'tps_within_slo', '.1f')} | {_paired(r)} | {_pct_pm(r, 'slo_attainment')} "
             f"| {_fmt(r.mean('tps_within_slo_all_scaled'), '.1f')} / {_pct(r.mean('slo_attainment_all_scaled'), ' ')} "
             f"| {_fmt(r.mean('ttft_p50_s'), '.2f')} / {_fmt(r.mean('ttft_p90_s'), '.2f')} "
             f"| {_fmt(r.mean('tpot_p50_s') * 1000, '.1f')} | {_fmt(r.mean('engine_ttft_mean_s'), '.2f')} "
