@@ -451,7 +451,7 @@ class Bench:
         if args.plot is not None:
             plot_title = (
                 f"smetric bench: EMULATED cluster, {self.preset.instances} x {args.preset}, time x{self.preset.time_scale:g}, "
-                f"tokens x{self.preset.token_scale:.4g}; {len(self.meta['seeds'])} seeds (bars: std); "
+                f"tokens x{self.preset.token_scale:.4g}; mean of {len(self.meta['seeds'])} seeds (bars: min-max); "
                 "latency = engine time scaled + router time unscaled"
             )
             plot_rows(args.plot, rows, plot_title, self.knee)

@@ -118,9 +118,17 @@ PANELS: tuple[tuple[str, str, float, str], ...] = (
 )
 
 
+def _range(row: Row, name: str, scale: float) -> tuple[float, float]:
+    """(min, max) over the row's seeds (the mean twice with one seed)."""
+    vals = [float(p[name]) * scale for p in row.per_seed if isinstance(p.get(name), int | float)]
+    vals = [v for v in vals if not math.isnan(v)]
+    mean = row.mean(name) * scale
+    return (min(vals), max(vals)) if vals else (mean, mean)
+
+
 def plot_rows(path: Path, rows: Sequence[Row], title: str, knee: float | None) -> None:
-    """One panel per metric against the arrival rate, one line per front end, error bars = std
-    over seeds; the legend sits below the panels, outside the data."""
+    """One panel per metric against the arrival rate, one line per front end (the mean over seeds),
+    error bars = min..max over seeds; the legend sits below the panels, outside the data."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -137,7 +145,11 @@ def plot_rows(path: Path, rows: Sequence[Row], title: str, knee: float | None) -
             mine = sorted((r for r in rows if r.label == lab and r.summary is not None), key=lambda r: r.rate)
             xs = [r.rate + (i - (len(labels) - 1) / 2) * dodge for r in mine]
             ys = [r.mean(name) * scale for r in mine]
-            es = [0.0 if math.isnan(r.spread(name)) else r.spread(name) * scale for r in mine]
+            lo, hi = zip(*(_range(r, name, scale) for r in mine), strict=True) if mine else ((), ())
+            es = [
+                [max(y - a, 0.0) for y, a in zip(ys, lo, strict=True)],
+                [max(b - y, 0.0) for y, b in zip(ys, hi, strict=True)],
+            ]
             ax.errorbar(xs, ys, yerr=es, marker=markers[i % len(markers)], capsize=3, label=lab,
                         linestyle="--" if lab.startswith("vllm-router") else "-")  # fmt: skip
         if name == "slo_attainment":
