@@ -1,9 +1,11 @@
 """``smetric bench --compare-sim``: the simulator's ranking of the same policies next to the bench's.
 
 The simulator runs as ``smetric simulate`` (a child process, so the two tools stay decoupled) on
-the same trace, the same instance count and preset, the same picker policies, the same seeds, and
-the same family sample (the bench's fraction of the trace's families at its knee, drawn with the
-same seed by the same ``subsample_families``). What cannot be the same: the simulator replays
+the same trace, the same instance count and preset, the same picker policies and seeds, and a
+family sample of the same fraction (the bench's share of the trace's families at its knee, drawn by
+``subsample_families`` with the same seeds -- not the same families: the simulator draws from all
+of the trace's families, the bench from those with a prompt that fits one instance). What cannot
+be the same: the simulator replays
 full-size prompts with a stationary open-loop arrival process over 20 + 20 simulated minutes,
 while the bench replays prompts x token scale from a cold start for a short window; the simulator
 has no model of vllm-router. The bench ranks the policies by mean TPS within SLO at its knee (the
