@@ -77,11 +77,14 @@ def test_credentials_from_kopf() -> None:
 
 async def test_round_trip() -> None:
     seen: list[tuple[str, str, str, str]] = []
+    discovery: list[str] = []
 
     async def handler(request: aiohttp.web.Request) -> aiohttp.web.Response:
         body = await request.text()
-        if request.method == "GET" and request.path in DISCOVERY:
-            return aiohttp.web.json_response(DISCOVERY[request.path])
+        path = request.path.rstrip("/") or "/"
+        if request.method == "GET" and path in DISCOVERY:
+            discovery.append(path)
+            return aiohttp.web.json_response(DISCOVERY[path])
         seen.append((request.method, request.path_qs, request.headers.get("Content-Type", ""), body))
         if request.method in ("GET", "DELETE") and request.path.endswith("/missing"):
             return aiohttp.web.json_response({"kind": "Status", "code": 404}, status=404)
@@ -116,8 +119,12 @@ async def test_round_trip() -> None:
             await api.delete("v1", "ConfigMap", "ns", "missing")  # absent: not an error
             with pytest.raises(ApiError, match="HTTP 403"):
                 await api.apply({**cm, "metadata": {"name": "forbidden", "namespace": "ns"}})
-            # A kind the server does not serve (its CRD is not installed): empty list, refused apply.
+            # A kind the server does not serve (its CRD is not installed): empty list, refused apply,
+            # answered from the /apis listing without re-running discovery.
+            before = len(discovery)
             assert await api.list("apps/v1", "Deployment", "ns", "a=b") == []
+            assert await api.list("networking.istio.io/v1", "DestinationRule", "ns", "a=b") == []
+            assert len(discovery) == before
             with pytest.raises(ApiError, match="HTTP 404"):
                 await api.apply(
                     {

@@ -113,6 +113,7 @@ class KubeClient:
         self._timeout_s = timeout_s
         self._api: k8s.ApiClient | None = None
         self._dynamic: DynamicClient | None = None
+        self._served: set[str] = set()  # groupVersions the server serves (one /apis request)
 
     async def __aenter__(self) -> KubeClient:
         self._api = k8s.ApiClient(self._creds.configuration(self._timeout_s))
@@ -120,6 +121,7 @@ class KubeClient:
             self._api.set_default_header(name, value)
         try:
             self._dynamic = await DynamicClient(self._api)
+            self._served = await self._served_group_versions()
         except ApiException as exc:
             await self._api.close()
             raise ApiError(exc.status or 0, "GET", "API discovery", str(exc.body or exc.reason)) from None
@@ -133,10 +135,32 @@ class KubeClient:
             await self._api.close()
         self._api = self._dynamic = None
 
+    async def _served_group_versions(self) -> set[str]:
+        assert self._api is not None
+        data = await self._api.call_api(
+            "/apis",
+            "GET",
+            header_params={"Accept": "application/json"},
+            response_types_map={200: "object"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _request_timeout=self._timeout_s,
+        )
+        served = {"v1"}
+        for group in (data or {}).get("groups") or []:
+            served |= {v.get("groupVersion") for v in group.get("versions") or [] if v.get("groupVersion")}
+        return served
+
     async def _resource(self, api_version: str, kind: str) -> Any | None:
-        """The discovered resource (plural, namespaced, subresources), None when not served."""
+        """The discovered resource (plural, namespaced, subresources), None when not served.
+
+        A group/version the server does not serve (CRD not installed: Istio, GKE, Prometheus
+        Operator kinds) is answered from the ``/apis`` listing made once per client, so it never
+        triggers the dynamic client's full re-discovery."""
         if self._dynamic is None:
             raise RuntimeError("KubeClient used outside `async with`")
+        if api_version not in self._served:
+            return None
         try:
             return await self._dynamic.resources.get(api_version=api_version, kind=kind)
         except ResourceNotFoundError:
