@@ -14,6 +14,7 @@ asyncio edition of ``kubernetes``), so nothing blocks kopf's event loop.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -55,15 +56,21 @@ class ApiError(RuntimeError):
 
 
 def _pem_file(data: bytes | str | None, path: str | None, suffix: str) -> str | None:
-    """A path for PEM material given inline (kopf's ``*_data``) or as a path."""
+    """A path for PEM material given inline (kopf's ``*_data``) or as a path. The file is named by
+    the content's hash (private, written once): repeated logins do not accumulate files."""
     if path:
         return path
     if not data:
         return None
     raw = data.encode() if isinstance(data, str) else data
-    fd, name = tempfile.mkstemp(prefix="smetric-operator-", suffix=suffix)
-    with os.fdopen(fd, "wb") as f:
-        f.write(raw)
+    name = os.path.join(
+        tempfile.gettempdir(), f"smetric-operator-{hashlib.sha256(raw).hexdigest()[:16]}{suffix}"
+    )
+    if not os.path.exists(name):
+        fd, tmp = tempfile.mkstemp(prefix="smetric-operator-", suffix=suffix)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, name)
     return name
 
 
