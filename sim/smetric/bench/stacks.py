@@ -5,6 +5,7 @@ router) that the replay's client talks to. Every process goes through the :class
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -49,8 +50,11 @@ def smetric_argv(command: str) -> list[str]:
 
 
 async def start_cluster(sup: Supervisor, spec: ClusterSpec) -> Cluster:
-    """``smetric emulate``: N instances on consecutive free ports, KV events on base + i."""
-    port = free_port_range(spec.instances)
+    """``smetric emulate``: N instances on consecutive free ports, KV events on base + i.
+
+    The search starts at a per-process offset so that two benches started at the same time on one
+    machine do not both pick the first free range (the ports are free when checked, not reserved)."""
+    port = free_port_range(spec.instances, start=20000 + (os.getpid() * 7919) % 30000)
     kv_port = free_port_range(spec.instances, start=port + spec.instances)
     argv = [
         *smetric_argv("emulate"),
