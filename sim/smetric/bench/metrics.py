@@ -26,6 +26,7 @@ the maximum over windows.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -139,7 +140,9 @@ def load_imbalance(samples: Sequence[LoadSample], window_s: float) -> tuple[floa
         arr = np.asarray(rows, dtype=np.float64)
         if np.isnan(arr).all():
             continue
-        per_instance = np.nanmean(arr, axis=0) if arr.shape[0] > 1 else arr[0]
+        with warnings.catch_warnings():  # an instance whose every scrape failed in the window: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            per_instance = np.nanmean(arr, axis=0) if arr.shape[0] > 1 else arr[0]
         per_instance = per_instance[~np.isnan(per_instance)]
         mean = float(per_instance.mean()) if per_instance.size else 0.0
         if mean > 0:
