@@ -87,8 +87,8 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
 
 def test_missing_envoy_is_a_clear_failure(tmp_path: Path) -> None:
     out = tmp_path / "b.json"
-    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", "round-robin",
-            "--duration", "20", "--envoy", "/nonexistent/envoy", "--json", str(out), "--log-dir", str(tmp_path)]  # fmt: skip
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", "round-robin", "--peer", "none",
+            "--rates", "1", "--seeds", "1", "--duration", "20", "--envoy", "/nonexistent/envoy", "--json", str(out), "--log-dir", str(tmp_path)]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     row = json.loads(out.read_text())["results"][0]

@@ -54,3 +54,25 @@ def test_rows_and_peers() -> None:
     assert observed[0].router == "envoy+smetric-epp (observer)" and observed[0].label == "smetric"
     with pytest.raises(BenchError, match="--response-path"):
         frontends(["smetric"], [], "", "sideways")
+
+
+def test_peer_defaults_rates_and_seeds() -> None:
+    parse = cli.build_parser().parse_args
+    quick = cli.resolve(parse(["--quick", "--json", "x"]))
+    assert quick.peers == ("vllm-router:cache_aware",) and quick.seeds == 2
+    assert cli.resolve(parse(["--json", "x"])).seeds == 3
+    assert cli.resolve(parse(["--quick", "--peer", "none", "--json", "x"])).peers == ()
+    assert cli.parse_rates(parse(["--rates", "2,1,1", "--json", "x"])) == (1.0, 2.0)
+    assert cli.parse_rates(parse(["--json", "x"])) == ()  # no rates: find the knee
+    for bad in (["--rates", "1,x"], ["--rates", "-1"], ["--rates", "1", "--rate", "2"]):
+        with pytest.raises(BenchError):
+            cli.resolve(parse([*bad, "--json", "x"]))
+    # the knee search starts at the same rate per instance for any cluster size
+    assert cli.resolve(parse(["--instances", "16", "--json", "x"])).rate == pytest.approx(2 * cli.FULL.rate)
+
+
+def test_families_follow_the_rate_unless_given() -> None:
+    preset = cli.QUICK
+    assert cli.families_for(560, preset, 1.0) == 60  # 1 family per model second x 60 s window
+    assert cli.families_for(50, preset, 1.0) == 50  # capped by the trace
+    assert cli.families_for(560, cli.replace(preset, sessions=7), 5.0) == 7
