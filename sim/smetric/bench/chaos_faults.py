@@ -84,26 +84,25 @@ async def picker_kill_and_restart(st: ChaosStack, quick: bool) -> list[Row]:
 
 
 async def endpoint_kill(st: ChaosStack, quick: bool) -> list[Row]:
-    # a long stream on engine0 (its session sticks there), cut by SIGKILL mid-response
-    home = await _session_on(st, "engine0")
-    long_req = asyncio.create_task(st.post(chat(home, 1, max_tokens=LONG_TOKENS), timeout_s=60))
-    await asyncio.sleep(1.0)
-    await st.kill("engine0")
+    # a long stream, cut by SIGKILL of the engine serving it mid-response
+    victim, long_req = await _long_stream(st, "kill", 60.0)
+    await st.kill(victim)
     cut = await long_req
+    i = int(victim.removeprefix("engine"))
     replies = await asyncio.gather(*(st.post(chat(f"kill-{i}", 0)) for i in range(12)))
     failed = [r for r in replies if r.status != 200 or r.error]
-    to_dead = [r for r in replies if r.served == st.endpoints[0]]
-    await st.restart_engine("engine0")
+    to_dead = [r for r in replies if r.served == st.endpoints[i]]
+    await st.restart_engine(victim)
     await st.wait_fresh()
-    back = await asyncio.gather(*(st.post(chat(f"back-{i}", 0)) for i in range(9)))
-    served_back = sum(1 for r in back if r.served == st.endpoints[0])
+    back = await asyncio.gather(*(st.post(chat(f"back-{n}", 0)) for n in range(9)))
+    served_back = sum(1 for r in back if r.served == st.endpoints[i])
     return [
         Row(
             "endpoint SIGKILL mid-stream",
             "the client sees an error, not a clean 200 end",
             f"{cut.status} from {_name(st, cut.served)}, first byte {cut.first_byte_s or 0:.2f} s: "
             f"{cut.error or 'clean end'} after {cut.elapsed_s:.2f} s",
-            cut.served == st.endpoints[0] and bool(cut.error),
+            cut.served == st.endpoints[i] and bool(cut.error),
         ),
         Row(
             "endpoint SIGKILL: new requests",
@@ -122,10 +121,9 @@ async def endpoint_kill(st: ChaosStack, quick: bool) -> list[Row]:
 
 async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
     idle = st.settings.stream_idle_timeout_s
-    home = await _session_on(st, "engine1")
-    long_req = asyncio.create_task(st.post(chat(home, 1, max_tokens=LONG_TOKENS), timeout_s=idle * 4))
-    await asyncio.sleep(1.0)  # streaming from engine1 now
-    st.signal("engine1", signal.SIGSTOP)
+    victim, long_req = await _long_stream(st, "stop", idle * 4)
+    i = int(victim.removeprefix("engine"))
+    st.signal(victim, signal.SIGSTOP)
     t_stop = time.monotonic()
     try:
         hung = await long_req
@@ -133,14 +131,14 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
         await asyncio.sleep(2.5)  # its scrapes fail: stale after --staleness-threshold-ms
         others = await asyncio.gather(*(st.post(chat(f"stop-{i}", 0)) for i in range(9)))
     finally:
-        st.signal("engine1", signal.SIGCONT)
-    avoid = sum(1 for r in others if r.status == 200 and r.served != st.endpoints[1])
+        st.signal(victim, signal.SIGCONT)
+    avoid = sum(1 for r in others if r.status == 200 and r.served != st.endpoints[i])
     return [
         Row(
             "endpoint SIGSTOP mid-stream",
             f"cut by the stream idle timeout ({idle:g} s here), reported as an error",
             f"{hung.status} from {_name(st, hung.served)}: {hung.error or 'clean end'} {cut_after:.1f} s after SIGSTOP",
-            hung.served == st.endpoints[1] and bool(hung.error) and cut_after < idle + 3.0,
+            hung.served == st.endpoints[i] and bool(hung.error) and cut_after < idle + 3.0,
         ),
         Row(
             "endpoint SIGSTOP: new requests",
@@ -149,6 +147,22 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
             avoid == len(others),
         ),
     ]
+
+
+async def _long_stream(st: ChaosStack, tag: str, timeout_s: float) -> tuple[str, asyncio.Task[Reply]]:
+    """A long streaming request, started; returns the engine serving it (once its first bytes
+    arrived) and the request's task."""
+    served: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    req = asyncio.create_task(
+        st.post(
+            chat(f"{tag}-{time.monotonic_ns()}", 1, max_tokens=LONG_TOKENS),
+            timeout_s=timeout_s,
+            served_to=served,
+        )
+    )
+    address = await asyncio.wait_for(served, 30.0)
+    await asyncio.sleep(0.5)  # well into the stream
+    return _name(st, address), req
 
 
 def _name(st: ChaosStack, served: str) -> str:
@@ -167,16 +181,6 @@ async def long_prefill(st: ChaosStack, quick: bool) -> list[Row]:
             r.status == 200 and not r.error,
         )
     ]
-
-
-async def _session_on(st: ChaosStack, engine: str) -> str:
-    """A session id whose first turn landed on ``engine`` (so its next turn sticks there)."""
-    address = st.endpoints[int(engine.removeprefix("engine"))]
-    for i in range(40):
-        sid = f"{engine}-home-{i}-{time.monotonic_ns()}"
-        if (await st.post(chat(sid, 0))).served == address:
-            return sid
-    return sid
 
 
 async def hostile_metrics(st: ChaosStack, quick: bool) -> list[Row]:

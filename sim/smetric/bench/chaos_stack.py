@@ -279,8 +279,10 @@ class ChaosStack:
         headers: dict[str, str] | None = None,
         path: str = "/v1/chat/completions",
         timeout_s: float = 30.0,
+        served_to: asyncio.Future[str] | None = None,
     ) -> Reply:
-        """One request; streams are read to the end (a cut stream is an error, not a 200)."""
+        """One request; streams are read to the end (a cut stream is an error, not a 200).
+        ``served_to`` gets the serving endpoint as soon as the response headers arrive."""
         assert self.session is not None
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         hdrs = {"content-type": "application/json", **(headers or {})}
@@ -292,6 +294,8 @@ class ChaosStack:
             async with asyncio.timeout(timeout_s):
                 async with self.session.post(self.url + path, data=data, headers=hdrs) as r:
                     status, served = r.status, r.headers.get("x-smetric-served-by", "")
+                    if served_to is not None and not served_to.done():
+                        served_to.set_result(served)
                     async for chunk in r.content.iter_any():
                         if first is None:
                             first = time.monotonic() - t0
