@@ -126,21 +126,36 @@ def bench_policy(
 
 def compare_policies(names: Sequence[str], quick: bool, reps: int = 3) -> list[dict[str, Any]]:
     """In-process decision latency of several policies at 32 and 128 endpoints, interleaved
-    (A, B, A, B, ...) so a loaded box slows them alike; the median over ``reps`` of each p50/p99.
+    request by request (each body is decided by every policy's own picker in turn, the order
+    rotating), so a loaded box slows them alike; the median over ``reps`` of each p50/p99.
     Every policy runs with ``globalFetchSPerToken`` set (7.9e-6 s/token: 96 KiB per token at
     100 Gb/s), so the global-tier parts of the policies are on the measured path."""
     bodies = decision_bodies(200 if quick else 1000)
+    parsed = [parse_body(b, "/v1/chat/completions") for b in bodies]
     out = []
     for n in (32, 128):
         samples: dict[str, list[dict[str, float]]] = {name: [] for name in names}
         for _ in range(reps):
+            pickers = {
+                name: make_picker(n, PolicySection(name=name, parameters={"globalFetchSPerToken": 7.9e-6}))
+                for name in names
+            }
+            times: dict[str, list[float]] = {name: [] for name in names}
+            for i, p in enumerate(parsed):
+                view = RequestView(f"r{i}", p.prompt_tokens, p.turn, p.est_hit_tokens)
+                for k in range(len(names)):
+                    name = names[(i + k) % len(names)]
+                    picker = pickers[name]
+                    t0 = time.perf_counter()
+                    picker.pick(view, p.prompt_text)
+                    times[name].append(time.perf_counter() - t0)
+                    picker.ledger.remove(f"r{i}")
             for name in names:
-                section = PolicySection(name=name, parameters={"globalFetchSPerToken": 7.9e-6})
-                samples[name].append(bench_policy(n, bodies, section))
+                samples[name].append(summary_ms(times[name][len(parsed) // 10 :]))
         for name in names:
             row: dict[str, Any] = {"endpoints": n, "policy": name}
-            for k in ("p50_ms", "p99_ms"):
-                row[k] = statistics.median(s[k] for s in samples[name])
+            for key in ("p50_ms", "p99_ms"):
+                row[key] = statistics.median(s[key] for s in samples[name])
             out.append(row)
     return out
 
