@@ -162,7 +162,8 @@ class ChaosStack:
         self.metrics_url = f"http://{HOST}:{metrics_port}/metrics"
         await self.start_picker()
         await self.start_envoy(grpc_port, pool)
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        if self.session is None:  # wait_fresh may have made it
+            self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
 
     async def start_picker(self) -> None:
         await self.sup.start("picker", self.picker_argv, env={"PYTHONHASHSEED": "0"})
