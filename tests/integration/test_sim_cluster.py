@@ -104,3 +104,13 @@ def test_a_lost_worker_is_replaced_and_its_runs_rerun(tmp_path: Path) -> None:
         assert remote.read_bytes() == local.read_bytes()
     finally:
         cluster.close()
+
+
+def test_regime_map_on_the_cluster_matches_local(tmp_path: Path) -> None:
+    _engine_or_skip()
+    a = [*args(tmp_path), "--regime-map", "--regimes", "default,kv-fp8", "--no-extend-past-knee"]
+    local, remote = tmp_path / "local.json", tmp_path / "cluster.json"
+    assert main([*a, "--workers", "1", "--json", str(local)]) == 0
+    assert main([*a, "--cluster", "local:2", "--json", str(remote)]) == 0
+    assert remote.read_bytes() == local.read_bytes()
+    assert {c["regime"] for c in json.loads(remote.read_text())["regime_map"]} == {"default", "kv-fp8"}
