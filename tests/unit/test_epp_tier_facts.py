@@ -115,3 +115,13 @@ def test_build_picker_wires_tier_facts_for_smetric_tiered_only() -> None:
     pick = picker.pick(RequestView("r1", 1000), "x" * 4000)
     assert picker.tier_facts.footprint.tokens(pick.destination, picker.clock()) > 0
     assert picker.tier_facts.index.size() > 0
+
+
+def test_facts_of_gives_node_and_footprint_per_address() -> None:
+    tf = TierFacts(GlobalTierIndex(16), footprint_window_s=30.0, clock=lambda: 5.0)
+    eps = (EndpointInfo("10.0.0.1:8000", node="n0"), EndpointInfo("10.0.0.2:8000"))
+    tf.dispatched(key((1,)), "10.0.0.1:8000", 100)
+    facts = tf.facts_of(eps)
+    assert facts("10.0.0.1:8000") == ("n0", 100.0)
+    assert facts("10.0.0.2:8000") == ("", 0.0)
+    assert facts("10.9.9.9:8000") == ("", 0.0)  # unknown address: no node, no footprint

@@ -107,8 +107,12 @@ class RouterCore:
         is_stale: Callable[[str], bool] | None = None,
         scraped_at_s: float | None = None,
         global_hit_tokens: int = 0,
+        tier: Callable[[str], tuple[str, float]] | None = None,
     ) -> list[EndpointSnapshot]:
         """One snapshot per address (the hot loop: every lookup bound once outside it).
+
+        ``tier`` (smetric-tiered only): ``address -> (node, session_kv_tokens)``, set in the same
+        pass so the snapshots are not built twice.
 
         An address without gauges is stale with zero load; ``is_stale`` (the source's own
         judgement, e.g. a failed last scrape) replaces the age check when given, else
@@ -129,6 +133,7 @@ class RouterCore:
         out: list[EndpointSnapshot] = []
         append = out.append
         for a in addresses:
+            node, session_kv = tier(a) if tier is not None else ("", 0.0)
             m = metrics_of(a)
             if m is None:
                 append(
@@ -141,6 +146,8 @@ class RouterCore:
                         stale=True,
                         global_hit_tokens=g,
                         queued_fetch_s=q_fetch(a, 0.0),
+                        node=node,
+                        session_kv_tokens=session_kv,
                     )
                 )
                 continue
@@ -162,6 +169,8 @@ class RouterCore:
                     stale=stale,
                     global_hit_tokens=g,
                     queued_fetch_s=q_fetch(a, 0.0),
+                    node=node,
+                    session_kv_tokens=session_kv,
                 )
             )
         return out

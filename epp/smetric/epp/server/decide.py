@@ -115,7 +115,11 @@ class Picker:
         return self.core.staleness_s
 
     def snapshots(
-        self, endpoints: Sequence[EndpointInfo], hits: dict[str, int], global_hit_tokens: int = 0
+        self,
+        endpoints: Sequence[EndpointInfo],
+        hits: dict[str, int],
+        global_hit_tokens: int = 0,
+        tier: Callable[[str], tuple[str, float]] | None = None,
     ) -> list[EndpointSnapshot]:
         """One snapshot per endpoint (:meth:`RouterCore.snapshots`)."""
         return self.core.snapshots(
@@ -125,6 +129,7 @@ class Picker:
             self.clock(),
             is_stale=self._source_is_stale,
             global_hit_tokens=global_hit_tokens,
+            tier=tier,
         )
 
     def has_capacity(self, s: EndpointSnapshot) -> bool:
@@ -158,10 +163,11 @@ class Picker:
                 request, prompt_tokens=key.prompt_tokens, est_hit_tokens=round(request.est_hit_tokens * scale)
             )
         hits = self.index.local_hits(key, [ep.address for ep in endpoints])
-        snaps = self.snapshots(endpoints, hits, self.core.global_hit(request))
         tier = self.tier_facts
-        if tier is not None:
-            snaps = tier.enrich(snaps, endpoints, key)
+        if tier is None:
+            snaps = self.snapshots(endpoints, hits, self.core.global_hit(request))
+        else:  # smetric-tiered: g from its global-tier index, node and footprint in the same pass
+            snaps = self.snapshots(endpoints, hits, tier.index.global_hit(key), tier.facts_of(endpoints))
         if self.core.shed(request, snaps):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
         if self.pd_router is not None:

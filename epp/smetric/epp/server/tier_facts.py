@@ -87,12 +87,26 @@ class GlobalTierIndex:
 class TierFacts:
     """Fills the snapshots' two-tier fields and learns from each dispatch."""
 
-    __slots__ = ("_clock", "footprint", "index")
+    __slots__ = ("_clock", "_nodes", "_nodes_of", "footprint", "index")
 
     def __init__(self, index: GlobalTierIndex, footprint_window_s: float, clock: Callable[[], float]) -> None:
         self.index = index
         self.footprint = FootprintTracker(footprint_window_s)
         self._clock = clock
+        self._nodes_of: Sequence[EndpointInfo] | None = None  # the endpoint list _nodes was built from
+        self._nodes: dict[str, str] = {}
+
+    def facts_of(self, endpoints: Sequence[EndpointInfo]) -> Callable[[str], tuple[str, float]]:
+        """``address -> (node, session_kv_tokens)`` for one decision (the router core's ``tier``)."""
+        if endpoints is not self._nodes_of:  # discovery hands out a new tuple on every change
+            self._nodes = {ep.address: ep.node for ep in endpoints}
+            self._nodes_of = endpoints
+        node_of, fp, now = self._nodes.get, self.footprint.tokens, self._clock()
+
+        def facts(address: str) -> tuple[str, float]:
+            return node_of(address, ""), fp(address, now)
+
+        return facts
 
     def enrich(
         self, snaps: list[EndpointSnapshot], endpoints: Sequence[EndpointInfo], key: PromptKey
