@@ -54,7 +54,12 @@ def _variant(name: str) -> tuple[str, TieredParams]:
 def _run(args: tuple[str, str, SimConfig, str, int, float, float]) -> dict[str, object]:
     trace, preset, cfg, variant, seed, mult, base = args
     policy, tiered = _variant(variant)
-    r = simulate(_work(trace, preset), policy, base * mult, replace(cfg, seed=seed, tiered=tiered))
+    r = simulate(
+        _work(trace, preset),
+        policy,
+        base * mult,
+        replace(cfg, seed=seed).with_params(tiered=tiered.model_dump(by_alias=True)),
+    )
     m = r.metrics
     return {
         "variant": variant,

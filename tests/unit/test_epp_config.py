@@ -8,6 +8,7 @@ import pytest
 
 from smetric.epp.config import ConfigError, load_config, parse_config, policy_params
 from smetric.policy import PolicyParams
+from smetric.policy.params import SMetricParams
 
 
 def test_defaults_are_smetric_with_paper_parameters() -> None:
@@ -24,7 +25,7 @@ def test_yaml_file_round_trip(tmp_path: Path) -> None:
     )
     cfg = load_config(f)
     assert cfg.policy.name == "lmetric" and cfg.pdDisaggregation.enabled and cfg.servedModels == ("qwen",)
-    assert policy_params(cfg).slack == 1.5
+    assert policy_params(cfg).get(SMetricParams).slack == 1.5
 
 
 @pytest.mark.parametrize(

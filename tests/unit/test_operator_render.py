@@ -18,6 +18,7 @@ from smetric.operator.meta import SPEC_HASH_ANNOTATION, PoolRef, spec_hash
 from smetric.operator.render import render_children, render_resource
 from smetric.operator.render_kv import lmcache_config_text
 from smetric.operator.spec import parse_spec
+from smetric.policy.params import SMetricParams
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.33.0"
@@ -586,7 +587,8 @@ def test_policy_config_is_accepted_by_the_picker(variant: str) -> None:
     params = policy_params(cfg)
     assert cfg.policy.name == "smetric"
     assert params.mode == ("disaggregated" if variant.startswith("disaggregated") else "colocated")
-    assert params.hit_ratio == 0.5 and params.slack == 1.0
+    own = params.get(SMetricParams)  # defaults: the rendered config sets no policy-owned key
+    assert own.hit_ratio == 0.5 and own.slack == 1.0
 
 
 def test_global_fetch_parameter_reaches_the_picker_config_only_with_a_global_tier() -> None:

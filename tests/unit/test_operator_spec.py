@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 import yaml
 
-from smetric.core.names import POLICY_NAMES
 from smetric.operator.spec import InvalidSpecError, SMetricPoolSpec, parse_spec, quantity_bytes
+from smetric.policy.registry import POLICY_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "smetricpools.smetric.io.yaml"
@@ -199,7 +199,7 @@ def test_defaults() -> None:
     spec = parse_spec(minimal())
     assert isinstance(spec, SMetricPoolSpec)
     assert spec.router.policy == "smetric" and spec.router.failure_mode == "FailClose"
-    assert spec.router.parameters.hit_ratio == 0.5 and spec.router.parameters.slack == 1.0
+    assert spec.router.parameters.policy_owned == {}  # the policies' own defaults apply in the picker
     assert spec.gpus.products == ("NVIDIA-H20", "NVIDIA-H20-3e")
     assert spec.global_kv.master.rpc_port == 50051 and spec.global_kv.lmcache.chunk_size == 256
     assert spec.model.served == spec.model.name

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from smetric.core.names import POLICY_NAMES
 from smetric.operator.render_picker import policy_config
 from smetric.operator.spec import parse_spec
 from smetric.policy import params_from_mapping
-from smetric.policy.tiered_params import TieredParams
+from smetric.policy.registry import POLICY_NAMES
+from smetric.policy.tiered_params import SMetricTieredParams, TieredParams
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = (
@@ -33,7 +32,7 @@ def _camel(name: str) -> str:
 
 
 def test_crd_lists_the_policy_and_every_tiered_parameter() -> None:
-    fields = {_camel(f.name) for f in dataclasses.fields(TieredParams)}
+    fields = {_camel(name) for name in TieredParams.model_fields}
     for path in CRDS:
         router = _router_schema(path)
         assert (
@@ -57,6 +56,6 @@ def test_rendered_tiered_parameters_parse_in_the_picker() -> None:
     cfg = policy_config(parse_spec(raw))
     assert cfg["policy"]["name"] == "smetric-tiered"
     params = params_from_mapping(cfg["policy"]["parameters"])
-    assert params.tiered == TieredParams(
+    assert params.get(SMetricTieredParams).tiered == TieredParams(
         global_aware=False, footprint_window_s=12.0, global_capacity_tokens=1000
     )

@@ -16,7 +16,7 @@ from smetric.policy.base import PolicyParams
 from smetric.policy.sessioncentric import SessionCentric
 from smetric.policy.smetric import SMetric
 from smetric.policy.smetric_basic import SMetricBasic
-from smetric.policy.smetric_overload import SMetricOverload
+from smetric.policy.smetric_overload import OverloadParams, SMetricOverload
 from smetric.policy.smetric_slo_tokens import SMetricSloTokens
 
 P = PolicyParams(
@@ -84,7 +84,7 @@ def test_overload_counts_decode_kv() -> None:
 
 def test_overload_factor_is_a_parameter() -> None:
     eps = [ep("a"), ep("b", hit=450, q_tokens=2100), ep("c", q_tokens=1000)]
-    assert SMetricOverload(replace(P, overload=3.0)).pick(FOLLOW_UP, eps).reason == "stick"
+    assert SMetricOverload(P.with_own(OverloadParams(overload=3.0))).pick(FOLLOW_UP, eps).reason == "stick"
 
 
 def test_slo_tokens_uses_token_counts_not_queued_cost() -> None:

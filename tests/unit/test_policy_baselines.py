@@ -9,10 +9,10 @@ import pytest
 from smetric.core.costmodel import CostModel
 from smetric.core.slo import SloConfig
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.policy.bailian import Bailian
+from smetric.policy.bailian import Bailian, BailianParams
 from smetric.policy.base import DecodeStepModel, PolicyParams
 from smetric.policy.dynamo import Dynamo
-from smetric.policy.llmd_session import LlmdSession
+from smetric.policy.llmd_session import LlmdSession, LlmdSessionParams
 from smetric.policy.llmd_slo import LlmdSlo
 from smetric.policy.load_balance import LoadBalance
 from smetric.policy.preble import Preble
@@ -59,7 +59,7 @@ def req(prompt: int = 1000, session: str | None = None) -> RequestView:
     ],
 )
 def test_bailian(lam: float, endpoints: list[EndpointSnapshot], target: int) -> None:
-    assert Bailian(replace(P, bailian_lambda=lam)).pick(req(), endpoints).target == target
+    assert Bailian(P.with_own(BailianParams(bailian_lambda=lam))).pick(req(), endpoints).target == target
 
 
 def test_bailian_idle_pool_ties_rotate() -> None:
@@ -101,7 +101,7 @@ def test_llmd_session_owner_gone_or_no_id_balances() -> None:
 
 
 def test_llmd_session_table_is_bounded_lru() -> None:
-    policy = LlmdSession(replace(P, session_table_size=2))
+    policy = LlmdSession(P.with_own(LlmdSessionParams(session_table_size=2)))
     for sid, target in [("s1", "a"), ("s2", "b"), ("s1", "a"), ("s3", "b")]:
         policy.on_dispatch(req(session=sid), target)
     assert len(policy) == 2
@@ -109,7 +109,7 @@ def test_llmd_session_table_is_bounded_lru() -> None:
     assert policy.pick(req(session="s1"), eps).reason == "stick"  # refreshed, kept
     assert policy.pick(req(session="s2"), eps).reason == "balance"  # least recent, evicted
     with pytest.raises(ValueError, match="session_table_size"):
-        LlmdSession(replace(P, session_table_size=0))
+        LlmdSession(P.with_own(LlmdSessionParams(session_table_size=0)))
 
 
 # --- llm-d (SLO) ---------------------------------------------------------------------------

@@ -49,15 +49,14 @@ def test_stale_endpoints_hidden_while_a_fresh_one_exists() -> None:
     assert d.target == 2  # index into the caller's list
     assert d.scores == (0.5, math.inf, 0.2)
     assert d.fallbacks == (0,)
-    assert not d.saturated
     assert policy.dispatched == ["c"]
 
 
-def test_all_stale_fallback_uses_all_and_marks_saturated() -> None:
+def test_all_stale_fallback_uses_all() -> None:
     policy = Scripted(Decision(1, "balance", (0.5, 0.2)))
     d = Router(policy).pick(REQ, eps("a", "b", stale="a,b"))
     assert policy.seen == ["a", "b"]
-    assert (d.target, d.saturated) == (1, True)
+    assert d.target == 1
 
 
 def test_real_policy_never_picks_stale() -> None:

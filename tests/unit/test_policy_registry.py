@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from smetric.core.costmodel import CostModel
-from smetric.core.names import POLICY_NAMES
 from smetric.core.presets import PRESETS
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy import (
@@ -16,7 +15,15 @@ from smetric.policy import (
     make_policy,
     params_from_mapping,
 )
+from smetric.policy.bailian import BailianParams
 from smetric.policy.base import DecodeStepModel
+from smetric.policy.config import CONTEXT_KEYS, policy_keys
+from smetric.policy.llmd_session import LlmdSessionParams
+from smetric.policy.params import ParamsModel, SessionParams, SMetricParams
+from smetric.policy.preble import PrebleParams
+from smetric.policy.registry import POLICY_NAMES, REGISTRY, PolicyEntry
+from smetric.policy.smetric import SMetric
+from smetric.policy.smetric_overload import OverloadParams
 
 
 def test_every_catalogued_name_is_registered_and_named() -> None:
@@ -78,20 +85,17 @@ def test_camel_and_snake_keys() -> None:
             "globalFetchSPerToken": 4e-6,
         }
     )
-    assert (p.slack, p.hit_ratio, p.overload, p.bailian_lambda, p.mode) == (
-        1.5,
-        0.3,
-        3.0,
-        0.5,
-        "disaggregated",
-    )
+    assert (p.get(SMetricParams).slack, p.get(SMetricParams).hit_ratio, p.mode) == (1.5, 0.3, "disaggregated")
+    assert p.get(SessionParams).hit_ratio == 0.3  # one key, every model that declares it
+    assert (p.get(OverloadParams).overload, p.get(BailianParams).bailian_lambda) == (3.0, 0.5)
     assert (p.slo.ttft_base_s, p.slo.ttft_per_ktok_s, p.slo.tpot_s) == (2.0, 0.1, 0.05)
     assert p.cost_model == CostModel(1e-4, 1e-8)
     assert p.decode_step == DecodeStepModel(0.004, 1e-8)
-    assert (p.block_tokens, p.chunk_tokens, p.seed, p.session_table_size) == (32, 2048, 3, 10)
-    assert (p.preble_hit_fraction, p.preble_imbalance_guard) == (0.6, 4)
+    assert (p.block_tokens, p.chunk_tokens, p.seed) == (32, 2048, 3)
+    assert p.get(LlmdSessionParams).session_table_size == 10
+    assert p.get(PrebleParams) == PrebleParams(preble_hit_fraction=0.6, preble_imbalance_guard=4)
     assert p.global_fetch_s_per_token == 4e-6
-    assert params_from_mapping({"hit_ratio": 0.3, "bailian_lambda": 0.1}).hit_ratio == 0.3
+    assert params_from_mapping({"hit_ratio": 0.3, "bailian_lambda": 0.1}).get(SessionParams).hit_ratio == 0.3
 
 
 def test_preset_derives_models_and_keys_override() -> None:
@@ -135,22 +139,42 @@ def test_non_mapping_is_rejected() -> None:
         params_from_mapping([("slack", 1.0)])  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [
-        ("slack", 0.0),
-        ("slack", float("nan")),
-        ("hit_ratio", 1.0),
-        ("overload", 0.5),
-        ("bailian_lambda", -0.1),
-        ("mode", "both"),
-        ("block_tokens", 0),
-        ("session_table_size", 0),
-    ],
-)
-def test_policy_params_reject_unusable_values_directly(field: str, value: object) -> None:
+@pytest.mark.parametrize(("field", "value"), [("mode", "both"), ("block_tokens", 0), ("chunk_tokens", 0)])
+def test_policy_params_reject_unusable_context_values_directly(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         PolicyParams(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("model", "field", "value"),
+    [
+        (SMetricParams, "slack", 0.0),
+        (SMetricParams, "slack", float("nan")),
+        (SessionParams, "hit_ratio", 1.0),
+        (OverloadParams, "overload", 0.5),
+        (BailianParams, "bailian_lambda", -0.1),
+        (LlmdSessionParams, "session_table_size", 0),
+    ],
+)
+def test_params_models_reject_unusable_values_directly(
+    model: type[ParamsModel], field: str, value: object
+) -> None:
+    with pytest.raises(ValueError, match=field):
+        model(**{field: value})
+
+
+def test_every_key_has_one_definition_and_none_shadows_the_context() -> None:
+    assert not policy_keys() & CONTEXT_KEYS
+    # a second definition of an existing key is refused at registration
+    from pydantic import Field
+
+    class Clash(ParamsModel):
+        slack: float = Field(2.0, gt=0)
+
+    with pytest.raises(ValueError, match="slack"):
+        REGISTRY.with_entries(PolicyEntry("clash", SMetric, Clash))
+    with pytest.raises(ValueError, match="twice"):
+        REGISTRY.with_entries(PolicyEntry("smetric", SMetric))
 
 
 def test_fetch_s_per_token() -> None:

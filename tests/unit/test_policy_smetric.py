@@ -14,6 +14,7 @@ from smetric.core.costmodel import CostModel
 from smetric.core.slo import SloConfig
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import DecodeStepModel, PolicyParams
+from smetric.policy.params import SMetricParams
 from smetric.policy.smetric import SMetric
 
 P = PolicyParams(
@@ -104,7 +105,7 @@ CASES = [
     ),
     (
         "slack 2 keeps a slow prev",
-        replace(P, slack=2.0),
+        P.with_own(SMetricParams(slack=2.0)),
         req(),
         [ep("a"), ep("b", hit=450, q=1.5)],
         1,

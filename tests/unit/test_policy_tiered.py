@@ -13,15 +13,15 @@ from dataclasses import replace
 import pytest
 
 from smetric.core.costmodel import CostModel
-from smetric.core.names import BASELINE_POLICIES
 from smetric.core.slo import SloConfig
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy import known_policies, make_policy, params_from_mapping
 from smetric.policy.base import DecodeStepModel, PolicyParams
 from smetric.policy.footprint import FootprintTracker
+from smetric.policy.registry import BASELINE_POLICIES
 from smetric.policy.smetric import SMetric
 from smetric.policy.smetric_tiered import SMetricTiered, node_backlogs_s
-from smetric.policy.tiered_params import MECHANISMS, TieredParams
+from smetric.policy.tiered_params import MECHANISMS, SMetricTieredParams, TieredParams
 
 FETCH = 1e-4
 P = PolicyParams(
@@ -35,7 +35,9 @@ ALL_OFF = TieredParams().without(*MECHANISMS)
 
 
 def only(*on: str) -> PolicyParams:
-    return replace(P, tiered=TieredParams().without(*(m for m in MECHANISMS if m not in on)))
+    return P.with_own(
+        SMetricTieredParams(tiered=TieredParams().without(*(m for m in MECHANISMS if m not in on)))
+    )
 
 
 def ep(
@@ -140,7 +142,7 @@ def test_migration_prefers_the_sessions_node(on: tuple[str, ...], expected: int)
 
 
 def test_node_local_fetch_rate_applies_on_the_sessions_node_only() -> None:
-    params = replace(P, tiered=TieredParams(node_local_fetch_s_per_token=1e-6))
+    params = P.with_own(SMetricTieredParams(tiered=TieredParams(node_local_fetch_s_per_token=1e-6)))
     pol = SMetricTiered(params)
     r = req(2000, est_hit=1900)
     eps = [
@@ -174,7 +176,9 @@ def test_footprint_does_not_move_a_cached_session() -> None:
 @pytest.mark.parametrize("fetch", [None, FETCH])
 def test_all_off_decides_exactly_as_smetric(mode: str, fetch: float | None) -> None:
     rng = random.Random(7)
-    params = replace(P, mode=mode, global_fetch_s_per_token=fetch, tiered=ALL_OFF)  # type: ignore[arg-type]
+    params = replace(P, mode=mode, global_fetch_s_per_token=fetch).with_own(  # type: ignore[arg-type]
+        SMetricTieredParams(tiered=ALL_OFF)
+    )
     a, b = SMetric(params), SMetricTiered(params)
     for _ in range(400):
         n = rng.randint(1, 6)
@@ -242,8 +246,15 @@ def test_tiered_mapping_keys() -> None:
             }
         }
     )
-    assert p.tiered == TieredParams(False, False, True, False, 2e-6, 12.5)
-    assert params_from_mapping({}).tiered == TieredParams()
+    assert p.get(SMetricTieredParams).tiered == TieredParams(
+        global_aware=False,
+        cost_aware_migration=False,
+        node_local=True,
+        footprint=False,
+        node_local_fetch_s_per_token=2e-6,
+        footprint_window_s=12.5,
+    )
+    assert params_from_mapping({}).get(SMetricTieredParams).tiered == TieredParams()
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 
 from smetric.core.presets import get_preset
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.policy.tiered_params import MECHANISMS, TieredParams
+from smetric.policy.tiered_params import MECHANISMS, SMetricTieredParams, TieredParams
 from smetric.sim.simulator import SimConfig, build_cluster, simulate
 from smetric.sim.tier_view import TierView
 from smetric.sim.workload import PreparedWorkload, prepare
@@ -83,7 +83,7 @@ def test_runs_deterministically_and_serves_every_request() -> None:
 
 def test_all_switches_off_reproduces_smetric_run_for_run() -> None:
     w = work()
-    off = replace(CFG, tiered=TieredParams().without(*MECHANISMS))
+    off = CFG.with_params(tiered=TieredParams().without(*MECHANISMS).model_dump(by_alias=True))
     a = simulate(w, "smetric", 0.08, off, keep_records=True)
     b = simulate(w, "smetric-tiered", 0.08, off, keep_records=True)
     assert a.records == b.records
@@ -94,6 +94,7 @@ def test_cli_tiered_off_switches_mechanisms() -> None:
     from smetric.sim.cli import _spec, parser
 
     spec = _spec(parser().parse_args(["--policies", "smetric-tiered", "--tiered-off", "footprint, global"]))
-    assert spec.sim.tiered == TieredParams(global_aware=False, footprint=False)
+    (own,) = [m for m in spec.sim.own_params if isinstance(m, SMetricTieredParams)]
+    assert own.tiered == TieredParams(global_aware=False, footprint=False)
     with pytest.raises(ValueError, match="unknown mechanisms"):
         _spec(parser().parse_args(["--tiered-off", "prefetch"]))

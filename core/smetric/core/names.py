@@ -2,24 +2,8 @@
 
 from __future__ import annotations
 
-POLICY_NAMES: tuple[str, ...] = (
-    "smetric",
-    "smetric-basic",
-    "smetric-overload",
-    "smetric-slo-tokens",
-    "smetric-tiered",
-    "lmetric",
-    "bailian",
-    "load-balance",
-    "llmd-session",
-    "llmd-slo",
-    "preble",
-    "dynamo",
-    "round-robin",
-    "random",
-)
-BASELINE_POLICIES: tuple[str, ...] = tuple(n for n in POLICY_NAMES if not n.startswith("smetric"))
-ABLATION_POLICIES: tuple[str, ...] = ("smetric-basic", "smetric-overload", "smetric-slo-tokens", "smetric")
+# Policy names are not here: smetric.policy.registry (POLICY_NAMES, BASELINE_POLICIES,
+# ABLATION_POLICIES) derives them from the one registry of (name, class, Params).
 
 MODES: tuple[str, ...] = ("colocated", "disaggregated")
 

@@ -10,18 +10,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import Field
+
 from smetric.core.names import REASON_BALANCE
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import Decision, PolicyParams
 from smetric.policy.estimates import batch, local_hit, prompt_tokens
+from smetric.policy.params import ParamsModel
 from smetric.policy.select import RoundRobinTies
+
+
+class BailianParams(ParamsModel):
+    bailian_lambda: float = Field(
+        default=0.7,
+        ge=0,
+        le=1,
+        alias="lambda",
+        description="Bailian's weight of KV reuse against batch size (paper §4.1).",
+    )
 
 
 class Bailian:
     name = "bailian"
 
     def __init__(self, params: PolicyParams) -> None:
-        self._lambda = params.bailian_lambda
+        self._lambda = params.get(BailianParams).bailian_lambda
         self._ties = RoundRobinTies()
 
     def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:

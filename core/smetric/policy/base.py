@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol, TypeVar
 
 from smetric.core.costmodel import CostModel
 from smetric.core.presets import PRESETS, get_preset
 from smetric.core.slo import SloConfig
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.policy.tiered_params import TieredParams
+from smetric.policy.params import ParamsModel
 
 Mode = Literal["colocated", "disaggregated"]
 
@@ -42,82 +42,78 @@ class DecodeStepModel:
         )
 
 
+M = TypeVar("M", bound=ParamsModel)
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyParams:
-    """Every tunable of every policy, with the paper's defaults."""
+    """What a policy is built from: the shared context every policy may read (mode, SLO, cost
+    model, decode step, block size, ...) and ``own``, the policy-owned :class:`ParamsModel`
+    instances (each policy's ``Params``, :mod:`smetric.policy.registry`). A policy reads its
+    own with :meth:`get`; a model absent from ``own`` gives that model's defaults, so
+    ``PolicyParams()`` is every policy with its documented defaults."""
 
     mode: Mode = "colocated"
-    slack: float = 1.0
-    hit_ratio: float = 0.5
-    overload: float = 2.0
-    bailian_lambda: float = 0.7
-    preble_hit_fraction: float = 0.5
-    preble_imbalance_guard: int = 8
     slo: SloConfig = field(default_factory=lambda: _DEFAULT_PRESET.slo)
     cost_model: CostModel = field(default_factory=lambda: _DEFAULT_PRESET.cost_model)
     decode_step: DecodeStepModel = field(
         default_factory=lambda: DecodeStepModel.from_preset_name("qwen3-30b-h20")
     )
     chunk_tokens: int = 8192
+    # the engine's KV block size in tokens (vLLM --block-size; the CRD's model.blockSize, the
+    # picker's --block-size and config key blockTokens)
     block_tokens: int = 16
     seed: int = 0
-    session_table_size: int = 65_536  # llmd-session: LRU bound on its session -> endpoint table
-    # SMetric ``meets`` with a global KV tier (opt-in, see smetric.policy.smetric): seconds to load
-    # one token's KV from the global tier; None = local hits only (algorithms.md as written).
+    # Seconds to load one token's KV from the global tier (SMetric's ``meets`` with a global KV
+    # tier, see smetric.policy.smetric); None = local hits only (algorithms.md as written).
     global_fetch_s_per_token: float | None = None
-    # smetric-tiered's mechanism switches and its two own parameters (smetric.policy.tiered_params)
-    tiered: TieredParams = field(default_factory=TieredParams)
+    own: tuple[ParamsModel, ...] = ()
 
     def __post_init__(self) -> None:
-        """Reject values no policy can use (the same ranges ``params_from_mapping`` enforces)."""
+        """Reject context values no policy can use (the ranges ``params_from_mapping`` enforces)."""
         checks = (
             (
                 self.mode in ("colocated", "disaggregated"),
                 f"mode must be colocated|disaggregated, got {self.mode!r}",
             ),
-            (math.isfinite(self.slack) and self.slack > 0, f"slack must be finite and > 0, got {self.slack}"),
-            (0 < self.hit_ratio < 1, f"hit_ratio must be in (0, 1), got {self.hit_ratio}"),
-            (
-                math.isfinite(self.overload) and self.overload >= 1,
-                f"overload must be >= 1, got {self.overload}",
-            ),
-            (0 <= self.bailian_lambda <= 1, f"bailian_lambda must be in [0, 1], got {self.bailian_lambda}"),
-            (
-                0 < self.preble_hit_fraction < 1,
-                f"preble_hit_fraction must be in (0, 1), got {self.preble_hit_fraction}",
-            ),
-            (
-                self.preble_imbalance_guard >= 0,
-                f"preble_imbalance_guard must be >= 0, got {self.preble_imbalance_guard}",
-            ),
             (self.chunk_tokens >= 1, f"chunk_tokens must be >= 1, got {self.chunk_tokens}"),
             (self.block_tokens >= 1, f"block_tokens must be >= 1, got {self.block_tokens}"),
-            (self.session_table_size >= 1, f"session_table_size must be >= 1, got {self.session_table_size}"),
             (
                 self.global_fetch_s_per_token is None
                 or (math.isfinite(self.global_fetch_s_per_token) and self.global_fetch_s_per_token >= 0),
                 f"global_fetch_s_per_token must be None or finite and >= 0, got {self.global_fetch_s_per_token}",
+            ),
+            (
+                len({type(m) for m in self.own}) == len(self.own),
+                "own holds at most one instance per Params model",
             ),
         )
         errors = [msg for ok, msg in checks if not ok]
         if errors:
             raise ValueError("invalid PolicyParams: " + "; ".join(errors))
 
+    def get(self, model: type[M]) -> M:
+        """The instance of ``model`` in :attr:`own`, else ``model()`` (its defaults)."""
+        for m in self.own:
+            if type(m) is model:
+                return m
+        return model()
+
+    def with_own(self, *models: ParamsModel) -> PolicyParams:
+        """These params with ``models`` replacing any instance of the same class in :attr:`own`."""
+        kinds = {type(m) for m in models}
+        return replace(self, own=tuple(m for m in self.own if type(m) not in kinds) + models)
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     """A routing decision. ``target`` and ``fallbacks`` index the endpoint sequence given to
-    :meth:`Policy.pick`; ``scores`` are per endpoint, lower is better, ``inf`` = not a candidate.
-
-    ``saturated`` is set by :class:`smetric.policy.framework.Router` when every endpoint was
-    stale and the decision was taken among saturated endpoints (the picker may shed a
-    sheddable request with 429 instead of dispatching it)."""
+    :meth:`Policy.pick`; ``scores`` are per endpoint, lower is better, ``inf`` = not a candidate."""
 
     target: int
     reason: str
     scores: tuple[float, ...] = ()
     fallbacks: tuple[int, ...] = ()
-    saturated: bool = False
 
 
 class Policy(Protocol):

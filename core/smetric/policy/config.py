@@ -4,35 +4,19 @@ Keys are camelCase as in the CRD and the picker config; the snake_case field nam
 too. Unknown keys, wrong types (no string-to-number coercion) and out-of-range values raise
 ``ValueError`` naming each offending key.
 
-==========================  ==============================  ================================
-key                         meaning                         constraint / default
-==========================  ==============================  ================================
-``preset``                  instance preset name            derives costModel, decodeStep, SLO
-``mode``                    ``colocated`` / ``disaggregated``  default colocated
-``slack``                   SLACK                           > 0, default 1.0
-``hitRatio``                HIT_RATIO                       0 < x < 1, default 0.5
-``overload``                OVERLOAD                        >= 1, default 2.0
-``lambda``                  Bailian λ                       0 <= x <= 1, default 0.7
-``ttftSloBaseS``            TTFT SLO ``b`` (s)              > 0, default preset's (1.0)
-``ttftSloPerKTokS``         TTFT SLO ``a`` (s per 1K tok)   >= 0, default preset's (0.0625)
-``tpotSloS``                TPOT SLO (s)                    > 0, default preset's
-``costModel``               ``{cLinS, cAttS}``              > 0 and >= 0, default preset's
-``decodeStep``              ``{baseS, perKvTokenS}``        >= 0, default preset's
-``prebleHitFraction``       Preble's hit threshold          0 < x < 1, default 0.5
-``prebleImbalanceGuard``    Preble's running-count guard    >= 0, default 8
-``chunkTokens``             prefill chunk budget            >= 1, default 8192
-``blockTokens``             KV block size (Dynamo)          >= 1, default 16
-``seed``                    random policy seed              default 0
-``sessionTableSize``        llmd-session LRU bound          >= 1, default 65536
-``globalFetchSPerToken``    global-tier KV load s/token     >= 0, default none (local only)
-``tiered``                 smetric-tiered switches         object, see below
-==========================  ==============================  ================================
+Two kinds of keys share the flat mapping:
 
-``tiered`` (smetric-tiered, :mod:`smetric.policy.tiered_params`): ``globalAware``,
-``costAwareMigration``, ``nodeLocal``, ``footprint`` (booleans, default true),
-``nodeLocalFetchSPerToken`` (>= 0 or null, default null = NIC rate), ``footprintWindowS``
-(> 0, default 30), ``globalCapacityTokens`` (>= 1 or null = fully provisioned; the picker's
-global-hit estimate when no KV event reports the global tier).
+* the **shared context** (:class:`~smetric.policy.base.PolicyParams` fields, :class:`_ContextIn`
+  below): ``preset`` (derives costModel, decodeStep, SLO, blockTokens, chunkTokens), ``mode``,
+  ``ttftSloBaseS``, ``ttftSloPerKTokS``, ``tpotSloS``, ``costModel {cLinS, cAttS}``,
+  ``decodeStep {baseS, perKvTokenS}``, ``chunkTokens``, ``blockTokens`` (the engine's KV
+  block size), ``seed``, ``globalFetchSPerToken``;
+* the **policy-owned** keys: every field of every registered policy's ``Params`` model
+  (:mod:`smetric.policy.registry`; e.g. ``slack``, ``hitRatio``, ``overload``, ``lambda``,
+  ``tiered {...}``) -- their defaults, ranges and descriptions are in those models, and
+  ``smetric-operator gen-crd`` writes them into the CRD. A key of another policy than the one
+  configured is accepted and unused, so a pool can switch policies without editing its
+  parameters.
 
 Explicit keys override what the preset derives (e.g. ``preset`` + ``tpotSloS`` changes only
 the TPOT SLO). Without ``preset`` the defaults are those of :class:`PolicyParams`
@@ -51,6 +35,8 @@ from smetric.core.costmodel import CostModel
 from smetric.core.presets import get_preset
 from smetric.core.slo import SloConfig
 from smetric.policy.base import DecodeStepModel, PolicyParams
+from smetric.policy.params import ParamsModel
+from smetric.policy.registry import REGISTRY, Registry
 
 _CONFIG = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False, populate_by_name=True)
 
@@ -71,35 +57,10 @@ class _DecodeStepIn(BaseModel):
     per_kv_token_s: float = Field(ge=0, validation_alias=_key("perKvTokenS", "per_kv_token_s"))
 
 
-class _TieredIn(BaseModel):
-    model_config = _CONFIG
-    global_aware: bool | None = Field(None, validation_alias=_key("globalAware", "global_aware"))
-    cost_aware_migration: bool | None = Field(
-        None, validation_alias=_key("costAwareMigration", "cost_aware_migration")
-    )
-    node_local: bool | None = Field(None, validation_alias=_key("nodeLocal", "node_local"))
-    footprint: bool | None = None
-    node_local_fetch_s_per_token: float | None = Field(
-        None, ge=0, validation_alias=_key("nodeLocalFetchSPerToken", "node_local_fetch_s_per_token")
-    )
-    footprint_window_s: float | None = Field(
-        None, gt=0, validation_alias=_key("footprintWindowS", "footprint_window_s")
-    )
-    global_capacity_tokens: int | None = Field(
-        None, ge=1, validation_alias=_key("globalCapacityTokens", "global_capacity_tokens")
-    )
-
-
-class _ParamsIn(BaseModel):
+class _ContextIn(BaseModel):
     model_config = _CONFIG
     preset: str | None = None
     mode: Literal["colocated", "disaggregated"] | None = None
-    slack: float | None = Field(None, gt=0)
-    hit_ratio: float | None = Field(None, gt=0, lt=1, validation_alias=_key("hitRatio", "hit_ratio"))
-    overload: float | None = Field(None, ge=1)
-    bailian_lambda: float | None = Field(
-        None, ge=0, le=1, validation_alias=AliasChoices("lambda", "bailianLambda", "bailian_lambda")
-    )
     ttft_slo_base_s: float | None = Field(
         None, gt=0, validation_alias=_key("ttftSloBaseS", "ttft_slo_base_s")
     )
@@ -109,36 +70,19 @@ class _ParamsIn(BaseModel):
     tpot_slo_s: float | None = Field(None, gt=0, validation_alias=_key("tpotSloS", "tpot_slo_s"))
     cost_model: _CostModelIn | None = Field(None, validation_alias=_key("costModel", "cost_model"))
     decode_step: _DecodeStepIn | None = Field(None, validation_alias=_key("decodeStep", "decode_step"))
-    preble_hit_fraction: float | None = Field(
-        None, gt=0, lt=1, validation_alias=_key("prebleHitFraction", "preble_hit_fraction")
-    )
-    preble_imbalance_guard: int | None = Field(
-        None, ge=0, validation_alias=_key("prebleImbalanceGuard", "preble_imbalance_guard")
-    )
     chunk_tokens: int | None = Field(None, ge=1, validation_alias=_key("chunkTokens", "chunk_tokens"))
     block_tokens: int | None = Field(None, ge=1, validation_alias=_key("blockTokens", "block_tokens"))
     seed: int | None = None
-    session_table_size: int | None = Field(
-        None, ge=1, validation_alias=_key("sessionTableSize", "session_table_size")
-    )
     global_fetch_s_per_token: float | None = Field(
         None, ge=0, validation_alias=_key("globalFetchSPerToken", "global_fetch_s_per_token")
     )
-    tiered: _TieredIn | None = None
 
 
 _SCALARS = (
     "mode",
-    "slack",
-    "hit_ratio",
-    "overload",
-    "bailian_lambda",
-    "preble_hit_fraction",
-    "preble_imbalance_guard",
     "chunk_tokens",
     "block_tokens",
     "seed",
-    "session_table_size",
     "global_fetch_s_per_token",
 )
 
@@ -154,16 +98,57 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def params_from_mapping(mapping: Mapping[str, object] | None) -> PolicyParams:
-    """Validated :class:`PolicyParams` from a YAML-style mapping (``None`` or ``{}`` = defaults)."""
+def _accepted(model: type[BaseModel]) -> set[str]:
+    """The keys ``model`` accepts: each field's alias (or alias choices) and its name."""
+    keys: set[str] = set()
+    for name, info in model.model_fields.items():
+        keys.add(name)
+        if info.alias:
+            keys.add(info.alias)
+        va = info.validation_alias
+        if isinstance(va, AliasChoices):
+            keys.update(c for c in va.choices if isinstance(c, str))
+        elif isinstance(va, str):
+            keys.add(va)
+    return keys
+
+
+CONTEXT_KEYS: frozenset[str] = frozenset(_accepted(_ContextIn))
+
+
+def policy_keys(registry: Registry = REGISTRY) -> frozenset[str]:
+    """Every key some registered policy's ``Params`` model accepts (alias or field name)."""
+    return frozenset(k for m in registry.param_models() for k in _accepted(m))
+
+
+def params_from_mapping(mapping: Mapping[str, object] | None, registry: Registry = REGISTRY) -> PolicyParams:
+    """Validated :class:`PolicyParams` from a YAML-style mapping (``None`` or ``{}`` = defaults):
+    the context keys and, for each registered ``Params`` model, the keys it declares."""
     if mapping is None:
         return PolicyParams()
     if not isinstance(mapping, Mapping):
         raise ValueError(f"policy parameters must be a mapping, got {type(mapping).__name__}")
+    models = registry.param_models()
+    accepted = [(m, _accepted(m)) for m in models]
+    problems: list[str] = []
+    own_keys = set().union(*(keys for _, keys in accepted)) if accepted else set()
+    problems += [f"{k}: unknown key" for k in mapping if k not in CONTEXT_KEYS and k not in own_keys]
+    data: _ContextIn | None = None
     try:
-        data = _ParamsIn.model_validate(dict(mapping))
+        data = _ContextIn.model_validate({k: v for k, v in mapping.items() if k in CONTEXT_KEYS})
     except ValidationError as exc:
-        raise ValueError(f"invalid policy parameters: {_describe(exc)}") from None
+        problems.append(_describe(exc))
+    own: list[ParamsModel] = []
+    for model, keys in accepted:
+        given = {k: v for k, v in mapping.items() if k in keys}
+        if not given:
+            continue
+        try:
+            own.append(model.model_validate(given))
+        except ValidationError as exc:
+            problems.append(_describe(exc))
+    if problems or data is None:
+        raise ValueError(f"invalid policy parameters: {'; '.join(dict.fromkeys(problems))}")
 
     params = PolicyParams()
     if data.preset is not None:
@@ -194,11 +179,7 @@ def params_from_mapping(mapping: Mapping[str, object] | None) -> PolicyParams:
         decode_step = DecodeStepModel(
             base_s=data.decode_step.base_s, per_kv_token_s=data.decode_step.per_kv_token_s
         )
-    tiered = params.tiered
-    if data.tiered is not None:
-        given = {k: v for k, v in data.tiered.model_dump().items() if v is not None}
-        tiered = replace(tiered, **given)
-    return replace(params, slo=slo, cost_model=cost_model, decode_step=decode_step, tiered=tiered, **scalars)
+    return replace(params, slo=slo, cost_model=cost_model, decode_step=decode_step, own=tuple(own), **scalars)
 
 
 def fetch_s_per_token(kv_bytes_per_token: float, link_gbit_s: float) -> float:

@@ -4,8 +4,8 @@
 
 * at least one endpoint, else :class:`NoEndpointError` (the picker answers 503);
 * stale endpoints (``EndpointSnapshot.stale``) are not shown to the policy while any fresh one
-  exists. Documented fallback when *all* are stale: all are candidates, the policy decides as
-  usual, and the decision is marked ``saturated=True`` (the picker may shed sheddable requests);
+  exists. Documented fallback when *all* are stale: all are candidates and the policy decides
+  as usual (the picker sheds sheddable requests itself when every endpoint is saturated);
 * the policy's decision is valid (:class:`InvalidDecisionError` otherwise): target an index of
   the candidates, reason one of :data:`smetric.core.names.REASONS`, scores empty or one per
   candidate and never NaN, the target's score finite, fallbacks distinct in-range non-targets;
@@ -65,7 +65,6 @@ class Router:
         if n == 0:
             raise NoEndpointError(f"no endpoint to route request {request.request_id!r} to")
         fresh = [i for i in range(n) if not endpoints[i].stale]
-        saturated = not fresh
         index: list[int] | None = fresh if 0 < len(fresh) < n else None
         candidates = endpoints if index is None else [endpoints[i] for i in index]
 
@@ -76,7 +75,7 @@ class Router:
             fallbacks = fallbacks[: self._max_fallbacks]
 
         if index is None:
-            out = Decision(d.target, d.reason, d.scores, fallbacks, saturated)
+            out = Decision(d.target, d.reason, d.scores, fallbacks)
         else:
             scores: tuple[float, ...] = ()
             if d.scores:
@@ -84,7 +83,7 @@ class Router:
                 for k, i in enumerate(index):
                     full[i] = d.scores[k]
                 scores = tuple(full)
-            out = Decision(index[d.target], d.reason, scores, tuple(index[k] for k in fallbacks), saturated)
+            out = Decision(index[d.target], d.reason, scores, tuple(index[k] for k in fallbacks))
         self._policy.on_dispatch(request, endpoints[out.target].name)
         return out
 

@@ -7,7 +7,7 @@ score (lower is better). Ties prefer the owner, then round-robin. A request with
 ``session_id`` or of an unknown session goes to the least active endpoint.
 
 Memory: a session -> endpoint-name table updated by :meth:`on_dispatch` with the endpoint the
-framework finally chose, bounded LRU (``PolicyParams.session_table_size``): the least recently
+framework finally chose, bounded LRU (``sessionTableSize``): the least recently
 routed session is forgotten first, so its next request is placed as a new session.
 Reason ``stick`` when the owner is chosen, else ``balance``.
 """
@@ -17,18 +17,29 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from pydantic import Field
+
 from smetric.core.names import REASON_BALANCE, REASON_STICK
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import Decision, PolicyParams
 from smetric.policy.estimates import batch
+from smetric.policy.params import ParamsModel
 from smetric.policy.select import RoundRobinTies
+
+
+class LlmdSessionParams(ParamsModel):
+    session_table_size: int = Field(
+        default=65_536,
+        ge=1,
+        description="Bound of the session -> endpoint LRU table (a stated memory budget).",
+    )
 
 
 class LlmdSession:
     name = "llmd-session"
 
     def __init__(self, params: PolicyParams) -> None:
-        self._capacity = params.session_table_size
+        self._capacity = params.get(LlmdSessionParams).session_table_size
         self._owner: OrderedDict[str, str] = OrderedDict()
         self._ties = RoundRobinTies()
 

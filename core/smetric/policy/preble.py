@@ -18,19 +18,37 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from pydantic import Field
+
 from smetric.core.names import REASON_BALANCE, REASON_STICK
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import Decision, PolicyParams
 from smetric.policy.estimates import batch, local_hit, nonneg, prompt_tokens
+from smetric.policy.params import ParamsModel
 from smetric.policy.select import RoundRobinTies
+
+
+class PrebleParams(ParamsModel):
+    preble_hit_fraction: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="PREBLE_HIT_FRACTION: a local hit above this share of the prompt is cached.",
+    )
+    preble_imbalance_guard: int = Field(
+        default=8,
+        ge=0,
+        description="PREBLE_IMBALANCE_GUARD: running-count spread above which the cache is ignored.",
+    )
 
 
 class Preble:
     name = "preble"
 
     def __init__(self, params: PolicyParams) -> None:
-        self._hit_fraction = params.preble_hit_fraction
-        self._guard = params.preble_imbalance_guard
+        own = params.get(PrebleParams)
+        self._hit_fraction = own.preble_hit_fraction
+        self._guard = own.preble_imbalance_guard
         self._ties = RoundRobinTies()
 
     def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:

@@ -1,63 +1,138 @@
-"""Policy registry: the kebab-case names of :data:`smetric.core.names.POLICY_NAMES` to factories.
+"""The one policy registry: ``(name, class, Params)`` per routing policy.
+
+Every list of policy names (the picker's config check, the operator's spec check and CRD enum,
+``smetric simulate --policies``, the bench) and every policy parameter key (the config parser
+:func:`smetric.policy.config.params_from_mapping`, the generated CRD schema
+``router.parameters``) is derived from :data:`REGISTRY`. Adding a policy = its module (class
++ ``Params`` model) and one line in :data:`BUILTIN` (docs/architecture.md, "Add a policy").
 
 ``make_policy(name, params)`` builds a fresh policy instance (each instance owns its own
 tie-break counter / session table / RNG); an unknown name raises ``ValueError`` listing the
-known ones. The mapping of factories is immutable.
+known ones. A :class:`Registry` is immutable; a test or an out-of-tree build makes its own
+with :meth:`Registry.with_entries`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
-from smetric.core.names import POLICY_NAMES
-from smetric.policy.bailian import Bailian
+from smetric.policy.bailian import Bailian, BailianParams
 from smetric.policy.base import Policy, PolicyParams
 from smetric.policy.dynamo import Dynamo
-from smetric.policy.llmd_session import LlmdSession
+from smetric.policy.llmd_session import LlmdSession, LlmdSessionParams
 from smetric.policy.llmd_slo import LlmdSlo
 from smetric.policy.lmetric import LMetric
 from smetric.policy.load_balance import LoadBalance
-from smetric.policy.preble import Preble
+from smetric.policy.params import NoParams, ParamsModel, SessionParams, SMetricParams
+from smetric.policy.preble import Preble, PrebleParams
 from smetric.policy.random_pick import RandomPick
 from smetric.policy.round_robin import RoundRobin
 from smetric.policy.smetric import SMetric
 from smetric.policy.smetric_basic import SMetricBasic
-from smetric.policy.smetric_overload import SMetricOverload
+from smetric.policy.smetric_overload import OverloadParams, SMetricOverload
 from smetric.policy.smetric_slo_tokens import SMetricSloTokens
 from smetric.policy.smetric_tiered import SMetricTiered
+from smetric.policy.tiered_params import SMetricTieredParams
 
 Factory = Callable[[PolicyParams], Policy]
 
-FACTORIES: Mapping[str, Factory] = MappingProxyType(
-    {
-        "smetric": SMetric,
-        "smetric-basic": SMetricBasic,
-        "smetric-overload": SMetricOverload,
-        "smetric-slo-tokens": SMetricSloTokens,
-        "smetric-tiered": SMetricTiered,
-        "lmetric": LMetric,
-        "bailian": Bailian,
-        "load-balance": LoadBalance,
-        "llmd-session": LlmdSession,
-        "llmd-slo": LlmdSlo,
-        "preble": Preble,
-        "dynamo": Dynamo,
-        "round-robin": RoundRobin,
-        "random": RandomPick,
-    }
+
+@dataclass(frozen=True, slots=True)
+class PolicyEntry:
+    """One registered policy. ``kind``: ``smetric`` (this project's family), ``ablation`` (an
+    SMetric ablation of paper §5.4) or ``baseline`` (a comparison policy)."""
+
+    name: str
+    factory: Factory
+    params: type[ParamsModel] = NoParams
+    kind: str = "baseline"
+
+
+BUILTIN: tuple[PolicyEntry, ...] = (
+    PolicyEntry("smetric", SMetric, SMetricParams, "smetric"),
+    PolicyEntry("smetric-basic", SMetricBasic, SessionParams, "ablation"),
+    PolicyEntry("smetric-overload", SMetricOverload, OverloadParams, "ablation"),
+    PolicyEntry("smetric-slo-tokens", SMetricSloTokens, SMetricParams, "ablation"),
+    PolicyEntry("smetric-tiered", SMetricTiered, SMetricTieredParams, "smetric"),
+    PolicyEntry("lmetric", LMetric),
+    PolicyEntry("bailian", Bailian, BailianParams),
+    PolicyEntry("load-balance", LoadBalance),
+    PolicyEntry("llmd-session", LlmdSession, LlmdSessionParams),
+    PolicyEntry("llmd-slo", LlmdSlo),
+    PolicyEntry("preble", Preble, PrebleParams),
+    PolicyEntry("dynamo", Dynamo),
+    PolicyEntry("round-robin", RoundRobin),
+    PolicyEntry("random", RandomPick),
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Registry:
+    entries: tuple[PolicyEntry, ...]
+
+    def __post_init__(self) -> None:
+        names = [e.name for e in self.entries]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"policy registered twice: {', '.join(dup)}")
+        self.param_models()  # every key has one definition
+
+    def __iter__(self) -> Iterator[PolicyEntry]:
+        return iter(self.entries)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.entries)
+
+    def names_of(self, kind: str) -> tuple[str, ...]:
+        return tuple(e.name for e in self.entries if e.kind == kind)
+
+    def entry(self, name: str) -> PolicyEntry:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise ValueError(f"unknown routing policy {name!r}; known: {', '.join(self.names)}")
+
+    def param_models(self) -> tuple[type[ParamsModel], ...]:
+        """The distinct ``Params`` models, in registration order. A YAML key declared by two
+        models must be the same field (a shared base class such as ``SMetricParams``)."""
+        models = tuple(dict.fromkeys(e.params for e in self.entries))
+        seen: dict[str, tuple[type[ParamsModel], object]] = {}
+        for model in models:
+            for fname, info in model.model_fields.items():
+                key = info.alias or fname
+                prior = seen.get(key)
+                if prior is not None and repr(prior[1]) != repr(info):
+                    raise ValueError(
+                        f"parameter {key!r} is declared differently by {prior[0].__name__} and "
+                        f"{model.__name__}; share one definition (a common Params base class)"
+                    )
+                seen[key] = (model, info)
+        return models
+
+    def with_entries(self, *entries: PolicyEntry) -> Registry:
+        return Registry(self.entries + entries)
+
+    def make(self, name: str, params: PolicyParams | None = None) -> Policy:
+        return self.entry(name).factory(PolicyParams() if params is None else params)
+
+
+REGISTRY = Registry(BUILTIN)
+POLICY_NAMES: tuple[str, ...] = REGISTRY.names
+BASELINE_POLICIES: tuple[str, ...] = REGISTRY.names_of("baseline")
+ABLATION_POLICIES: tuple[str, ...] = (*REGISTRY.names_of("ablation"), "smetric")
+
+
 def known_policies() -> tuple[str, ...]:
-    """Registered names, in the catalogue's order."""
-    return tuple(n for n in POLICY_NAMES if n in FACTORIES)
+    """Registered names, in registration order."""
+    return POLICY_NAMES
 
 
-def make_policy(name: str, params: PolicyParams | None = None) -> Policy:
-    """A fresh instance of the policy registered as ``name``."""
-    try:
-        factory = FACTORIES[name]
-    except KeyError:
-        raise ValueError(f"unknown routing policy {name!r}; known: {', '.join(known_policies())}") from None
-    return factory(PolicyParams() if params is None else params)
+def make_policy(
+    name: str, params: PolicyParams | None = None, registry: Sequence[PolicyEntry] = ()
+) -> Policy:
+    """A fresh instance of the policy registered as ``name`` (in :data:`REGISTRY`, or
+    ``registry`` when given)."""
+    reg = Registry(tuple(registry)) if registry else REGISTRY
+    return reg.make(name, params)

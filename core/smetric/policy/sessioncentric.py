@@ -35,6 +35,7 @@ from smetric.core.names import REASON_BALANCE, REASON_EVICTED, REASON_MIGRATE, R
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import Decision, PolicyParams
 from smetric.policy.estimates import batch, local_hit, prefill_time_s
+from smetric.policy.params import SessionParams
 from smetric.policy.select import RoundRobinTies
 
 
@@ -42,10 +43,13 @@ class SessionCentric:
     """Base of the SMetric family; subclasses override :meth:`eligible` (and set ``name``)."""
 
     name = "session-centric"
+    # the subclass's policy-owned parameters (its registered ``Params``)
+    params_model: type[SessionParams] = SessionParams
 
     def __init__(self, params: PolicyParams) -> None:
         self._params = params
         self._ties = RoundRobinTies()
+        self._hit_ratio = params.get(self.params_model).hit_ratio
 
     @property
     def params(self) -> PolicyParams:
@@ -73,7 +77,7 @@ class SessionCentric:
         if request.turn <= 0:
             return Decision(self._ties.argmin(scores), REASON_BALANCE, frozen)
         prev = self._previous(request, endpoints, scores)
-        if not local_hit(request, endpoints[prev]) > self._params.hit_ratio * max(0, request.est_hit_tokens):
+        if not local_hit(request, endpoints[prev]) > self._hit_ratio * max(0, request.est_hit_tokens):
             return Decision(self._ties.argmin(scores), REASON_EVICTED, frozen)
         ok = self.eligible(request, endpoints, prev, times)
         if ok is None or ok[prev] or not any(ok):

@@ -29,12 +29,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy.base import PolicyParams
 from smetric.policy.estimates import prompt_tokens, request_slo, tpot_guard_ok, ttft_with_global_tier_s
+from smetric.policy.params import SMetricParams
 from smetric.policy.sessioncentric import SessionCentric
 
 
 class SMetric(SessionCentric):
     name = "smetric"
+    params_model = SMetricParams
+
+    def __init__(self, params: PolicyParams) -> None:
+        super().__init__(params)
+        self._slack = params.get(SMetricParams).slack
 
     def eligible(
         self,
@@ -45,7 +52,7 @@ class SMetric(SessionCentric):
     ) -> list[bool] | None:
         p = self.params
         slo = request_slo(request, p)
-        deadline_s = p.slack * slo.ttft_slo_s(prompt_tokens(request))
+        deadline_s = self._slack * slo.ttft_slo_s(prompt_tokens(request))
         fetch = p.global_fetch_s_per_token
         if fetch is not None:
             times_s = [ttft_with_global_tier_s(request, ep, p.cost_model, fetch) for ep in endpoints]

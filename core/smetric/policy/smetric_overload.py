@@ -11,13 +11,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import Field
+
 from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy.base import PolicyParams
 from smetric.policy.estimates import decode_load_tokens, nonneg
+from smetric.policy.params import SessionParams
 from smetric.policy.sessioncentric import SessionCentric
+
+
+class OverloadParams(SessionParams):
+    overload: float = Field(
+        default=2.0,
+        ge=1,
+        description="OVERLOAD: a cached follow-up sticks only if load(prev) <= OVERLOAD * mean load.",
+    )
 
 
 class SMetricOverload(SessionCentric):
     name = "smetric-overload"
+    params_model = OverloadParams
+
+    def __init__(self, params: PolicyParams) -> None:
+        super().__init__(params)
+        self._overload = params.get(OverloadParams).overload
 
     def eligible(
         self,
@@ -27,5 +44,5 @@ class SMetricOverload(SessionCentric):
         times_s: Sequence[float],
     ) -> list[bool] | None:
         loads = [nonneg(ep.queued_prefill_tokens) + decode_load_tokens(ep) for ep in endpoints]
-        bound = self.params.overload * sum(loads) / len(loads)
+        bound = self._overload * sum(loads) / len(loads)
         return [load <= bound for load in loads]

@@ -12,17 +12,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy.base import PolicyParams
 from smetric.policy.estimates import (
     prefill_time_tokens_s,
     prompt_tokens,
     request_slo,
     ttft_tokens_with_global_tier_s,
 )
+from smetric.policy.params import SMetricParams
 from smetric.policy.sessioncentric import SessionCentric
 
 
 class SMetricSloTokens(SessionCentric):
     name = "smetric-slo-tokens"
+    params_model = SMetricParams
+
+    def __init__(self, params: PolicyParams) -> None:
+        super().__init__(params)
+        self._slack = params.get(SMetricParams).slack
 
     def eligible(
         self,
@@ -32,7 +39,7 @@ class SMetricSloTokens(SessionCentric):
         times_s: Sequence[float],
     ) -> list[bool] | None:
         p = self.params
-        deadline_s = p.slack * request_slo(request, p).ttft_slo_s(prompt_tokens(request))
+        deadline_s = self._slack * request_slo(request, p).ttft_slo_s(prompt_tokens(request))
         c_lin = p.cost_model.c_lin_s
         fetch = p.global_fetch_s_per_token
         if fetch is None:

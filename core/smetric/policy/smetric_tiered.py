@@ -53,6 +53,9 @@ from smetric.policy.estimates import (
     ttft_with_global_tier_s,
 )
 from smetric.policy.select import RoundRobinTies
+from smetric.policy.tiered_params import SMetricTieredParams
+
+Params = SMetricTieredParams  # registered with the policy (smetric.policy.registry)
 
 
 def global_hit(request: RequestView, ep: EndpointSnapshot) -> int:
@@ -105,6 +108,7 @@ class SMetricTiered:
 
     def __init__(self, params: PolicyParams) -> None:
         self._params = params
+        self._own = params.get(SMetricTieredParams)
         self._ties = RoundRobinTies()
 
     @property
@@ -124,7 +128,8 @@ class SMetricTiered:
         evaluation per distinct ``h`` (most endpoints share ``h = g``)."""
         p = self._params
         cost, fetch_nic = p.cost_model.cost, p.global_fetch_s_per_token
-        nl = p.tiered.node_local_fetch_s_per_token if p.tiered.node_local else None
+        tp = self._own.tiered
+        nl = tp.node_local_fetch_s_per_token if tp.node_local else None
         n = prompt_tokens(request)
         if local is None:
             local = [local_hit(request, ep) for ep in endpoints]
@@ -152,7 +157,8 @@ class SMetricTiered:
         return out
 
     def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:
-        p, tp = self._params, self._params.tiered
+        p, own = self._params, self._own
+        tp = own.tiered
         cm, fetch = p.cost_model, p.global_fetch_s_per_token
         colocated = p.mode == "colocated"
         local = [local_hit(request, ep) for ep in endpoints]
@@ -172,12 +178,12 @@ class SMetricTiered:
             return self._balance(scores, endpoints, REASON_BALANCE)
         masked_top = [s if local[i] == top else math.inf for i, s in enumerate(scores)]
         prev = self._ties.argmin(masked_top)
-        if not local[prev] > p.hit_ratio * max(0, request.est_hit_tokens):
+        if not local[prev] > own.hit_ratio * max(0, request.est_hit_tokens):
             return self._balance(scores, endpoints, REASON_EVICTED)
 
         frozen = tuple(scores)
         slo = request_slo(request, p)
-        deadline_s = p.slack * slo.ttft_slo_s(prompt_tokens(request))
+        deadline_s = own.slack * slo.ttft_slo_s(prompt_tokens(request))
         if tier is not None and aware:
             meets_t = tier
         elif fetch is not None:
@@ -207,7 +213,7 @@ class SMetricTiered:
         return Decision(self._ties.argmin(masked), REASON_MIGRATE, frozen)
 
     def _balance(self, scores: list[float], endpoints: Sequence[EndpointSnapshot], reason: str) -> Decision:
-        if self._params.tiered.footprint:
+        if self._own.tiered.footprint:
             scores = [
                 s * (1.0 + nonneg(ep.session_kv_tokens) / ep.kv_capacity_tokens)
                 if ep.kv_capacity_tokens > 0

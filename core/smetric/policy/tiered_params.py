@@ -1,7 +1,7 @@
 """Parameters of ``smetric-tiered`` (one switch per mechanism, for the ablation rows).
 
-Kept apart from :mod:`smetric.policy.base` so :class:`~smetric.policy.base.PolicyParams` holds
-them as one field (``PolicyParams.tiered``) and the YAML/CRD key is one object::
+``smetric-tiered``'s ``Params`` (:class:`SMetricTieredParams`, registered in
+:mod:`smetric.policy.registry`) holds them as one field, so the YAML/CRD key is one object::
 
     tiered:
       globalAware: true            # mechanism 1: h[i] = max(c[i], g[i]) + fetch and link backlog
@@ -19,45 +19,59 @@ issue 11 and docs/traces.md), so a session counts while it is likely to come bac
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from pydantic import Field
+
+from smetric.policy.params import ParamsModel, SMetricParams
 
 MECHANISMS: tuple[str, ...] = ("global", "migration", "node-local", "footprint")
 DEFAULT_FOOTPRINT_WINDOW_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class TieredParams:
-    global_aware: bool = True
-    cost_aware_migration: bool = True
-    node_local: bool = True
-    footprint: bool = True
-    node_local_fetch_s_per_token: float | None = None
-    footprint_window_s: float = DEFAULT_FOOTPRINT_WINDOW_S
-    global_capacity_tokens: int | None = None
+class TieredParams(ParamsModel):
+    """The ``tiered`` object: one switch per mechanism and the policy's own parameters."""
 
-    def __post_init__(self) -> None:
-        nl = self.node_local_fetch_s_per_token
-        if nl is not None and not (math.isfinite(nl) and nl >= 0):
-            raise ValueError(f"node_local_fetch_s_per_token must be None or finite and >= 0, got {nl}")
-        cap = self.global_capacity_tokens
-        if cap is not None and cap < 1:
-            raise ValueError(f"global_capacity_tokens must be None or >= 1, got {cap}")
-        w = self.footprint_window_s
-        if not (math.isfinite(w) and w > 0):
-            raise ValueError(f"footprint_window_s must be finite and > 0, got {w}")
+    global_aware: bool = Field(
+        default=True, description="mechanism 1: h[i] = max(c[i], g[i]) + fetch and link backlog"
+    )
+    cost_aware_migration: bool = Field(
+        default=True, description="mechanism 2: migrate only when the TTFT gain beats the move"
+    )
+    node_local: bool = Field(default=True, description="mechanism 2: prefer targets on the session's node")
+    footprint: bool = Field(default=True, description="mechanism 3: first turns balance resident session KV")
+    node_local_fetch_s_per_token: float | None = Field(
+        default=None, ge=0, description="s/token of a node-local (DRAM over PCIe) load; omitted = NIC rate"
+    )
+    footprint_window_s: float = Field(
+        default=DEFAULT_FOOTPRINT_WINDOW_S,
+        gt=0,
+        description="time constant of the session-KV footprint decay (s)",
+    )
+    global_capacity_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="the picker's global-hit estimate without KV events: store size in tokens; omitted = full",
+    )
 
     def without(self, *mechanisms: str) -> TieredParams:
         """These params with the named mechanisms (:data:`MECHANISMS`) switched off."""
-        from dataclasses import replace
-
         unknown = [m for m in mechanisms if m not in MECHANISMS]
         if unknown:
             raise ValueError(f"unknown mechanisms {unknown}; known: {', '.join(MECHANISMS)}")
-        return replace(
-            self,
-            global_aware=self.global_aware and "global" not in mechanisms,
-            cost_aware_migration=self.cost_aware_migration and "migration" not in mechanisms,
-            node_local=self.node_local and "node-local" not in mechanisms,
-            footprint=self.footprint and "footprint" not in mechanisms,
+        return self.model_copy(
+            update={
+                "global_aware": self.global_aware and "global" not in mechanisms,
+                "cost_aware_migration": self.cost_aware_migration and "migration" not in mechanisms,
+                "node_local": self.node_local and "node-local" not in mechanisms,
+                "footprint": self.footprint and "footprint" not in mechanisms,
+            }
         )
+
+
+class SMetricTieredParams(SMetricParams):
+    """``smetric-tiered``'s ``Params``: SMetric's SLACK / HIT_RATIO and the ``tiered`` object."""
+
+    tiered: TieredParams = Field(
+        default_factory=lambda: TieredParams(),
+        description="smetric-tiered only: one switch per mechanism (ablations) and its own parameters; "
+        "omitted keys keep the defaults (docs/policies.md, smetric-tiered).",
+    )

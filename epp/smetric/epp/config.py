@@ -3,8 +3,8 @@
 Shape (the operator renders exactly the ``policy`` block)::
 
     policy:
-      name: smetric               # one of smetric.core.names.POLICY_NAMES
-      parameters: {slack: 1.0}    # PolicyParams fields, parsed by smetric.policy.params_from_mapping
+      name: smetric               # one of smetric.policy.registry.POLICY_NAMES
+      parameters: {slack: 1.0}    # context + policy-owned keys, parsed by smetric.policy.params_from_mapping
     pdDisaggregation:
       enabled: false
     saturation:                   # when an endpoint counts as saturated (429 for sheddable requests)
@@ -24,8 +24,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from smetric.core.names import POLICY_NAMES
 from smetric.policy.base import PolicyParams
+from smetric.policy.config import params_from_mapping
+from smetric.policy.registry import POLICY_NAMES
 
 
 class ConfigError(ValueError):
@@ -98,17 +99,10 @@ def load_config(path: str | Path | None) -> PickerConfig:
 def policy_params(cfg: PickerConfig) -> PolicyParams:
     """The policy's parameters: the policies' own mapping parser, so the picker, the operator and
     the simulator read ``parameters`` identically. Bad parameters raise :class:`ConfigError`."""
-    from smetric import policy as policy_pkg
-
-    parse = getattr(policy_pkg, "params_from_mapping", None)
     try:
-        if parse is not None:
-            params: PolicyParams = parse(cfg.policy.parameters)
-        else:  # the policies package predates params_from_mapping: plain scalar fields only
-            params = PolicyParams(**cfg.policy.parameters)
-    except (TypeError, ValueError, KeyError) as exc:
+        return params_from_mapping(cfg.policy.parameters)
+    except ValueError as exc:
         raise ConfigError(f"policy.parameters: {exc}") from None
-    return params
 
 
 def with_mode(params: PolicyParams, mode: str) -> PolicyParams:

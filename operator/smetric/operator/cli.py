@@ -1,4 +1,5 @@
-"""``smetric-operator``: ``render FILE`` (offline, YAML stream) or ``run`` (the kopf controller)."""
+"""``smetric-operator``: ``render FILE`` (offline, YAML stream), ``run`` (the kopf controller) or
+``gen-crd`` (the CRD's policy schema from the policy registry, :mod:`smetric.operator.gencrd`)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
         "--liveness", default=None, help="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
     )
     run.add_argument("--verbose", action="store_true")
+    gen = sub.add_parser(
+        "gen-crd", help="write router.policy/parameters of the CRD and its chart copy from the policy models"
+    )
+    gen.add_argument("--write", action="store_true", help="rewrite both copies in place")
+    gen.add_argument("--check", action="store_true", help="exit 1 when a copy is out of date")
     return parser
 
 
@@ -116,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "render":
         return _render(args.file, args.namespace)
+    if args.command == "gen-crd":
+        from smetric.operator import gencrd
+
+        return gencrd.main([*(["--write"] if args.write else []), *(["--check"] if args.check else [])])
     return _run(args)
 
 

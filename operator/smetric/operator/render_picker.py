@@ -35,20 +35,17 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
     parsed by ``smetric.policy.params_from_mapping``) and PD routing for disaggregated pools."""
     params = spec.router.parameters
     parameters: dict[str, Any] = {
-        "slack": params.slack,
-        "hitRatio": params.hit_ratio,
+        **params.policy_owned,
         "mode": spec.topology.mode,
         "ttftSloBaseS": params.ttft_slo_base_s,
         "ttftSloPerKTokS": params.ttft_slo_per_k_tok_s,
         "tpotSloS": params.tpot_slo_s,
-        "blockTokens": spec.model.block_size,
+        "blockTokens": spec.model.block_size,  # CRD model.blockSize = picker key blockTokens
     }
     if params.cost_model is not None:
         parameters["costModel"] = {"cLinS": params.cost_model.c_lin_s, "cAttS": params.cost_model.c_att_s}
     if params.global_fetch_s_per_token is not None and spec.global_kv.enabled:
         parameters["globalFetchSPerToken"] = params.global_fetch_s_per_token
-    if params.tiered is not None:
-        parameters["tiered"] = params.tiered.model_dump(by_alias=True, exclude_none=True)
     return {
         "policy": {"name": spec.router.policy, "parameters": parameters},
         "pdDisaggregation": {"enabled": spec.topology.mode == "disaggregated"},

@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from smetric.core.names import POLICY_NAMES
+from smetric.policy.config import params_from_mapping, policy_keys
+from smetric.policy.registry import POLICY_NAMES
 
 DEFAULT_GPU_PRODUCTS: tuple[str, ...] = ("NVIDIA-H20", "NVIDIA-H20-3e")
 # Pinned, overridable images. vLLM 0.32.0: the engine version whose flags, metrics and KV events
@@ -199,27 +200,46 @@ class CostModelSpec(_Spec):
     c_att_s: float = Field(ge=0.0, alias="cAttS")
 
 
-class TieredSpec(_Spec):
-    """smetric-tiered's switches and parameters (smetric.policy.tiered_params); None = its default."""
-
-    global_aware: bool | None = None
-    cost_aware_migration: bool | None = None
-    node_local: bool | None = None
-    footprint: bool | None = None
-    node_local_fetch_s_per_token: float | None = Field(default=None, ge=0.0)
-    footprint_window_s: float | None = Field(default=None, gt=0.0)
-    global_capacity_tokens: int | None = Field(default=None, ge=1)
-
-
 class PolicyParameters(_Spec):
-    slack: float = Field(default=1.0, gt=0.0)
-    hit_ratio: float = Field(default=0.5, gt=0.0, lt=1.0)
+    """``router.parameters``: the pool's SLO, cost model and global-tier fetch rate (the policy
+    context; typed here) plus the policy-owned keys of every registered policy's ``Params``
+    model (``slack``, ``hitRatio``, ``tiered``, ...), kept as given and validated by the
+    policies' own parser -- their defaults and ranges live only in those models
+    (``smetric.policy.registry``; the CRD schema is generated from them: ``smetric-operator
+    gen-crd``)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True)
     ttft_slo_base_s: float = Field(default=1.0, gt=0.0, alias="ttftSloBaseS")
     ttft_slo_per_k_tok_s: float = Field(default=0.0625, ge=0.0, alias="ttftSloPerKTokS")
     tpot_slo_s: float = Field(default=0.02, gt=0.0, alias="tpotSloS")
-    cost_model: CostModelSpec | None = None
-    global_fetch_s_per_token: float | None = Field(default=None, ge=0.0, alias="globalFetchSPerToken")
-    tiered: TieredSpec | None = None
+    cost_model: CostModelSpec | None = Field(
+        default=None,
+        description="Eq. 1 coefficients in seconds (omit to use the picker's preset for the model).",
+    )
+    global_fetch_s_per_token: float | None = Field(
+        default=None,
+        ge=0.0,
+        alias="globalFetchSPerToken",
+        description="Seconds to load one token's KV from the global tier (KV bytes per token / NIC bytes "
+        "per second). When set, SMetric's SLO check credits a migrated session's global-tier copy; "
+        "omitted = local hits only. Set it only for a fully provisioned global tier (globalKV.enabled): "
+        "with an undersized store the credited copy is often evicted and migrations recompute (see "
+        "README, simulator results).",
+    )
+
+    @model_validator(mode="after")
+    def _policy_owned(self) -> PolicyParameters:
+        extra = dict(self.model_extra or {})
+        unknown = sorted(k for k in extra if k not in policy_keys())
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(unknown)}")
+        params_from_mapping(extra)  # ranges and types (ValueError names the key)
+        return self
+
+    @property
+    def policy_owned(self) -> dict[str, Any]:
+        """The policy-owned keys as given (camelCase), rendered into the picker's config."""
+        return dict(self.model_extra or {})
 
 
 class RouterSpec(_Spec):

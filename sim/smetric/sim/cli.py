@@ -13,6 +13,7 @@ skips the runs found there.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -21,10 +22,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from smetric.core.names import MODES, POLICY_NAMES
+from smetric.core.names import MODES
 from smetric.core.presets import GPUS, KV_DTYPES, PRESETS
 from smetric.engine.global_tier import GLOBAL_TIER_KINDS, LOAD_MODES
-from smetric.policy import known_policies
+from smetric.policy.config import CONTEXT_KEYS
+from smetric.policy.registry import REGISTRY, Registry
 from smetric.policy.tiered_params import TieredParams
 from smetric.sim import regimes as rg
 from smetric.sim.driver import run_and_write
@@ -65,7 +67,8 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
     return vals
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
+    """The CLI; the policy names come from ``registry`` (:mod:`smetric.policy.registry`)."""
     p = argparse.ArgumentParser(prog="smetric simulate", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--trace",
@@ -77,7 +80,13 @@ def parser() -> argparse.ArgumentParser:
         "--instances", type=int, default=None, help="instances in the cluster (default 32; quick 8)"
     )
     p.add_argument("--mode", choices=MODES, default="colocated")
-    p.add_argument("--policies", default="all", help=f"comma-separated, or 'all' ({', '.join(POLICY_NAMES)})")
+    p.add_argument(
+        "--policies",
+        default=None,
+        help=f"comma-separated, or 'all' ({', '.join(registry.names)}); default all, or the policy of "
+        "--policy-config",
+    )
+    p.set_defaults(known_policies=registry.names)
     p.add_argument(
         "--rates", default=None, help="rate multipliers of the base rate (default 1,2,4,6,8,10; quick 2,8,16)"
     )
@@ -152,8 +161,17 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="model context limit in tokens (default: the model's; 1048576 = Qwen3-Coder with YaRN)",
     )
-    p.add_argument("--slack", type=float, default=1.0, help="SMetric SLACK")
-    p.add_argument("--hit-ratio", type=float, default=0.5, help="SMetric HIT_RATIO")
+    p.add_argument(
+        "--policy-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the picker's config file (smetric-epp --config, the operator's ConfigMap): its policy's "
+        "parameters (policy-owned keys; the simulated cluster sets mode, SLO, cost model and block "
+        "size) and, without --policies, its policy",
+    )
+    p.add_argument("--slack", type=float, default=None, help="SMetric SLACK (default: the policy's)")
+    p.add_argument("--hit-ratio", type=float, default=None, help="SMetric HIT_RATIO (default: the policy's)")
     p.add_argument(
         "--local-only-slo-check",
         action="store_true",
@@ -241,16 +259,52 @@ def _seeds(a: argparse.Namespace) -> tuple[int, ...]:
     return seeds
 
 
-def _spec(a: argparse.Namespace) -> SweepSpec:
+def policy_parameters(a: argparse.Namespace) -> tuple[str | None, str, list[str]]:
+    """``(policy of --policy-config or None, policy-owned parameters as canonical JSON, notes)``:
+    the file's ``policy.parameters`` without the context keys, then --slack, --hit-ratio and
+    --tiered-off on top."""
+    from smetric.epp.config import load_config, policy_params
+
+    name: str | None = None
+    given: dict[str, object] = {}
+    notes: list[str] = []
+    if a.policy_config is not None:
+        cfg = load_config(a.policy_config)
+        policy_params(cfg)  # validated exactly as the picker validates it
+        name = cfg.policy.name
+        given = {k: v for k, v in cfg.policy.parameters.items() if k not in CONTEXT_KEYS}
+        ignored = sorted(k for k in cfg.policy.parameters if k in CONTEXT_KEYS)
+        if ignored:
+            notes.append(
+                f"--policy-config: {', '.join(ignored)} set by the simulated cluster (--preset, --mode), "
+                "not the file"
+            )
+    if a.slack is not None:
+        given["slack"] = a.slack
+    if a.hit_ratio is not None:
+        given["hitRatio"] = a.hit_ratio
+    off = [m.strip() for m in a.tiered_off.split(",") if m.strip()]
+    if off:
+        tiered = given.get("tiered", {})
+        if not isinstance(tiered, dict):
+            raise ValueError("policy parameters: tiered must be a mapping")
+        given["tiered"] = TieredParams.model_validate(tiered).without(*off).model_dump(by_alias=True)
+    return name, json.dumps(given, sort_keys=True), notes
+
+
+def _spec(a: argparse.Namespace, notes: list[str] | None = None) -> SweepSpec:
     quick = a.quick
+    known: tuple[str, ...] = a.known_policies
+    file_policy, own_json, file_notes = policy_parameters(a)
+    if notes is not None:
+        notes += file_notes
+    chosen = a.policies or (file_policy if file_policy is not None else "all")
     policies = (
-        known_policies()
-        if a.policies == "all"
-        else tuple(dict.fromkeys(x.strip() for x in a.policies.split(",") if x.strip()))
+        known if chosen == "all" else tuple(dict.fromkeys(x.strip() for x in chosen.split(",") if x.strip()))
     )
-    unknown = [x for x in policies if x not in known_policies()]
+    unknown = [x for x in policies if x not in known]
     if unknown:
-        raise ValueError(f"unknown policies {unknown}; known: {', '.join(known_policies())}")
+        raise ValueError(f"unknown policies {unknown}; known: {', '.join(known)}")
     if not policies:
         raise ValueError("--policies is empty")
     if a.resume and a.json is None:
@@ -266,8 +320,6 @@ def _spec(a: argparse.Namespace) -> SweepSpec:
         preset=a.preset,
         global_tier=a.global_tier,
         refresh_s=a.refresh_ms / 1e3,
-        slack=a.slack,
-        hit_ratio=a.hit_ratio,
         nic_gbit_s=a.nic_gbit_s,
         global_load_gbit_s=a.global_load_gbit_s or None,
         global_store_gbit_s=a.global_store_gbit_s or None,
@@ -280,7 +332,7 @@ def _spec(a: argparse.Namespace) -> SweepSpec:
         hbm_gb=a.hbm_gb,
         max_context=a.max_context,
         global_aware_slo=not a.local_only_slo_check,
-        tiered=TieredParams().without(*(m.strip() for m in a.tiered_off.split(",") if m.strip())),
+        policy_parameters=own_json,
         router_view=a.router_view,
         legacy_ledger=a.legacy_ledger,
         warmup_s=a.warmup_s if a.warmup_s is not None else warmup_default,
@@ -323,7 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(stderr=True)
     try:
-        spec = _spec(args)
+        notes: list[str] = []
+        spec = _spec(args, notes)
+        for note in notes:
+            console.print(f"[yellow]{note}[/yellow]")
         regimes = rg.regimes_by_name(args.regimes) if args.regime_map else ()
         return run_and_write(
             spec,

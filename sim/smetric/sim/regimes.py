@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from smetric.core.names import BASELINE_POLICIES
+from smetric.policy.registry import BASELINE_POLICIES
 from smetric.sim.simulator import SimConfig
 from smetric.sim.stats import verdict
 

@@ -170,7 +170,7 @@ def _pm(mean: object, ci: object, fmt: str) -> str:
 def summary_table(summ: Sequence[Row], title: str) -> Table:
     """Per policy: peak mean ± CI half-width, per-seed peaks and peak rates, and the paired margin
     over the best baseline (or, for a baseline, over SMetric)."""
-    from smetric.core.names import BASELINE_POLICIES
+    from smetric.policy.registry import BASELINE_POLICIES
     from smetric.sim.stats import verdict
 
     t = Table(title=title)

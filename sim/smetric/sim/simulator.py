@@ -18,10 +18,11 @@ token plus ``(output - 1) * TPOT SLO`` (the decode pool assumed to meet its SLO)
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -29,7 +30,9 @@ from smetric.core.presets import InstancePreset, get_preset, variant_name
 from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
 from smetric.engine.global_tier import GlobalPath, instances_per_node
 from smetric.policy import DecodeStepModel, PolicyParams, Router, fetch_s_per_token, make_policy
-from smetric.policy.tiered_params import TieredParams
+from smetric.policy.config import CONTEXT_KEYS, params_from_mapping
+from smetric.policy.params import ParamsModel
+from smetric.policy.tiered_params import SMetricTieredParams
 from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.metrics import LoadTracker, summarise
 from smetric.sim.tier_view import TierView
@@ -49,8 +52,6 @@ class SimConfig:
     global_tier: str = "full"
     refresh_s: float = 0.05
     window_s: float = 30.0
-    slack: float = 1.0
-    hit_ratio: float = 0.5
     nic_gbit_s: float = 200.0
     # Calibrated global path (docs/simulator.md "Global tier", sources there). Per-GPU load
     # throughput LMCache + Mooncake achieve (None = no per-GPU limit: NIC line rate); source-side
@@ -79,8 +80,11 @@ class SimConfig:
     # prefills and online prefill rates; "oracle" = engine cost model, speed 1.0 (sim/view.py)
     router_view: str = "deployed"
     legacy_ledger: bool = False  # reproduce the pre-fix phantom-load ledger charge (issue 9)
-    # smetric-tiered switches (ablation rows) and parameters; other policies ignore them
-    tiered: TieredParams = field(default_factory=TieredParams)
+    # The policy-owned parameters as the picker's config file holds them (``policy.parameters``:
+    # ``slack``, ``hitRatio``, ``tiered``, ...), canonical JSON; "{}" = every policy's defaults
+    # (smetric.policy.config). Context keys (mode, SLO, cost model, block size) come from the
+    # simulated cluster, not from here.
+    policy_parameters: str = "{}"
     # "stationary": families also start before t = 0 (request rate stationary from t = 0);
     # "cold": every family starts at t >= 0 (the request rate climbs for hours) -- workload.py
     arrivals: str = "stationary"
@@ -100,6 +104,29 @@ class SimConfig:
             raise ValueError(f"mode must be colocated or disaggregated, got {self.mode!r}")
         get_preset(self.preset_name)
         self.global_path  # noqa: B018 -- validates the global-path fields
+        self.own_params  # noqa: B018 -- validates policy_parameters
+
+    def with_params(self, **keys: object) -> SimConfig:
+        """This config with ``keys`` (YAML keys, e.g. ``slack=2.0`` or ``tiered={...}``) set in
+        :attr:`policy_parameters`."""
+        merged = {**json.loads(self.policy_parameters), **keys}
+        return replace(self, policy_parameters=json.dumps(merged, sort_keys=True))
+
+    @property
+    def own_params(self) -> tuple[ParamsModel, ...]:
+        """The policy-owned ``Params`` instances of :attr:`policy_parameters`."""
+        try:
+            mapping = json.loads(self.policy_parameters)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"policy_parameters is not JSON: {exc}") from None
+        if not isinstance(mapping, dict):
+            raise ValueError("policy_parameters must be a JSON object")
+        context = sorted(k for k in mapping if k in CONTEXT_KEYS)
+        if context:
+            raise ValueError(
+                f"policy_parameters holds context keys {context}: the simulated cluster sets them"
+            )
+        return params_from_mapping(mapping).own
 
     @property
     def preset_name(self) -> str:
@@ -177,8 +204,6 @@ def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
     )
     return PolicyParams(
         mode="colocated" if cfg.mode == "colocated" else "disaggregated",
-        slack=cfg.slack,
-        hit_ratio=cfg.hit_ratio,
         slo=preset.slo,
         cost_model=preset.cost_model,
         decode_step=DecodeStepModel.from_preset_name(preset.name),
@@ -186,7 +211,7 @@ def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
         block_tokens=block_tokens,
         seed=cfg.seed,
         global_fetch_s_per_token=fetch_s,
-        tiered=cfg.tiered,
+        own=cfg.own_params,
     )
 
 
@@ -237,7 +262,7 @@ def simulate(
         legacy_ledger=cfg.legacy_ledger,
     )
     tier_view = (  # two-tier facts only for a policy that reads them (smetric-tiered)
-        TierView(cluster, work.block_tokens, cfg.tiered.footprint_window_s)
+        TierView(cluster, work.block_tokens, params.get(SMetricTieredParams).tiered.footprint_window_s)
         if getattr(router.policy, "uses_tier_view", False)
         else None
     )

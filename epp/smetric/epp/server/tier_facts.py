@@ -36,6 +36,7 @@ from smetric.epp.kvevents.store import BlockStore
 from smetric.policy.base import PolicyParams
 from smetric.policy.footprint import FootprintTracker
 from smetric.policy.smetric_tiered import with_tier_facts
+from smetric.policy.tiered_params import SMetricTieredParams
 
 DEFAULT_MAX_KEYS = 2_000_000  # memory budget of the estimate (~200 MB of LRU entries)
 
@@ -130,9 +131,10 @@ def build_tier_facts(index: object, params: PolicyParams, clock: Callable[[], fl
     store when it has one (the precise index)."""
     tokens_per_key = getattr(index, "tokens_per_key", None)
     store = getattr(index, "store", None)
+    tiered = params.get(SMetricTieredParams).tiered
     gi = GlobalTierIndex(
         tokens_per_key if isinstance(tokens_per_key, int) and tokens_per_key > 0 else 16,
         store=store if isinstance(store, BlockStore) else None,
-        capacity_tokens=params.tiered.global_capacity_tokens,
+        capacity_tokens=tiered.global_capacity_tokens,
     )
-    return TierFacts(gi, params.tiered.footprint_window_s, clock)
+    return TierFacts(gi, tiered.footprint_window_s, clock)

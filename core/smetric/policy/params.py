@@ -1,0 +1,60 @@
+"""Policy-owned parameters: the pydantic base every policy's ``Params`` model derives from.
+
+A policy declares its tunables as a :class:`ParamsModel` next to its class and registers
+``(name, class, Params)`` in :mod:`smetric.policy.registry`. Field names are snake_case; the
+YAML/CRD key is the camelCase alias (``hit_ratio`` -> ``hitRatio``) unless the field names
+another alias; the snake_case name is accepted too. A field's default, range (``gt``/``ge``/
+``lt``/``le``) and ``description`` are written here once: the picker's config parser, the
+simulator (``--policy-config``) and the generated CRD schema (``smetric-operator gen-crd``)
+all read them from the model.
+
+The SMetric family shares two models (several policies read the same SLACK / HIT_RATIO, so the
+default lives in one class and the policies subclass it): :class:`SessionParams` (every
+session-centric policy) and :class:`SMetricParams` (those with the SLO check).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class ParamsModel(BaseModel):
+    """Base of every policy's ``Params``: frozen, strict (no string-to-number coercion),
+    unknown keys rejected, camelCase keys with the snake_case names accepted."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        frozen=True,
+        allow_inf_nan=False,
+        populate_by_name=True,
+        alias_generator=to_camel,
+    )
+
+
+class NoParams(ParamsModel):
+    """A policy without parameters of its own (it may still read the shared context)."""
+
+
+class SessionParams(ParamsModel):
+    """Every session-centric policy (paper Fig. 13)."""
+
+    hit_ratio: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="HIT_RATIO: a follow-up counts as cached on prev when c[prev] > HIT_RATIO * est_hit "
+        "(paper Fig. 13; algorithms.md).",
+    )
+
+
+class SMetricParams(SessionParams):
+    """Session-centric policies with SMetric's SLO check (``meets``)."""
+
+    slack: float = Field(
+        default=1.0,
+        gt=0,
+        description="SLACK: an endpoint meets when its TTFT estimate is <= SLACK * TTFT SLO "
+        "(paper Fig. 13; algorithms.md).",
+    )
