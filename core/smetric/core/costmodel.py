@@ -7,7 +7,7 @@ instance of the preset's kind"; an instance's *speed* (1.0 = as modelled) conver
 Presets: ``c_lin`` from the roofline of the linear layers (2 FLOPs per active parameter per token,
 at peak bf16 FLOP/s times a model-FLOPs-utilisation factor), ``c_att = c_lin / L_eq`` with the
 public fits of ``L_eq`` quoted in ``shared/reference/algorithms.md`` (Qwen3-30B-A3B 6.9k,
-Qwen3-235B-A22B 13.6k). See :mod:`smetric.engine.hardware` for the numbers and their sources.
+Qwen3-235B-A22B 13.6k). See :mod:`smetric.core.presets` for the numbers and their sources.
 """
 
 from __future__ import annotations

@@ -69,7 +69,3 @@ class EndpointSnapshot:
     def batch_size(self) -> int:
         """b[i] = running + waiting."""
         return self.running + self.waiting
-
-    @property
-    def active_kv_tokens(self) -> float:
-        return self.kv_usage * self.kv_capacity_tokens

@@ -23,15 +23,6 @@ def argmin_first(scores: Sequence[float]) -> int:
     return best_i
 
 
-def argmax_first(values: Sequence[float]) -> int:
-    """Index of the first maximum. ``values`` must be non-empty."""
-    best_i, best = 0, values[0]
-    for i in range(1, len(values)):
-        if values[i] > best:
-            best_i, best = i, values[i]
-    return best_i
-
-
 def _tied(a: float, b: float) -> bool:
     return a == b or math.isclose(a, b, rel_tol=_TIE_REL_TOL, abs_tol=0.0)
 

@@ -55,8 +55,6 @@ from smetric.policy.estimates import (
 from smetric.policy.select import RoundRobinTies
 from smetric.policy.tiered_params import SMetricTieredParams
 
-Params = SMetricTieredParams  # registered with the policy (smetric.policy.registry)
-
 
 def global_hit(request: RequestView, ep: EndpointSnapshot) -> int:
     """g[i], clamped to ``[0, L]``."""
