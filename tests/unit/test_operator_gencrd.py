@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from smetric.operator.gencrd import COMMAND, CRD_PATHS, check, render, router_schema
+from smetric.operator.gencrd import COMMAND, CRD_PATHS, REPO, check, render, router_schema
 from smetric.operator.spec import parse_spec
 from smetric.policy.registry import POLICY_NAMES, REGISTRY
 
@@ -21,7 +21,9 @@ def _router(path: Path) -> dict[str, Any]:
 
 def test_checked_in_crds_match_the_generator() -> None:
     stale = check()
-    assert not stale, f"{', '.join(p.name for p in stale)} drifted from the policy models; run: {COMMAND}"
+    assert not stale, (
+        f"{', '.join(str(p.relative_to(REPO)) for p in stale)} drifted from the policy models; run: {COMMAND}"
+    )
 
 
 @pytest.mark.parametrize("path", CRD_PATHS, ids=lambda p: str(p.parent.name))

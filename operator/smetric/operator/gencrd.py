@@ -1,6 +1,7 @@
 """Generate the CRD's ``router.policy`` enum and ``router.parameters`` schema from the models.
 
-One command rewrites both checked-in copies (the CRD and the Helm chart's)::
+One command rewrites both checked-in copies (the CRD and the Helm chart's byte-identical copy
+of it, so a hand edit elsewhere in the CRD is also copied to the chart)::
 
     smetric-operator gen-crd --write        # or: python -m smetric.operator.gencrd --write
 
@@ -10,6 +11,8 @@ description); the policy context keys of ``router.parameters`` (SLO, cost model,
 from :class:`smetric.operator.spec.PolicyParameters`. Only the text between the ``BEGIN
 generated`` / ``END generated`` markers changes; the rest of the CRD is written by hand.
 ``tests/unit/test_operator_gencrd.py`` fails when a copy drifts from what this module writes.
+
+The first path is the source; the others (the chart's) are written as copies of its rendering.
 """
 
 from __future__ import annotations
@@ -140,11 +143,15 @@ def render(text: str, registry: Registry = REGISTRY) -> str:
     return "".join(lines[: starts[0] + 1]) + body + "".join(lines[ends[0] :])
 
 
+def expected(paths: Sequence[Path] = CRD_PATHS, registry: Registry = REGISTRY) -> str:
+    """What every copy must hold: the source CRD (``paths[0]``) with its region rendered."""
+    return render(paths[0].read_text(encoding="utf-8"), registry)
+
+
 def check(paths: Sequence[Path] = CRD_PATHS, registry: Registry = REGISTRY) -> list[Path]:
-    """The copies whose generated region differs from :func:`render`'s."""
-    return [
-        p for p in paths if render(p.read_text(encoding="utf-8"), registry) != p.read_text(encoding="utf-8")
-    ]
+    """The copies that differ from :func:`expected`."""
+    want = expected(paths, registry)
+    return [p for p in paths if p.read_text(encoding="utf-8") != want]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -153,10 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when a copy is out of date")
     args = ap.parse_args(argv)
     if args.write:
+        want = expected()
         for p in CRD_PATHS:
-            new = render(p.read_text(encoding="utf-8"))
-            if new != p.read_text(encoding="utf-8"):
-                p.write_text(new, encoding="utf-8")
+            if p.read_text(encoding="utf-8") != want:
+                p.write_text(want, encoding="utf-8")
                 print(f"wrote {p.relative_to(REPO)}")
         return 0
     if args.check:
