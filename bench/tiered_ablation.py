@@ -10,7 +10,7 @@ Variants: the policies given, plus ``smetric-tiered -<mechanism>`` for each abla
 
 Example (the run in docs/policies.md, 16 instances, about 15 min on 2 cores)::
 
-    python bench/tiered_ablation.py --instances 16 --rates 4,5,6,7,8 --seeds 0,1,2 \
+    python bench/tiered_ablation.py --instances 16 --rates 2.5,3,3.25,3.5 --seeds 0,1,2 \
         --json out/tiered.json
 """
 
