@@ -77,7 +77,6 @@ def test_camel_and_snake_keys() -> None:
             "decodeStep": {"baseS": 0.004, "perKvTokenS": 1e-8},
             "mode": "disaggregated",
             "blockTokens": 32,
-            "chunkTokens": 2048,
             "seed": 3,
             "sessionTableSize": 10,
             "prebleHitFraction": 0.6,
@@ -91,7 +90,7 @@ def test_camel_and_snake_keys() -> None:
     assert (p.slo.ttft_base_s, p.slo.ttft_per_ktok_s, p.slo.tpot_s) == (2.0, 0.1, 0.05)
     assert p.cost_model == CostModel(1e-4, 1e-8)
     assert p.decode_step == DecodeStepModel(0.004, 1e-8)
-    assert (p.block_tokens, p.chunk_tokens, p.seed) == (32, 2048, 3)
+    assert (p.block_tokens, p.seed) == (32, 3)
     assert p.get(LlmdSessionParams).session_table_size == 10
     assert p.get(PrebleParams) == PrebleParams(preble_hit_fraction=0.6, preble_imbalance_guard=4)
     assert p.global_fetch_s_per_token == 4e-6
@@ -139,7 +138,7 @@ def test_non_mapping_is_rejected() -> None:
         params_from_mapping([("slack", 1.0)])  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("field", "value"), [("mode", "both"), ("block_tokens", 0), ("chunk_tokens", 0)])
+@pytest.mark.parametrize(("field", "value"), [("mode", "both"), ("block_tokens", 0)])
 def test_policy_params_reject_unusable_context_values_directly(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         PolicyParams(**{field: value})  # type: ignore[arg-type]

@@ -59,7 +59,6 @@ class PolicyParams:
     decode_step: DecodeStepModel = field(
         default_factory=lambda: DecodeStepModel.from_preset_name("qwen3-30b-h20")
     )
-    chunk_tokens: int = 8192
     # the engine's KV block size in tokens (vLLM --block-size; the CRD's model.blockSize, the
     # picker's --block-size and config key blockTokens)
     block_tokens: int = 16
@@ -76,7 +75,6 @@ class PolicyParams:
                 self.mode in ("colocated", "disaggregated"),
                 f"mode must be colocated|disaggregated, got {self.mode!r}",
             ),
-            (self.chunk_tokens >= 1, f"chunk_tokens must be >= 1, got {self.chunk_tokens}"),
             (self.block_tokens >= 1, f"block_tokens must be >= 1, got {self.block_tokens}"),
             (
                 self.global_fetch_s_per_token is None

@@ -7,9 +7,9 @@ too. Unknown keys, wrong types (no string-to-number coercion) and out-of-range v
 Two kinds of keys share the flat mapping:
 
 * the **shared context** (:class:`~smetric.policy.base.PolicyParams` fields, :class:`_ContextIn`
-  below): ``preset`` (derives costModel, decodeStep, SLO, blockTokens, chunkTokens), ``mode``,
+  below): ``preset`` (derives costModel, decodeStep, SLO, blockTokens), ``mode``,
   ``ttftSloBaseS``, ``ttftSloPerKTokS``, ``tpotSloS``, ``costModel {cLinS, cAttS}``,
-  ``decodeStep {baseS, perKvTokenS}``, ``chunkTokens``, ``blockTokens`` (the engine's KV
+  ``decodeStep {baseS, perKvTokenS}``, ``blockTokens`` (the engine's KV
   block size), ``seed``, ``globalFetchSPerToken``;
 * the **policy-owned** keys: every field of every registered policy's ``Params`` model
   (:mod:`smetric.policy.registry`; e.g. ``slack``, ``hitRatio``, ``overload``, ``lambda``,
@@ -70,7 +70,6 @@ class _ContextIn(BaseModel):
     tpot_slo_s: float | None = Field(None, gt=0, validation_alias=_key("tpotSloS", "tpot_slo_s"))
     cost_model: _CostModelIn | None = Field(None, validation_alias=_key("costModel", "cost_model"))
     decode_step: _DecodeStepIn | None = Field(None, validation_alias=_key("decodeStep", "decode_step"))
-    chunk_tokens: int | None = Field(None, ge=1, validation_alias=_key("chunkTokens", "chunk_tokens"))
     block_tokens: int | None = Field(None, ge=1, validation_alias=_key("blockTokens", "block_tokens"))
     seed: int | None = None
     global_fetch_s_per_token: float | None = Field(
@@ -80,7 +79,6 @@ class _ContextIn(BaseModel):
 
 _SCALARS = (
     "mode",
-    "chunk_tokens",
     "block_tokens",
     "seed",
     "global_fetch_s_per_token",
@@ -162,7 +160,6 @@ def params_from_mapping(mapping: Mapping[str, object] | None, registry: Registry
             cost_model=preset.cost_model,
             decode_step=DecodeStepModel.from_preset_name(preset.name),
             block_tokens=preset.block_size,
-            chunk_tokens=preset.max_num_batched_tokens,
         )
     scalars = {name: getattr(data, name) for name in _SCALARS if getattr(data, name) is not None}
     slo = params.slo

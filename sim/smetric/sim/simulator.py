@@ -207,7 +207,6 @@ def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
         slo=preset.slo,
         cost_model=preset.cost_model,
         decode_step=DecodeStepModel.from_preset_name(preset.name),
-        chunk_tokens=preset.max_num_batched_tokens,
         block_tokens=block_tokens,
         seed=cfg.seed,
         global_fetch_s_per_token=fetch_s,
