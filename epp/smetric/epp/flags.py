@@ -64,6 +64,19 @@ FLAGS: tuple[Flag, ...] = (
         64 * 1024 * 1024,
         "request bodies buffered by all streams together; past it a request gets 503",
     ),
+    Flag(
+        "max-inflight-decisions",
+        int,
+        512,
+        "requests waiting for a routing decision (headers arrived, not yet routed); past it 503 + retry-after",
+    ),
+    Flag(
+        "decision-budget-ms",
+        int,
+        10_000,
+        "longest time from a request's headers to its decision (body upload + parse + policy); past it "
+        "503 + retry-after",
+    ),
     Flag("bind-address", str, "0.0.0.0", "address every listener binds (ext_proc, health, metrics)"),
     Flag("scrape-timeout-ms", int, 1000, "timeout of one /metrics scrape"),
     Flag("scrape-max-bytes", int, 4 * 1024 * 1024, "a larger /metrics page is refused (endpoint goes stale)"),

@@ -62,6 +62,8 @@ async def serve(args: argparse.Namespace) -> int:
             served_models=frozenset(cfg.servedModels),
             response_observer=args.response_path == "observer",
             body_budget_bytes=args.body_budget_bytes,
+            max_inflight_decisions=args.max_inflight_decisions,
+            decision_budget_s=args.decision_budget_ms / 1000.0,
         ),
         renderer=renderer,
     )

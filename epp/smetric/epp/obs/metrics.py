@@ -82,6 +82,14 @@ class PickerMetrics:
             registry=registry,
         )
         self.active_streams = Gauge("smetric_epp_active_streams", "Open ext_proc streams", registry=registry)
+        self.shed = Counter(
+            "smetric_epp_shed",
+            "Requests refused by admission control (503 + retry-after): inflight (too many requests "
+            "waiting for a decision, --max-inflight-decisions), deadline (no decision within "
+            "--decision-budget-ms of the request headers)",
+            ["reason"],
+            registry=registry,
+        )
         self.observer_streams = Counter(
             "smetric_epp_observer_streams",
             "Response-observer streams (--response-path=observer) by outcome: matched a decision, "

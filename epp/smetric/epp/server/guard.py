@@ -12,11 +12,17 @@
 * :class:`BodyBudget`: one process-wide budget for buffered request bodies. ``--max-body-bytes``
   bounds one request; the budget bounds their sum, so N concurrent large bodies get a 503 with a
   clear message instead of growing the picker's memory N-fold.
+* :class:`Admission`: load shedding for an alive but overloaded picker. Envoy runs no message
+  timeout in FULL_DUPLEX_STREAMED, so the picker bounds itself: at most ``max_inflight`` requests
+  between "headers arrived" and "routed", and each gets at most ``budget_s`` from its headers to
+  its decision. Past either bound the request gets 503 with ``retry-after`` at once (:class:`Shed`).
 """
 
 from __future__ import annotations
 
 import threading
+
+from smetric.epp.parse.errors import RequestError
 
 PICKER_ID_HEADER = "x-smetric-request-id"
 
@@ -80,3 +86,55 @@ class BodyBudget:
     def give(self, n: int) -> None:
         with self._lock:
             self._used = max(0, self._used - n)
+
+
+SHED_RETRY_AFTER_S = 1  # the retry-after of a shed request: a client retries after one second
+
+
+class Shed(RequestError):
+    """A request refused by admission control (503 + ``retry-after``); ``reason`` labels the
+    ``smetric_epp_shed_total`` counter: ``inflight`` (too many undecided requests) or ``deadline``
+    (no decision within the budget)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(503, message)
+        self.reason = reason
+
+
+class Admission:
+    """Undecided requests in flight, capped at ``max_inflight``; the per-decision time budget.
+
+    ``enter`` admits one request (raises :class:`Shed` when full), ``leave`` ends its undecided
+    phase (routed, refused or gone); ``check(started_at, now)`` raises :class:`Shed` when the
+    budget is spent. Only called on the event loop (no lock)."""
+
+    def __init__(self, max_inflight: int, budget_s: float) -> None:
+        if max_inflight <= 0 or not budget_s > 0:
+            raise ValueError("max_inflight and budget_s must be positive")
+        self.max_inflight = max_inflight
+        self.budget_s = budget_s
+        self.inflight = 0
+
+    def enter(self) -> None:
+        if self.inflight >= self.max_inflight:
+            raise Shed(
+                "inflight",
+                f"the endpoint picker is overloaded: {self.inflight} requests are waiting for a "
+                f"routing decision (limit {self.max_inflight}); retry after {SHED_RETRY_AFTER_S} s",
+            )
+        self.inflight += 1
+
+    def leave(self) -> None:
+        self.inflight = max(0, self.inflight - 1)
+
+    def check(self, started_at: float, now: float) -> None:
+        if now - started_at > self.budget_s:
+            raise self.late(now - started_at)
+
+    def late(self, waited_s: float) -> Shed:
+        return Shed(
+            "deadline",
+            f"the endpoint picker could not route the request within its decision budget of "
+            f"{self.budget_s:g} s (waited {waited_s:.2f} s since the request headers arrived): it is "
+            f"overloaded or the request body is arriving too slowly; retry after {SHED_RETRY_AFTER_S} s",
+        )

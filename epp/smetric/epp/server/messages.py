@@ -141,12 +141,15 @@ def streamed_chunks(
             return out
 
 
-def immediate(status: int, message: str) -> ep.ProcessingResponse:
+def immediate(status: int, message: str, retry_after_s: int | None = None) -> ep.ProcessingResponse:
     body = orjson.dumps({"error": {"message": message, "type": "smetric_epp", "code": status}})
+    headers = {"content-type": "application/json"}
+    if retry_after_s is not None:
+        headers["retry-after"] = str(retry_after_s)
     return ep.ProcessingResponse(
         immediate_response=ep.ImmediateResponse(
             status=http_status_pb2.HttpStatus(code=status),
-            headers=header_mutation({"content-type": "application/json"}),
+            headers=header_mutation(headers),
             body=body,
             details=f"smetric_epp_{status}",
         )

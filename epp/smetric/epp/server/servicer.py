@@ -44,8 +44,11 @@ from smetric.epp.server.decide import Pick, Picker
 from smetric.epp.server.guard import (
     INFERENCE_PATHS,
     PICKER_ID_HEADER,
+    SHED_RETRY_AFTER_S,
     TRUSTED_HEADERS,
+    Admission,
     BodyBudget,
+    Shed,
     path_allowed,
 )
 from smetric.epp.server.offload import ParseOffload
@@ -79,6 +82,10 @@ class ServicerSettings:
     allowed_paths: tuple[str, ...] = INFERENCE_PATHS
     offload_parse_bytes: int = 1024 * 1024
     parse_workers: int = 2
+    # Admission control (an alive but overloaded picker): requests waiting for a decision, and the
+    # time from their headers to their decision; past either, 503 + retry-after at once.
+    max_inflight_decisions: int = 512
+    decision_budget_s: float = 10.0
 
 
 class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
@@ -101,22 +108,30 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         self._warned: set[str] = set()
         self.budget = BodyBudget(self.settings.body_budget_bytes)
         self.offload = ParseOffload(self.settings.parse_workers)
+        self.admission = Admission(self.settings.max_inflight_decisions, self.settings.decision_budget_s)
 
     async def Process(
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[ep.ProcessingResponse]:
         st = StreamState()
         self.metrics.active_streams.inc()
+        messages = request_iterator.__aiter__()
         try:
-            async for message in request_iterator:
-                if message.observability_mode:  # a response observer: it gets no replies
-                    await self._observe(message, request_iterator)
-                    return
+            while True:
                 closed = False
                 try:
-                    if self._large_final_chunk(st, message):  # parse on a worker, not on the loop
-                        message = await self._preparse(st, message)
+                    if st.admitted_at is None:
+                        message = await anext(messages)
+                    else:  # undecided: the next message and its parsing within the decision budget
+                        message = await self._within_budget(st, messages)
+                    if message.observability_mode:  # a response observer: it gets no replies
+                        await self._observe(message, messages)
+                        return
                     out = self.handle(st, message)
+                except StopAsyncIteration:
+                    return
+                except Shed as exc:
+                    out, closed = (self._shed(st, exc),), True
                 except RequestError as exc:
                     out, closed = (self._refuse(st, exc.status, exc.message),), True
                 except Exception:
@@ -127,9 +142,39 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
                 if closed:
                     return
         finally:
+            self._leave(st)
             self._drop_body(st)
             self._finish(st)
             self.metrics.active_streams.dec()
+
+    async def _within_budget(
+        self, st: StreamState, messages: AsyncIterator[ep.ProcessingRequest]
+    ) -> ep.ProcessingRequest:
+        """The next message of an undecided request (a large last chunk parsed on the worker pool),
+        or :class:`Shed` once the decision budget measured from its headers is spent."""
+        assert st.admitted_at is not None
+        remaining_s = st.admitted_at + self.admission.budget_s - self.clock()
+        try:
+            async with asyncio.timeout(max(0.0, remaining_s)):
+                message = await anext(messages)
+                if self._large_final_chunk(st, message):  # parse on a worker, not on the loop
+                    message = await self._preparse(st, message)
+        except TimeoutError:
+            raise self.admission.late(self.clock() - st.admitted_at) from None
+        return message
+
+    def _leave(self, st: StreamState) -> None:
+        """The request's undecided phase is over (routed, refused or gone)."""
+        if st.admitted_at is not None:
+            st.admitted_at = None
+            self.admission.leave()
+
+    def _shed(self, st: StreamState, exc: Shed) -> ep.ProcessingResponse:
+        self._leave(st)
+        self.metrics.shed.labels(reason=exc.reason).inc()
+        self.metrics.immediate_responses.labels(code="503").inc()
+        log.warning("shed request %s: %s", st.request_id, exc.message)
+        return msgs.immediate(503, exc.message, retry_after_s=SHED_RETRY_AFTER_S)
 
     def _large_final_chunk(self, st: StreamState, m: ep.ProcessingRequest) -> bool:
         if m.WhichOneof("request") != "request_body" or st.pick is not None:
@@ -226,6 +271,8 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         st.ledger_id = uuid.uuid4().hex  # the picker's own key, whatever the client sent
         if not path_allowed(st.headers.path, self.settings.allowed_paths):
             raise RequestError(404, f"path {st.headers.path.split('?', 1)[0]!r} is not an inference API")
+        self.admission.enter()  # Shed (503) when too many requests wait for a decision
+        st.admitted_at = self.clock()
         st.subset = msgs.subset_ips(m.metadata_context)
         if m.request_headers.end_of_stream or st.req_mode not in (msgs.MODE_FULL_DUPLEX, msgs.MODE_BUFFERED):
             # No body will reach the picker (GET, or a body mode it does not take): route on headers.
@@ -268,6 +315,8 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         h = st.headers
         if h is None:
             raise RequestError(400, "request body before request headers")
+        if st.admitted_at is not None:  # a late message (the loop was busy): shed, do not route
+            self.admission.check(st.admitted_at, self.clock())
         parsed = (
             st.preparsed
             if st.preparsed is not None
@@ -295,6 +344,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             text, key = (self._prompt_text(parsed) if parsed is not None else ""), None
         pick = self.picker.pick(view, text, parsed.token_ids if parsed else (), st.subset, key=key)
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
+        self._leave(st)
         if self.settings.response_observer:
             self._awaiting[st.ledger_id] = st
         m = self.metrics

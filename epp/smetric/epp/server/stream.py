@@ -14,6 +14,7 @@ from smetric.epp.server.messages import MODE_FULL_DUPLEX
 
 class StreamState:
     __slots__ = (
+        "admitted_at",
         "body",
         "completed",
         "dispatched_at",
@@ -40,6 +41,7 @@ class StreamState:
 
     def __init__(self) -> None:
         self.headers: RequestHeaders | None = None
+        self.admitted_at: float | None = None  # headers arrived, no decision yet (admission control)
         self.req_mode: int = MODE_FULL_DUPLEX
         self.resp_mode: int = MODE_FULL_DUPLEX
         self.subset: frozenset[str] | None = None

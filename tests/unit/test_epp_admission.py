@@ -1,0 +1,136 @@
+"""Issue 12 item 1: an alive but overloaded picker sheds load (503 + retry-after) within a bound.
+
+Envoy runs no ext_proc message timeout in FULL_DUPLEX_STREAMED, so without admission control a
+request whose body trickles in, or that waits behind a busy picker, waits without limit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+import pytest
+from epp_harness import BASE_HEADERS, body_msgs, build, chat, exchange, headers_msg, serve
+
+from smetric.epp.server.guard import Admission, Shed
+from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
+
+__all__ = ["serve"]
+
+
+def with_admission(servicer: ExtProcServicer, max_inflight: int, budget_s: float) -> ExtProcServicer:
+    servicer.settings = ServicerSettings(max_inflight_decisions=max_inflight, decision_budget_s=budget_s)
+    servicer.admission = Admission(max_inflight, budget_s)
+    return servicer
+
+
+def shed_count(servicer: ExtProcServicer, reason: str) -> float:
+    value = servicer.metrics.registry.get_sample_value("smetric_epp_shed_total", {"reason": reason})
+    return value or 0.0
+
+
+def assert_shed(resp: object, words: bytes) -> None:
+    imm = resp.immediate_response  # type: ignore[attr-defined]
+    assert imm.status.code == 503
+    set_ = {h.header.key: h.header.raw_value.decode() for h in imm.headers.set_headers}
+    assert set_.get("retry-after") == "1"
+    assert words in orjson.loads(imm.body)["error"]["message"].encode()
+
+
+async def test_a_request_whose_body_never_completes_gets_503_within_the_budget(serve: object) -> None:
+    servicer = with_admission(build()[0], max_inflight=8, budget_s=0.3)
+    stub = await serve(servicer)  # type: ignore[operator]
+    call = stub.Process()
+    await call.write(headers_msg(BASE_HEADERS))
+    await call.write(body_msgs(chat(), 2)[0])  # the rest of the body never comes
+    t0 = time.monotonic()
+    resp = await asyncio.wait_for(call.read(), 5.0)  # before the fix: no answer at all
+    waited_s = time.monotonic() - t0
+    assert_shed(resp, b"decision budget")
+    assert 0.2 < waited_s < 2.0
+    assert shed_count(servicer, "deadline") == 1
+    assert servicer.admission.inflight == 0
+    assert len(servicer.picker.ledger) == 0
+    call.cancel()
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])  # normal ones still route
+    assert out[0].HasField("request_headers")
+
+
+async def test_too_many_undecided_requests_get_503_at_once_and_slots_come_back(serve: object) -> None:
+    servicer = with_admission(build()[0], max_inflight=2, budget_s=30.0)
+    stub = await serve(servicer)  # type: ignore[operator]
+    held = []
+    for _ in range(2):  # two requests stuck mid-body fill the in-flight slots
+        call = stub.Process()
+        await call.write(headers_msg(BASE_HEADERS))
+        await call.write(body_msgs(chat(), 2)[0])
+        held.append(call)
+    for _ in range(500):
+        if servicer.admission.inflight == 2:
+            break
+        await asyncio.sleep(0.01)
+    t0 = time.monotonic()
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+    assert time.monotonic() - t0 < 2.0
+    assert_shed(out[0], b"waiting for a routing decision (limit 2)")
+    assert shed_count(servicer, "inflight") == 1
+    for call in held:
+        call.cancel()
+    for _ in range(500):
+        if servicer.admission.inflight == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert servicer.admission.inflight == 0  # cancelled streams give their slots back
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+    assert out[0].HasField("request_headers")
+    assert servicer.admission.inflight == 0  # routed: the slot is free while the response streams
+
+
+async def test_a_message_read_after_the_budget_is_shed_not_routed(serve: object) -> None:
+    now = [0.0]
+    servicer = with_admission(build()[0], max_inflight=8, budget_s=1.0)
+    servicer.clock = lambda: now[0]
+    stub = await serve(servicer)  # type: ignore[operator]
+    call = stub.Process()
+    await call.write(headers_msg(BASE_HEADERS))
+    for _ in range(500):
+        if servicer.admission.inflight:
+            break
+        await asyncio.sleep(0.01)
+    now[0] = 5.0  # the loop was busy for 5 s: the body arrives past the budget
+    for m in body_msgs(chat()):
+        await call.write(m)
+    await call.done_writing()
+    out = [r async for r in call]
+    assert_shed(out[0], b"waited 5.00 s")
+    assert len(servicer.picker.ledger) == 0
+
+
+def test_admission_bounds_and_validation() -> None:
+    a = Admission(1, 2.0)
+    a.enter()
+    with pytest.raises(Shed) as exc:
+        a.enter()
+    assert exc.value.reason == "inflight" and exc.value.status == 503
+    a.leave()
+    a.leave()  # never below zero
+    assert a.inflight == 0
+    a.check(0.0, 2.0)
+    with pytest.raises(Shed):
+        a.check(0.0, 2.5)
+    for bad in ((0, 1.0), (1, 0.0), (1, float("nan"))):
+        with pytest.raises(ValueError):
+            Admission(*bad)
+
+
+def test_flags_have_documented_defaults() -> None:
+    from smetric.epp.flags import FLAGS
+
+    by_name = {f.name: f for f in FLAGS}
+    assert by_name["max-inflight-decisions"].default == 512
+    assert by_name["decision-budget-ms"].default == 10_000
+    assert ServicerSettings().max_inflight_decisions == 512
+    assert ServicerSettings().decision_budget_s == 10.0
+
+
+
