@@ -57,3 +57,9 @@ def test_every_generated_key_is_accepted_by_the_operator_and_the_picker() -> Non
     params.update(slack=1.5, overload=3.0, tiered={"footprintWindowS": 10.0})
     spec = parse_spec({"model": {"name": "m"}, "topology": {"replicas": 1}, "router": {"parameters": params}})
     assert spec.router.parameters.policy_owned["slack"] == 1.5
+
+
+def test_the_command_checks_and_prints() -> None:
+    from smetric.operator.cli import main
+
+    assert main(["gen-crd", "--check"]) == 0
