@@ -131,6 +131,3 @@ def test_flags_have_documented_defaults() -> None:
     assert by_name["decision-budget-ms"].default == 10_000
     assert ServicerSettings().max_inflight_decisions == 512
     assert ServicerSettings().decision_budget_s == 10.0
-
-
-

@@ -38,6 +38,10 @@ class ChaosSettings:
     route_timeout_s: float = 60.0
     state_interval_ms: int = 500
     startup_timeout_s: float = 60.0
+    # Admission control, scaled like the idle timeout: above the load's 100 sessions (so the load
+    # row is never shed by the count), budget 3 s (its p99 end-to-end latency is ~1.7 s).
+    max_inflight_decisions: int = 128
+    decision_budget_ms: int = 3000
 
 
 @dataclass
@@ -156,6 +160,8 @@ class ChaosStack:
             "--secure-serving=false",
             f"--state-file={self.work / 'picker-state.json'}",
             f"--state-interval-ms={s.state_interval_ms}",
+            f"--max-inflight-decisions={s.max_inflight_decisions}",
+            f"--decision-budget-ms={s.decision_budget_ms}",
             "--log-level=warning",
         ]
         self.health_target = f"{HOST}:{health_port}"
