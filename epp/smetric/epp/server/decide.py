@@ -22,6 +22,7 @@ without both roles is routed colocated over all endpoints (documented fallback).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex, PromptKey
 from smetric.epp.parse.errors import RequestError
 from smetric.epp.server.tier_facts import TierFacts
+from smetric.policy.base import Decision
 from smetric.policy.framework import NoEndpointError, Router
 from smetric.router import DispatchLedger, PrefillRateEstimator, RouterCore, Saturation
 
@@ -92,6 +94,10 @@ class Picker:
         self.clock = clock
         # A source that knows more than the scrape age (e.g. the last scrape failed) says so.
         self._source_is_stale: Callable[[str], bool] | None = getattr(source, "is_stale", None)
+        # The policy's last decision and the candidates it indexes (the prefill pods in PD mode):
+        # references only, read by the decision log right after :meth:`pick` (:meth:`top_scores`).
+        self.last_decision: Decision | None = None
+        self.last_candidates: Sequence[EndpointSnapshot] = ()
 
     # The core's parts, under the names the servicer and the tests use.
     @property
@@ -184,11 +190,34 @@ class Picker:
             tier.dispatched(key, pick.ledger_address, pick.uncached_tokens + pick.fetched_tokens)
         return pick
 
+    def top_scores(self, k: int = 4) -> list[dict[str, object]]:
+        """The last decision's first ``k`` candidates in the policy's order (target, then
+        fallbacks) with their scores (lower is better; ``None`` when the policy gives no score or
+        it is not finite). Allocates; only the decision log calls it."""
+        d = self.last_decision
+        if d is None:
+            return []
+        names = self.last_candidates
+        out: list[dict[str, object]] = []
+        for i in (d.target, *d.fallbacks)[:k]:
+            score = d.scores[i] if d.scores else None
+            out.append(
+                {
+                    "endpoint": names[i].name,
+                    "score": round(score, 6) if score is not None and math.isfinite(score) else None,
+                }
+            )
+        return out
+
+    def _decided(self, d: Decision, candidates: Sequence[EndpointSnapshot]) -> None:
+        self.last_decision, self.last_candidates = d, candidates
+
     def _pick_colocated(self, request: RequestView, snaps: list[EndpointSnapshot]) -> Pick | None:
         try:
             d = self.router.pick(request, snaps)
         except NoEndpointError:
             return None
+        self._decided(d, snaps)
         target = snaps[d.target]
         w = self.core.work(request, target)
         return Pick(
@@ -218,6 +247,7 @@ class Picker:
             d = self.pd_router.pick(request, prefill)
         except NoEndpointError:
             return None
+        self._decided(d, prefill)
         p = prefill[d.target]
         ranked = sorted(decode, key=lambda s: (s.stale, s.batch_size, s.kv_usage, s.name))
         w = self.core.work(request, p)

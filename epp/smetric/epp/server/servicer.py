@@ -363,6 +363,8 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
                     "destination": pick.destination,
                     "prefill": pick.prefill,
                     "ranked": [pick.destination, *pick.fallbacks],  # the policy's order (best first)
+                    # the policy's top candidates with their scores (the prefill pods in PD mode)
+                    "top_scores": self.picker.top_scores(),
                     "cost_s": round(pick.cost_s, 6),
                     "prompt_tokens": view.prompt_tokens,
                     "uncached_tokens": pick.uncached_tokens,
