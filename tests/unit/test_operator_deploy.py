@@ -33,7 +33,7 @@ SAMPLES = sorted((ROOT / "manifests" / "samples").glob("*.yaml"))
 # Supported Kubernetes versions (native sidecars, grpc probes and CEL rules need >= 1.29).
 K8S_VERSIONS = ("1.30.0", "1.31.0", "1.32.0", "1.33.0")
 # Kinds kubernetes-validate has no schema for: checked for their identity fields only.
-FOREIGN_KINDS = {"DestinationRule", "HealthCheckPolicy", "GCPBackendPolicy", "PodMonitor"}
+FOREIGN_KINDS = {"DestinationRule", "HealthCheckPolicy", "GCPBackendPolicy", "PodMonitor", "ServiceMonitor"}
 STORAGE = {"claimName": "models", "mountPath": "/models", "readOnly": True, "hfCache": True}
 
 
@@ -255,6 +255,24 @@ def test_pdb_network_policies_and_pod_monitors() -> None:
     assert monitors == {"p-endpoint-picker", "p-model-server"}
     off = render(spec(policies={"networkPolicy": False, "podDisruptionBudget": False}))
     assert not [c for c in off if c["kind"] in ("NetworkPolicy", "PodDisruptionBudget")]
+
+
+def test_service_monitor_scrapes_the_pickers_metrics_service() -> None:
+    """Issue 16: a ServiceMonitor for the picker's Service beside the engines' PodMonitor (the
+    picker's PodMonitor is then not rendered: one scrape, not two)."""
+    children = render(spec(observability={"podMonitor": True, "serviceMonitor": True}))
+    for c in children:
+        _validate(c)
+    (sm,) = [c for c in children if c["kind"] == "ServiceMonitor"]
+    svc = by_name(children, "Service", "p-epp")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [svc["metadata"]["namespace"]]}
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in svc["spec"]["ports"]} and endpoint["path"] == "/metrics"
+    assert {c["metadata"]["name"] for c in children if c["kind"] == "PodMonitor"} == {"p-model-server"}
+    only = render(spec(observability={"serviceMonitor": True}))
+    assert [c["kind"] for c in only if c["kind"].endswith("Monitor")] == ["ServiceMonitor"]
+    assert not [c for c in render(spec()) if c["kind"].endswith("Monitor")]
 
 
 def test_gateway_providers_and_model_header_matches() -> None:

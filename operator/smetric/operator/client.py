@@ -45,6 +45,7 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("networking.gke.io/v1", "HealthCheckPolicy"),
     ("networking.gke.io/v1", "GCPBackendPolicy"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
 )
 CHILD_KINDS: tuple[tuple[str, str], ...] = KINDS[1:]
 

@@ -1,4 +1,5 @@
-"""Cluster hygiene around a pool: NetworkPolicies and (optional) Prometheus Operator PodMonitors."""
+"""Cluster hygiene around a pool: NetworkPolicies and (optional) Prometheus Operator PodMonitors
+and ServiceMonitor."""
 
 from __future__ import annotations
 
@@ -58,9 +59,12 @@ def network_policies(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
 
 
 def pod_monitors(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
-    """PodMonitors for the picker (metrics port) and the engines (/metrics on the serving port)."""
-    if not spec.observability.pod_monitor:
-        return []
+    """PodMonitors for the picker (metrics port) and the engines (/metrics on the serving port);
+    with ``serviceMonitor`` the picker is scraped through its Service instead (one scrape, not two)."""
+    obs = spec.observability
+    out = [service_monitor(pool)] if obs.service_monitor else []
+    if not obs.pod_monitor:
+        return out
 
     def monitor(component: str, port: str) -> Manifest:
         return {
@@ -73,4 +77,20 @@ def pod_monitors(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
             },
         }
 
-    return [monitor(EPP, "metrics"), monitor(MODEL_SERVER, "http")]
+    if not obs.service_monitor:
+        out.append(monitor(EPP, "metrics"))
+    return [*out, monitor(MODEL_SERVER, "http")]
+
+
+def service_monitor(pool: PoolRef) -> Manifest:
+    """A ServiceMonitor for the picker's Service (``render_picker._service``, port ``http-metrics``)."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": metadata(pool, pool.child(EPP), EPP),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(pool, EPP)},
+            "namespaceSelector": {"matchNames": [pool.namespace]},
+            "endpoints": [{"port": "http-metrics", "path": "/metrics", "interval": "15s"}],
+        },
+    }

@@ -277,6 +277,8 @@ class EngineSpec(_Spec):
 
 class ObservabilitySpec(_Spec):
     pod_monitor: bool = False  # monitoring.coreos.com/v1 PodMonitors (Prometheus Operator)
+    # A ServiceMonitor on the picker's Service (port http-metrics) instead of its PodMonitor.
+    service_monitor: bool = False
 
 
 class PolicySpec(_Spec):
