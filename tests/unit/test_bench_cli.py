@@ -56,6 +56,29 @@ def test_rows_and_peers() -> None:
         frontends(["smetric"], [], "", "sideways")
 
 
+def test_picker_rows_route_through_the_pool_cluster_by_default() -> None:
+    """Issue 12 item 9: the bench knows its pool, so Envoy's override_host pool cluster (only pool
+    endpoints reachable, retries on the picker's fallbacks) is the default; ORIGINAL_DST stays
+    available (--envoy-upstream original-dst)."""
+    from smetric.bench.stacks import Cluster
+    from smetric.epp.envoy import bootstrap
+
+    cluster = Cluster(("", ""), ("127.0.0.1:18000", "127.0.0.1:18001"), ("", ""))
+    (row,) = frontends(["smetric"], [], "")
+    options = row.envoy_options(cluster, 10000, 10001, 10002)  # type: ignore[union-attr]
+    assert options.pool_endpoints == cluster.endpoints
+    clusters = {c["name"]: c for c in bootstrap(options)["static_resources"]["clusters"]}
+    assert "pool" in clusters
+    route = bootstrap(options)["static_resources"]["listeners"][0]
+    assert '"cluster": "pool"' in str(route).replace("'", '"')
+    assert "connect-failure" in str(route)  # the retry policy that takes the next fallback
+    (orig,) = frontends(["smetric"], [], "", upstream="original-dst")
+    assert orig.envoy_options(cluster, 10000, 10001, 10002).pool_endpoints == ()  # type: ignore[union-attr]
+    with pytest.raises(BenchError, match="--envoy-upstream"):
+        frontends(["smetric"], [], "", upstream="anywhere")
+    assert cli.build_parser().parse_args(["--json", "x"]).envoy_upstream == "pool"
+
+
 def test_peer_defaults_rates_and_seeds() -> None:
     parse = cli.build_parser().parse_args
     quick = cli.resolve(parse(["--quick", "--json", "x"]))

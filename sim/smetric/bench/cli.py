@@ -133,6 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="inline",
         help="picker rows: response through the picker (GIE gateways) or via an observability_mode filter",
     )
+    p.add_argument(
+        "--envoy-upstream",
+        choices=("pool", "original-dst"),
+        default="pool",
+        help="picker rows: Envoy's pool cluster (override_host: pool endpoints only, retries on the "
+        "picker's fallbacks) or the header-driven ORIGINAL_DST cluster (no retry)",
+    )
     p.add_argument("--compare-sim", action="store_true",
                    help="also run `smetric simulate` (same families, instances, policies) and compare rankings")  # fmt: skip
     p.add_argument("--log-dir", type=Path, help="process logs (default: a temporary folder)")
@@ -311,7 +318,9 @@ class Bench:
             )
             console.print(f"[yellow]smetric bench: {missing_peer}[/]")
             peers = [p for p in peers if not p.startswith("vllm-router")]
-        self.rows = frontends(_split(preset.policies), peers, args.envoy, args.response_path)
+        self.rows = frontends(
+            _split(preset.policies), peers, args.envoy, args.response_path, args.envoy_upstream
+        )
         if not self.rows:
             raise BenchError("nothing to run: give --policies and/or --peer")
         self.labels = [fe.label for fe in self.rows]

@@ -11,11 +11,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import yaml
 
 from smetric.bench.procs import BenchError, Supervisor, free_port, free_port_range, wait_http_ok
+
+if TYPE_CHECKING:  # the picker's package is imported only when a picker row runs
+    from smetric.epp.envoy import EnvoyOptions
 
 HOST = "127.0.0.1"
 
@@ -105,12 +108,18 @@ class Frontend(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class PickerFrontend:
-    """Real Envoy with ext_proc to ``smetric-epp`` running ``policy``."""
+    """Real Envoy with ext_proc to ``smetric-epp`` running ``policy``.
+
+    ``upstream``: ``pool`` (default; the pool is known here) routes through Envoy's STATIC pool
+    cluster with the ``override_host`` policy (only pool endpoints reachable; connect failures and
+    resets before the response retry on the picker's fallbacks); ``original-dst`` keeps the
+    header-driven ORIGINAL_DST cluster (no retry), as a gateway without the pool list would."""
 
     policy: str
     envoy_binary: str = ""
     startup_timeout_s: float = 60.0
     response_path: str = "inline"  # or "observer": the picker's --response-path and Envoy's filter
+    upstream: str = "pool"  # or "original-dst"
 
     @property
     def router(self) -> str:
@@ -120,10 +129,23 @@ class PickerFrontend:
     def label(self) -> str:
         return self.policy
 
+    def envoy_options(
+        self, cluster: Cluster, listen_port: int, admin_port: int, picker_port: int
+    ) -> EnvoyOptions:
+        from smetric.epp.envoy import EnvoyOptions
+
+        return EnvoyOptions(
+            listen_port=listen_port,
+            admin_port=admin_port,
+            picker_port=picker_port,
+            response_path="observer" if self.response_path == "observer" else "inline",
+            pool_endpoints=tuple(cluster.endpoints) if self.upstream == "pool" else (),
+        )
+
     async def start(
         self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path
     ) -> FrontendUrls:
-        from smetric.epp.envoy import EnvoyError, EnvoyOptions, bootstrap, envoy_binary
+        from smetric.epp.envoy import EnvoyError, bootstrap, envoy_binary
 
         try:
             envoy = Path(self.envoy_binary) if self.envoy_binary else envoy_binary()
@@ -150,12 +172,7 @@ class PickerFrontend:
         await sup.start("picker", argv, env={"PYTHONHASHSEED": spec.hash_seed})
         await wait_grpc_serving(f"{HOST}:{health_port}", sup, self.startup_timeout_s, "picker")
         listen_port, admin_port = free_port(), free_port()
-        options = EnvoyOptions(
-            listen_port=listen_port,
-            admin_port=admin_port,
-            picker_port=grpc_port,
-            response_path="observer" if self.response_path == "observer" else "inline",
-        )
+        options = self.envoy_options(cluster, listen_port, admin_port, grpc_port)
         bootstrap_path = work_dir / "envoy.json"
         bootstrap_path.write_text(json.dumps(bootstrap(options)))
         envoy_argv = [str(envoy), "-c", str(bootstrap_path), "--disable-hot-restart", "--log-level", "warning",
@@ -227,12 +244,20 @@ class VllmRouterFrontend:
 
 
 def frontends(
-    policies: Sequence[str], peers: Sequence[str], envoy_binary: str, response_path: str = "inline"
+    policies: Sequence[str],
+    peers: Sequence[str],
+    envoy_binary: str,
+    response_path: str = "inline",
+    upstream: str = "pool",
 ) -> list[Frontend]:
     """Rows in run order: every picker policy, then each peer router's policies."""
     if response_path not in ("inline", "observer"):
         raise BenchError(f"--response-path must be inline or observer, got {response_path!r}")
-    out: list[Frontend] = [PickerFrontend(p, envoy_binary, response_path=response_path) for p in policies]
+    if upstream not in ("pool", "original-dst"):
+        raise BenchError(f"--envoy-upstream must be pool or original-dst, got {upstream!r}")
+    out: list[Frontend] = [
+        PickerFrontend(p, envoy_binary, response_path=response_path, upstream=upstream) for p in policies
+    ]
     for peer in peers:
         name, _, only = peer.partition(":")
         if name != "vllm-router":
