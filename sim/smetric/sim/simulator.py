@@ -233,6 +233,264 @@ def build_cluster(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
     ]
 
 
+@dataclass(slots=True)
+class _Sent:
+    """One row of the request table: a sent request and what happened to it."""
+
+    key: int  # clone * len(trace) + trace index
+    send_s: float
+    first_token_s: float = math.nan
+    finish_s: float = math.nan
+    instance: int = -1  # -1 while not dispatched (or dropped)
+    local_hit_tokens: int = 0
+    global_hit_tokens: int = 0
+
+
+class RequestTable:
+    """The sent requests in send order, and by key (the engine events carry the key)."""
+
+    __slots__ = ("by_key", "rows")
+
+    def __init__(self) -> None:
+        self.rows: list[_Sent] = []
+        self.by_key: dict[int, _Sent] = {}
+
+    def add(self, key: int, send_s: float) -> _Sent:
+        row = _Sent(key, send_s)
+        self.rows.append(row)
+        self.by_key[key] = row
+        return row
+
+    def column(self, name: str, dtype: type) -> np.ndarray:
+        return np.array([getattr(r, name) for r in self.rows], dtype=dtype)
+
+
+class _Run:
+    """One simulation run: the cluster, the router and its view, the event heap, the request table.
+
+    Events are tuples ``(time_s, seq, kind, a, b)``: ``(t, seq, _ARRIVAL, key, family key)`` or
+    ``(t, seq, _INSTANCE, instance, version)``; ``seq`` breaks time ties in insertion order.
+    """
+
+    __slots__ = (
+        "cfg",
+        "cluster",
+        "colocated",
+        "events",
+        "fam_start",
+        "heap",
+        "horizon",
+        "loads",
+        "n",
+        "n_fam",
+        "preset",
+        "reasons",
+        "router",
+        "seq",
+        "table",
+        "tier_view",
+        "tpot_slo",
+        "version",
+        "view",
+        "work",
+    )
+
+    def __init__(self, work: PreparedWorkload, policy: str, cfg: SimConfig) -> None:
+        self.work = work
+        self.cfg = cfg
+        self.preset = preset = get_preset(cfg.preset_name)
+        self.cluster = cluster = build_cluster(cfg, preset, work.block_tokens)
+        params = policy_params(cfg, preset, work.block_tokens)
+        self.router = Router(make_policy(policy, params))
+        self.view = make_router_view(
+            cfg.router_view,
+            cluster,
+            preset.cost_model,
+            lambda: profiled_cost_model(preset, work.block_tokens),
+            cfg.refresh_s,
+            params.global_fetch_s_per_token,
+            legacy_ledger=cfg.legacy_ledger,
+        )
+        self.tier_view = (  # two-tier facts only for a policy that reads them (smetric-tiered)
+            TierView(cluster, work.block_tokens, params.get(SMetricTieredParams).tiered.footprint_window_s)
+            if getattr(self.router.policy, "uses_tier_view", False)
+            else None
+        )
+        self.loads = LoadTracker(len(cluster), cfg.window_s)
+        self.colocated = cfg.mode == "colocated"
+        self.tpot_slo = preset.slo.tpot_s
+        self.horizon = cfg.warmup_s + cfg.measure_s
+        self.n = len(work)
+        self.n_fam = work.n_families
+        self.table = RequestTable()
+        self.reasons: dict[str, int] = {}
+        self.fam_start: dict[int, float] = {}  # clone * F + family -> start time
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.version = [0] * len(cluster)
+        self.events = 0
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def seed_arrivals(self, families_per_s: float) -> None:
+        """Every family's first sends (the rest follow completions, :meth:`completed`)."""
+        work, cfg, n, n_fam, horizon = self.work, self.cfg, self.n, self.n_fam, self.horizon
+        lead_s = work.max_family_span_s if cfg.arrivals == "stationary" else 0.0
+        for start, f, clone in work.family_arrivals(families_per_s, horizon, cfg.seed, lead_s):
+            sends = work.first_sends(f, start)
+            if sends:
+                self.fam_start[clone * n_fam + f] = start
+            for t_send, i in sends:
+                if t_send < horizon:
+                    self.seq += 1
+                    self.heap.append((t_send, self.seq, _ARRIVAL, clone * n + i, clone * n_fam + f))
+        heapq.heapify(self.heap)
+
+    def run(self, progress: Callable[[float], None] | None) -> None:
+        heap, version, cluster, view, horizon = self.heap, self.version, self.cluster, self.view, self.horizon
+        next_progress = 60.0
+        while heap:
+            t, _, kind, a, b = heapq.heappop(heap)
+            self.events += 1
+            view.observe(t)
+            if progress is not None and t >= next_progress:
+                progress(min(1.0, t / horizon))
+                next_progress = t + 60.0
+            if kind == _INSTANCE:
+                if b != version[a]:
+                    continue  # superseded
+                self.engine_events(cluster[a].advance(t))
+                self.track(a, t)
+                self.push_instance(a)
+            else:
+                self.arrival(a, t)
+        if progress is not None:
+            progress(1.0)
+
+    def arrival(self, key: int, t: float) -> None:
+        """Send request ``key``: route it and hand it to the chosen instance."""
+        work = self.work
+        clone, i = divmod(key, self.n)
+        row = self.table.add(key, t)
+        if work.dropped[i]:
+            self.completed(key, t)
+            return
+        base = work.engine_request(i, clone)
+        req = EngineRequest(
+            base.request_id,
+            base.prompt_tokens,
+            base.output_tokens,
+            base.prompt_pieces,
+            base.output_pieces,
+            index=key,
+        )
+        rview = work.view(i, clone)
+        _, snaps = self.view.snapshots(req, rview)
+        tier_view = self.tier_view
+        if tier_view is not None:
+            snaps = tier_view.enrich(snaps, req, t)
+        decision = self.router.pick(rview, snaps)
+        k = decision.target
+        row.instance = k
+        self.reasons[decision.reason] = self.reasons.get(decision.reason, 0) + 1
+        self.view.dispatched(key, k, rview, snaps[k], t)
+        if tier_view is not None:
+            tier_view.dispatched(snaps[k], rview, t)
+        inst = self.cluster[k]
+        inst.submit(req, t)
+        self.engine_events(inst.advance(t))
+        self.track(k, t)
+        self.push_instance(k)
+
+    def push_instance(self, k: int) -> None:
+        """Schedule instance ``k``'s next state change (superseding the one scheduled before)."""
+        t_next = self.cluster[k].next_event_s()
+        self.version[k] += 1
+        if t_next < math.inf:
+            self.seq += 1
+            heapq.heappush(self.heap, (t_next, self.seq, _INSTANCE, k, self.version[k]))
+
+    def completed(self, key: int, t: float) -> None:
+        """Request ``key`` is done for its session at ``t``: schedule the session's next send."""
+        work = self.work
+        clone, i = divmod(key, self.n)
+        j = int(work.next[i])
+        if j < 0:
+            return
+        fk = clone * self.n_fam + work.family_index[i]
+        t_send = max(self.fam_start[fk] + float(work.offset_s[j]), t + float(work.think_s[j]))
+        if t_send < self.horizon:
+            self.seq += 1
+            heapq.heappush(self.heap, (t_send, self.seq, _ARRIVAL, clone * self.n + j, fk))
+
+    def engine_events(self, evs: list[EngineEvent]) -> None:
+        by_key = self.table.by_key
+        for e in evs:
+            key = e.request.index
+            row = by_key[key]
+            if e.kind == "first_token":
+                row.first_token_s = e.time_s
+                row.local_hit_tokens = e.timing.local_hit_tokens
+                row.global_hit_tokens = e.timing.global_hit_tokens
+                self.view.first_token(key, e.time_s, e.timing)
+                if not self.colocated:  # decode not simulated: it meets the TPOT SLO
+                    self.completed(key, e.time_s + (e.request.output_tokens - 1) * self.tpot_slo)
+            else:
+                row.finish_s = e.time_s
+                if self.colocated:
+                    self.completed(key, e.time_s)
+
+    def track(self, k: int, t: float) -> None:
+        self.view.changed(k)
+        inst = self.cluster[k]
+        load = inst.num_running if self.colocated else inst.num_running + inst.num_waiting
+        self.loads.update(k, t, load)
+
+    # -- result -----------------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, float | int]:
+        cfg, work, table = self.cfg, self.work, self.table
+        idx = np.array([r.key % self.n for r in table.rows], dtype=np.int64)
+        prompt = np.array([r.prompt_tokens for r in work.engine], dtype=np.int64)[idx]
+        output = np.array([r.output_tokens for r in work.engine], dtype=np.int64)[idx]
+        first = table.column("first_token_s", np.float64)
+        finish = table.column("finish_s", np.float64)
+        done = finish if self.colocated else first
+        end_s = float(np.nanmax(done)) if np.isfinite(done).any() else self.horizon
+        return summarise(
+            mode=cfg.mode,
+            slo=self.preset.slo,
+            prompt=prompt,
+            output=output,
+            send_s=table.column("send_s", np.float64),
+            first_s=first,
+            finish_s=finish,
+            local=table.column("local_hit_tokens", np.int64),
+            global_=table.column("global_hit_tokens", np.int64),
+            dropped=work.dropped[idx],
+            window_loads=self.loads.window_loads(max(end_s, self.horizon)),
+            load_window_s=cfg.window_s,
+            lo_s=cfg.warmup_s,
+            hi_s=self.horizon,
+        )
+
+    def records(self) -> tuple[RequestRecord, ...]:
+        dropped = self.work.dropped
+        return tuple(
+            RequestRecord(
+                r.key,
+                r.send_s,
+                r.first_token_s,
+                r.finish_s,
+                r.instance,
+                bool(dropped[r.key % self.n]),
+                r.local_hit_tokens,
+                r.global_hit_tokens,
+            )
+            for r in self.table.rows
+        )
+
+
 def simulate(
     work: PreparedWorkload,
     policy: str,
@@ -246,199 +504,18 @@ def simulate(
     """Run one policy at one family arrival rate; ``progress(fraction of horizon)`` is called
     about every simulated minute."""
     wall0 = time.perf_counter()
-    preset = get_preset(cfg.preset_name)
-    n = len(work)
-    cluster = build_cluster(cfg, preset, work.block_tokens)
-    params = policy_params(cfg, preset, work.block_tokens)
-    router = Router(make_policy(policy, params))
-    view = make_router_view(
-        cfg.router_view,
-        cluster,
-        preset.cost_model,
-        lambda: profiled_cost_model(preset, work.block_tokens),
-        cfg.refresh_s,
-        params.global_fetch_s_per_token,
-        legacy_ledger=cfg.legacy_ledger,
-    )
-    tier_view = (  # two-tier facts only for a policy that reads them (smetric-tiered)
-        TierView(cluster, work.block_tokens, params.get(SMetricTieredParams).tiered.footprint_window_s)
-        if getattr(router.policy, "uses_tier_view", False)
-        else None
-    )
-    loads = LoadTracker(len(cluster), cfg.window_s)
-    colocated = cfg.mode == "colocated"
-    tpot_slo = preset.slo.tpot_s
-    horizon = cfg.warmup_s + cfg.measure_s
-
-    # per sent request (row): key = clone * n + trace index
-    rows: dict[int, int] = {}
-    r_key: list[int] = []
-    r_send: list[float] = []
-    first: list[float] = []
-    finish: list[float] = []
-    local: list[int] = []
-    glob: list[int] = []
-    where: list[int] = []
-    reasons: dict[str, int] = {}
-    fam_start: dict[int, float] = {}  # clone * F + family -> start time
-
-    heap: list[tuple[float, int, int, int, int]] = []
-    seq = 0
-    version = [0] * len(cluster)
-    n_fam = work.n_families
-    lead_s = work.max_family_span_s if cfg.arrivals == "stationary" else 0.0
-    for start, f, clone in work.family_arrivals(families_per_s, horizon, cfg.seed, lead_s):
-        sends = work.first_sends(f, start)
-        if sends:
-            fam_start[clone * n_fam + f] = start
-        for t_send, i in sends:
-            if t_send < horizon:
-                seq += 1
-                heap.append((t_send, seq, _ARRIVAL, clone * n + i, clone * n_fam + f))
-    heapq.heapify(heap)
-    events = 0
-    next_progress = 60.0
-
-    def push_instance(k: int) -> None:
-        nonlocal seq
-        t_next = cluster[k].next_event_s()
-        version[k] += 1
-        if t_next < math.inf:
-            seq += 1
-            heapq.heappush(heap, (t_next, seq, _INSTANCE, k, version[k]))
-
-    def completed(key: int, t: float) -> None:
-        nonlocal seq
-        clone, i = divmod(key, n)
-        j = int(work.next[i])
-        if j < 0:
-            return
-        fk = clone * n_fam + work.family_index[i]
-        t_send = max(fam_start[fk] + float(work.offset_s[j]), t + float(work.think_s[j]))
-        if t_send < horizon:
-            seq += 1
-            heapq.heappush(heap, (t_send, seq, _ARRIVAL, clone * n + j, fk))
-
-    def handle(evs: list[EngineEvent]) -> None:
-        for e in evs:
-            key = e.request.index
-            row = rows[key]
-            if e.kind == "first_token":
-                first[row] = e.time_s
-                local[row] = e.timing.local_hit_tokens
-                glob[row] = e.timing.global_hit_tokens
-                view.first_token(key, e.time_s, e.timing)
-                if not colocated:
-                    completed(key, e.time_s + (e.request.output_tokens - 1) * tpot_slo)
-            else:
-                finish[row] = e.time_s
-                if colocated:
-                    completed(key, e.time_s)
-
-    def track(k: int, t: float) -> None:
-        view.changed(k)
-        inst = cluster[k]
-        load = inst.num_running if colocated else inst.num_running + inst.num_waiting
-        loads.update(k, t, load)
-
-    while heap:
-        t, _, kind, a, b = heapq.heappop(heap)
-        events += 1
-        view.observe(t)
-        if progress is not None and t >= next_progress:
-            progress(min(1.0, t / horizon))
-            next_progress = t + 60.0
-        if kind == _INSTANCE:
-            if b != version[a]:
-                continue
-            handle(cluster[a].advance(t))
-            track(a, t)
-            push_instance(a)
-            continue
-        clone, i = divmod(a, n)
-        rows[a] = len(r_key)
-        r_key.append(a)
-        r_send.append(t)
-        first.append(math.nan)
-        finish.append(math.nan)
-        local.append(0)
-        glob.append(0)
-        where.append(-1)
-        if work.dropped[i]:
-            completed(a, t)
-            continue
-        base = work.engine_request(i, clone)
-        req = EngineRequest(
-            base.request_id,
-            base.prompt_tokens,
-            base.output_tokens,
-            base.prompt_pieces,
-            base.output_pieces,
-            index=a,
-        )
-        rview = work.view(i, clone)
-        _, snaps = view.snapshots(req, rview)
-        if tier_view is not None:
-            snaps = tier_view.enrich(snaps, req, t)
-        decision = router.pick(rview, snaps)
-        k = decision.target
-        where[-1] = k
-        reasons[decision.reason] = reasons.get(decision.reason, 0) + 1
-        view.dispatched(a, k, rview, snaps[k], t)
-        if tier_view is not None:
-            tier_view.dispatched(snaps[k], rview, t)
-        inst = cluster[k]
-        inst.submit(req, t)
-        handle(inst.advance(t))
-        track(k, t)
-        push_instance(k)
-
-    if progress is not None:
-        progress(1.0)
-    idx = np.array([key % n for key in r_key], dtype=np.int64)
-    prompt = np.array([r.prompt_tokens for r in work.engine], dtype=np.int64)[idx]
-    output = np.array([r.output_tokens for r in work.engine], dtype=np.int64)[idx]
-    done = np.array(finish if colocated else first, dtype=np.float64)
-    end_s = float(np.nanmax(done)) if np.isfinite(done).any() else horizon
-    metrics = summarise(
-        mode=cfg.mode,
-        slo=preset.slo,
-        prompt=prompt,
-        output=output,
-        send_s=np.array(r_send, dtype=np.float64),
-        first_s=np.array(first, dtype=np.float64),
-        finish_s=np.array(finish, dtype=np.float64),
-        local=np.array(local, dtype=np.int64),
-        global_=np.array(glob, dtype=np.int64),
-        dropped=work.dropped[idx],
-        window_loads=loads.window_loads(max(end_s, horizon)),
-        load_window_s=cfg.window_s,
-        lo_s=cfg.warmup_s,
-        hi_s=horizon,
-    )
-    records: tuple[RequestRecord, ...] = ()
-    if keep_records:
-        records = tuple(
-            RequestRecord(
-                r_key[j],
-                r_send[j],
-                first[j],
-                finish[j],
-                where[j],
-                bool(work.dropped[r_key[j] % n]),
-                local[j],
-                glob[j],
-            )
-            for j in range(len(r_key))
-        )
+    run = _Run(work, policy, cfg)
+    run.seed_arrivals(families_per_s)
+    run.run(progress)
+    metrics = run.metrics()
     return RunResult(
         policy=policy,
         rate_multiplier=rate_multiplier,
         families_per_s=families_per_s,
         requests_per_s=float(metrics["requests_per_s"]),
         metrics=metrics,
-        events=events,
+        events=run.events,
         sim_wall_s=time.perf_counter() - wall0,
-        reasons=reasons,
-        records=records,
+        reasons=run.reasons,
+        records=run.records() if keep_records else (),
     )
