@@ -1,44 +1,68 @@
-"""``smetric`` console script: dispatches to each subsystem's own ``main(argv)``.
+"""``smetric`` console script: dispatches to the subcommands the installed subsystems contribute.
 
-Subcommand modules are imported only when invoked, so ``smetric trace stats`` does not pay for
-grpc/envoy imports and a subsystem's optional dependency never breaks the others.
+A subsystem contributes a command with one entry point in the ``smetric.commands`` group (in
+``pyproject.toml``: ``simulate = "smetric.sim.cli:main"``, a ``main(argv) -> int``); the core
+knows no subsystem by name. A command's module is imported only when that command runs, so
+``smetric trace stats`` does not pay for grpc/envoy imports and a subsystem's optional dependency
+never breaks the others; ``smetric --help`` reads each command's one-line summary from its
+module docstring without importing it.
 """
 
 from __future__ import annotations
 
-import importlib
+import ast
+import importlib.util
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import EntryPoint, entry_points
 
-COMMANDS: dict[str, tuple[str, str]] = {
-    "simulate": ("smetric.sim.cli", "trace-driven cluster simulation of routing policies"),
-    "trace": ("smetric.trace.cli", "trace analysis (`smetric trace stats PATH`)"),
-    "emulate": ("smetric.emulator.cli", "serve N emulated vLLM instances (GPU-free backend)"),
-    "bench": ("smetric.bench.cli", "end-to-end benchmark: Envoy + picker + emulated cluster"),
-    "epp": ("smetric.epp.main", "run the endpoint picker (same as `smetric-epp`)"),
-    "chaos": ("smetric.bench.chaos", "fault and hostile-input run: Envoy + picker + emulated engines"),
-}
+GROUP = "smetric.commands"
+_COMMAND_PREFIX = re.compile(r"^``[^`]+``(?:\s*\([^)]*\))?:\s*")  # "``smetric x``: ", "``a`` (also ``b``): "
+_SUMMARY_CHARS = 76
 
 
-def _usage() -> str:
+def commands() -> dict[str, EntryPoint]:
+    """The installed subcommands by name (the ``smetric.commands`` entry points), sorted."""
+    return {ep.name: ep for ep in sorted(entry_points(group=GROUP), key=lambda ep: ep.name)}
+
+
+def summary(ep: EntryPoint) -> str:
+    """The first sentence of the command module's docstring, without its leading command name."""
+    try:
+        spec = importlib.util.find_spec(ep.module)
+        if spec is None or spec.origin is None:
+            return ""
+        with open(spec.origin, encoding="utf-8") as f:
+            doc = ast.get_docstring(ast.parse(f.read())) or ""
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return ""
+    first = " ".join(doc.strip().split("\n\n", 1)[0].split())
+    first = _COMMAND_PREFIX.sub("", first).split(". ", 1)[0].rstrip(".")
+    return first if len(first) <= _SUMMARY_CHARS else first[: _SUMMARY_CHARS - 3] + "..."
+
+
+def _usage(found: dict[str, EntryPoint]) -> str:
     lines = ["usage: smetric COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<10} {summary(ep)}" for name, ep in found.items()]
+    if not found:
+        lines.append("  (none installed: `pip install -e .` registers the smetric.commands entry points)")
     lines.append("\n`smetric COMMAND --help` shows a command's options.")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    found = commands()
     if not args or args[0] in ("-h", "--help"):
-        print(_usage())
+        print(_usage(found))
         return 0 if args else 2
     name, rest = args[0], args[1:]
-    if name not in COMMANDS:
-        print(f"smetric: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+    if name not in found:
+        print(f"smetric: unknown command {name!r}\n\n{_usage(found)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    result: int = module.main(rest)
-    return result
+    command: Callable[[list[str]], int] = found[name].load()
+    return command(rest)
 
 
 if __name__ == "__main__":

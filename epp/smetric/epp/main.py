@@ -1,4 +1,5 @@
-"""``smetric-epp`` (also ``smetric epp``): flags -> config -> datastore -> servicer -> grpc.aio servers.
+"""``smetric-epp`` (also ``smetric epp``): run the endpoint picker. Flags -> config -> datastore ->
+servicer -> grpc.aio servers.
 
 Exit codes: 0 after a clean shutdown (SIGTERM / SIGINT), 2 for bad flags or config, 1 when a
 server cannot start (port taken, discovery failure).
