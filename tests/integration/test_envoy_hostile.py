@@ -16,10 +16,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from test_envoy_picker import Backend, _wait_fresh, session_body
 
+from smetric.core.pickerflags import build_parser
 from smetric.epp.config import PickerConfig, policy_params
 from smetric.epp.datastore import build_datastore
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
-from smetric.epp.flags import build_parser
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.servicer import ExtProcServicer

@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from smetric.core.pickerflags import build_parser
 from smetric.epp.config import PickerConfig, parse_config, policy_params
 from smetric.epp.datastore import Datastore, build_datastore
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
-from smetric.epp.flags import build_parser
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings

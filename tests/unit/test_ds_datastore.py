@@ -8,9 +8,9 @@ import pytest
 from aiohttp import web
 from test_ds_scrape import VLLM_TEXT  # tests/unit is on sys.path (rootdir import mode)
 
+from smetric.core.pickerflags import build_parser
 from smetric.epp.datastore import Datastore, build_datastore
 from smetric.epp.discovery.standalone import StaticDiscovery
-from smetric.epp.flags import build_parser
 from smetric.epp.index.approximate import ApproximateIndex
 from smetric.epp.index.precise import PreciseIndex
 from smetric.epp.scrape.scraper import ScrapeManager

@@ -124,7 +124,7 @@ def test_admission_bounds_and_validation() -> None:
 
 
 def test_flags_have_documented_defaults() -> None:
-    from smetric.epp.flags import FLAGS
+    from smetric.core.pickerflags import FLAGS
 
     by_name = {f.name: f for f in FLAGS}
     assert by_name["max-inflight-decisions"].default == 512

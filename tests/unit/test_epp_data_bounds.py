@@ -8,7 +8,7 @@ import logging
 import pytest
 from aiohttp import web
 
-from smetric.epp.flags import build_parser
+from smetric.core.pickerflags import build_parser
 from smetric.epp.kvevents.events import BlockRemoved, BlockStored
 from smetric.epp.kvevents.store import BlockStore
 from smetric.epp.scrape.parse import MetricsParseError, parse_vllm_metrics

@@ -17,7 +17,7 @@ import pytest
 from epp_harness import serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from smetric.epp.flags import build_parser, ignored_upstream_flags, render_args
+from smetric.core.pickerflags import build_parser, ignored_upstream_flags, render_args
 from smetric.epp.server.tls import TlsError, load_cert_dir, self_signed, server_key_pair
 
 # What GIE's config/charts/inferencepool/templates/epp-deployment.yaml renders (1 replica, default

@@ -23,7 +23,7 @@ from test_operator_render import (
     spec,
 )
 
-from smetric.epp.flags import build_parser
+from smetric.core.pickerflags import build_parser
 from smetric.operator.advice import context_warnings, servable_share
 from smetric.operator.cli import main
 from smetric.operator.spec import InvalidSpecError, parse_spec

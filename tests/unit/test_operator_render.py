@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from smetric.core.names import ROLE_BOTH, ROLE_DECODE, ROLE_LABEL, ROLE_PREFILL
-from smetric.epp.flags import build_parser
+from smetric.core.pickerflags import build_parser
 from smetric.operator.meta import SPEC_HASH_ANNOTATION, PoolRef, spec_hash
 from smetric.operator.render import render_children, render_resource
 from smetric.operator.render_kv import lmcache_config_text

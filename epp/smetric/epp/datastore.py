@@ -126,7 +126,7 @@ class Datastore:
 
 
 def build_datastore(args: argparse.Namespace, on_kv_gap: GapCallback | None = None) -> Datastore:
-    """Wire the data sources from the picker's flags (:mod:`smetric.epp.flags`)."""
+    """Wire the data sources from the picker's flags (:mod:`smetric.core.pickerflags`)."""
     from smetric.epp.discovery.kubernetes import KubeDiscovery
     from smetric.epp.discovery.standalone import StaticDiscovery
 

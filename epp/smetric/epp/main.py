@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from smetric.core.pickerflags import build_parser, ignored_upstream_flags
 from smetric.core.tokenizer import TokenizerLoadError
 from smetric.epp.config import ConfigError, load_config, policy_params
-from smetric.epp.flags import build_parser, ignored_upstream_flags
 from smetric.epp.obs.health import HealthReporter
 from smetric.epp.obs.logging import (
     configure_logging,

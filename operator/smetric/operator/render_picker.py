@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from smetric.epp.flags import render_args
+from smetric.core.pickerflags import render_args
 from smetric.operator.meta import EPP, Manifest, PoolRef, metadata, selector_labels
 from smetric.operator.render_engine import (
     KV_EVENTS_PORT,

@@ -1,4 +1,4 @@
-"""Cost of the prefix indexes on one large prompt: ``python -m smetric.epp.index.bench [--mb 1]``.
+"""Cost of the prefix indexes on one large prompt: ``python -m smetric.epp.index.timing [--mb 1]``.
 
 Prints milliseconds per call of ``key()`` (tokenize + hash, or char-block hash) and of
 ``local_hits()`` over ``--endpoints`` endpoints, where one endpoint holds the whole prompt and the

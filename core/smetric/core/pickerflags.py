@@ -1,0 +1,218 @@
+"""The picker's command-line flags: the single definition the picker parses and the operator renders.
+
+In the shared core because two subsystems need it: the operator (:mod:`smetric.operator.render_picker`)
+imports :func:`render_args` to build the picker container's ``args`` (agreeing in code, not by
+convention); the picker (:mod:`smetric.epp.main`) builds its ``argparse`` parser from the same
+table and turns the parsed flags into its typed settings (:mod:`smetric.epp.settings`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+
+def parse_bool(text: str) -> bool:
+    """Go-style boolean flag values (``--secure-serving=false``, ``--secure-serving false``)."""
+    value = text.strip().lower()
+    if value in ("1", "t", "true", "yes", "on"):
+        return True
+    if value in ("0", "f", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true/false)")
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    name: str  # without leading dashes; also the argparse dest (dashes -> underscores)
+    type: type
+    default: object
+    help: str
+    aliases: tuple[str, ...] = ()  # other accepted spellings (upstream picker names)
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("grpc-port", int, 9002, "ext_proc gRPC port (h2c)"),
+    Flag("grpc-health-port", int, 9003, "grpc.health.v1 port"),
+    Flag("metrics-port", int, 9090, "Prometheus metrics port"),
+    Flag(
+        "config",
+        str,
+        "",
+        "policy config YAML file (EndpointPickerConfig-like); empty = smetric defaults",
+        aliases=("config-file",),
+    ),
+    Flag("endpoints", str, "", "standalone mode: comma-separated ip:port list, or @FILE with one per line"),
+    Flag("pool-name", str, "", "Kubernetes mode: InferencePool name to watch"),
+    Flag(
+        "pool-namespace",
+        str,
+        os.environ.get("NAMESPACE") or "default",
+        "Kubernetes mode: InferencePool namespace (default: $NAMESPACE, else default)",
+    ),
+    Flag(
+        "pool-group", str, "inference.networking.k8s.io", "Kubernetes mode: InferencePool API group (v1 only)"
+    ),
+    Flag("prefix-index", str, "approximate", "prefix index: precise (tokenizer + KV events) | approximate"),
+    Flag("tokenizer", str, "", "precise index: path or name of the model's tokenizer"),
+    Flag("kv-events-port", int, 5557, "ZMQ port each model server publishes KV events on"),
+    Flag("refresh-interval-ms", int, 50, "metrics scrape interval per endpoint"),
+    Flag("staleness-threshold-ms", int, 2000, "metrics older than this mark an endpoint stale (saturated)"),
+    Flag("max-body-bytes", int, 16 * 1024 * 1024, "requests larger than this get 413"),
+    Flag(
+        "body-budget-bytes",
+        int,
+        64 * 1024 * 1024,
+        "request bodies buffered by all streams together; past it a request gets 503",
+    ),
+    Flag(
+        "max-inflight-decisions",
+        int,
+        512,
+        "requests waiting for a routing decision (headers arrived, not yet routed); past it 503 + retry-after",
+    ),
+    Flag(
+        "decision-budget-ms",
+        int,
+        10_000,
+        "longest time from a request's headers to its decision (body upload + parse + policy); past it "
+        "503 + retry-after",
+    ),
+    Flag("bind-address", str, "0.0.0.0", "address every listener binds (ext_proc, health, metrics)"),
+    Flag("scrape-timeout-ms", int, 1000, "timeout of one /metrics scrape"),
+    Flag("scrape-max-bytes", int, 4 * 1024 * 1024, "a larger /metrics page is refused (endpoint goes stale)"),
+    Flag(
+        "state-file", str, "", "approximate index snapshot: written periodically and at exit, read at start"
+    ),
+    Flag("state-interval-ms", int, 2000, "how often --state-file is written"),
+    Flag("snapshot-port", int, 0, "serve GET /snapshot (the index) for peer replicas; 0 = off"),
+    Flag("peers", str, "", "host:port,... of peer replicas' --snapshot-port: fetched at start-up"),
+    Flag("hash-seed", str, "0", "PYTHONHASHSEED shared with the engines (precise block hashes)"),
+    Flag(
+        "hash-algo",
+        str,
+        "sha256",
+        "engines' --prefix-caching-hash-algo: sha256 | sha256_cbor (precise index)",
+    ),
+    Flag("block-size", int, 16, "engine KV block size in tokens (precise index)"),
+    Flag(
+        "response-path",
+        str,
+        "inline",
+        "inline: the response passes through this stream (GIE gateways) | observer: a second ext_proc "
+        "filter in observability_mode reports it and Envoy never waits for the picker on responses",
+    ),
+    Flag("log-level", str, "info", "debug | info | warning | error"),
+    Flag(
+        "secure-serving",
+        bool,
+        True,
+        "serve ext_proc over TLS (as the upstream picker): the certificate in --cert-path, else a "
+        "self-signed one made at start-up; false = plaintext h2c",
+    ),
+    Flag(
+        "cert-path", str, "", "directory with tls.crt and tls.key for --secure-serving (empty = self-signed)"
+    ),
+    Flag(
+        "v",
+        int,
+        -1,
+        "log verbosity as upstream (klog): >= 4 debug, 2-3 info, 0-1 warning; overrides --log-level",
+    ),
+    Flag("zap-encoder", str, "json", "log encoding: json | console"),
+    Flag(
+        "decision-log",
+        bool,
+        False,
+        "log one line per routing decision (request id, reason, endpoint, top scores) at info level; "
+        "toggle at runtime with SIGUSR1",
+    ),
+)
+
+# Upstream picker flags (GIE / llm-d-router ``cmd/epp``) accepted so the upstream inferencepool chart's
+# argument list starts this picker; they have no effect here (the picker scrapes vLLM's metric names
+# and has no leader election or tracing) and are logged once at start-up when set.
+UPSTREAM_IGNORED: tuple[Flag, ...] = (
+    Flag(
+        "ha-enable-leader-election", bool, False, "upstream HA flag (no leader election here: run 1 replica)"
+    ),
+    Flag("tracing", bool, False, "upstream OpenTelemetry tracing switch (not implemented)"),
+    Flag(
+        "metrics-endpoint-auth", bool, True, "upstream metrics auth switch (metrics here are unauthenticated)"
+    ),
+    Flag("enable-pprof", bool, False, "upstream Go profiling switch"),
+    Flag("zap-log-level", str, "", "upstream zap level (use --v or --log-level)"),
+    Flag("zap-devel", bool, False, "upstream zap development mode"),
+    Flag("zap-stacktrace-level", str, "", "upstream zap stack trace level"),
+    Flag("zap-time-encoding", str, "", "upstream zap time encoding"),
+    Flag("endpoint-selector", str, "", "upstream standalone mode (use --endpoints here)"),
+    Flag("endpoint-target-ports", str, "", "upstream standalone mode (use --endpoints here)"),
+    Flag("refresh-metrics-interval", str, "", "upstream scrape interval (use --refresh-interval-ms)"),
+    Flag("refresh-prometheus-metrics-interval", str, "", "upstream self-metrics interval"),
+    Flag("metrics-staleness-threshold", str, "", "upstream staleness (use --staleness-threshold-ms)"),
+    Flag("total-queued-requests-metric", str, "", "upstream metric name mapping (vLLM names are built in)"),
+    Flag("total-running-requests-metric", str, "", "upstream metric name mapping (vLLM names are built in)"),
+    Flag(
+        "kv-cache-usage-percentage-metric", str, "", "upstream metric name mapping (vLLM names are built in)"
+    ),
+    Flag("lora-info-metric", str, "", "upstream metric name mapping (no LoRA routing here)"),
+    Flag("cache-info-metric", str, "", "upstream metric name mapping (vLLM names are built in)"),
+    Flag(
+        "model-server-metrics-port",
+        str,
+        "",
+        "upstream: metrics port of the model servers (the target port here)",
+    ),
+    Flag("model-server-metrics-path", str, "", "upstream: metrics path of the model servers (/metrics here)"),
+    Flag("model-server-metrics-scheme", str, "", "upstream: metrics scheme of the model servers (http here)"),
+    Flag("model-server-metrics-https-insecure-skip-verify", bool, False, "upstream metrics TLS switch"),
+    Flag("enable-cert-reload", bool, False, "upstream certificate reload switch"),
+)
+
+
+def _add(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: Flag) -> None:
+    names = [f"--{flag.name}", *(f"--{alias}" for alias in flag.aliases)]
+    dest = flag.name.replace("-", "_")
+    if flag.type is bool:  # --flag, --flag=true|false, --flag true|false (Go and the upstream chart)
+        parser.add_argument(
+            *names, dest=dest, type=parse_bool, nargs="?", const=True, default=flag.default, help=flag.help
+        )
+    else:
+        parser.add_argument(*names, dest=dest, type=flag.type, default=flag.default, help=flag.help)
+
+
+def build_parser(prog: str = "smetric-epp") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="SMetric endpoint picker (Envoy ext_proc)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for flag in FLAGS:
+        _add(parser, flag)
+    upstream = parser.add_argument_group("upstream picker flags accepted for compatibility (no effect)")
+    for flag in UPSTREAM_IGNORED:
+        if flag.name not in {f.name for f in FLAGS}:
+            _add(upstream, flag)
+    return parser
+
+
+def ignored_upstream_flags(args: argparse.Namespace) -> list[str]:
+    """The upstream-only flags set to a non-default value (logged once at start-up)."""
+    own = {f.name for f in FLAGS}
+    return [
+        f.name
+        for f in UPSTREAM_IGNORED
+        if f.name not in own and getattr(args, f.name.replace("-", "_"), f.default) != f.default
+    ]
+
+
+def render_args(values: dict[str, object]) -> list[str]:
+    """``{"pool-name": "p"} -> ["--pool-name=p"]``; unknown names raise ``KeyError``."""
+    known = {f.name for f in FLAGS} | {a for f in FLAGS for a in f.aliases}
+    out: list[str] = []
+    for name, value in values.items():
+        if name not in known:
+            raise KeyError(f"unknown picker flag {name!r}")
+        out.append(f"--{name}={value}")
+    return out
