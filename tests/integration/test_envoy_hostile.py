@@ -22,7 +22,7 @@ from smetric.epp.datastore import build_datastore
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.server.app import PickerServer, build_picker
-from smetric.epp.server.servicer import ExtProcServicer
+from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,9 @@ async def test_a_stopped_picker_fails_requests_within_the_keepalive_bound() -> N
     assert status == 500 and elapsed < 2 * opts.picker_keepalive_s + 3.0
 
 
-async def _picker_stack(backends: list[Backend]) -> tuple[PickerServer, object]:
+async def _picker_stack(
+    backends: list[Backend], settings: ServicerSettings | None = None
+) -> tuple[PickerServer, object]:
     args = build_parser().parse_args(["--endpoints", ",".join(b.address for b in backends)])
     ds = build_datastore(args)
     await ds.start()
@@ -86,6 +88,7 @@ async def _picker_stack(backends: list[Backend]) -> tuple[PickerServer, object]:
     servicer = ExtProcServicer(
         build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0),
         PickerMetrics(CollectorRegistry()),
+        settings,
     )
     server = PickerServer(servicer, None, host="127.0.0.1", grpc_port=0, health_port=None)
     await server.start()
@@ -188,3 +191,42 @@ async def test_fail_open_lands_on_a_pool_endpoint_and_fail_close_is_a_prompt_500
                 assert backend.address.encode() in body
     finally:
         await backend.stop()
+
+
+async def test_an_overloaded_picker_answers_503_with_retry_after_within_its_budget() -> None:
+    """Issue 12 item 1: a live picker that cannot decide (here: the body never completes) answers
+    503 + retry-after within --decision-budget-ms; before admission control Envoy held the request
+    until its stream idle timeout (no ext_proc message timeout in FULL_DUPLEX_STREAMED)."""
+    backend = Backend(IPS[0])
+    await backend.start()
+    server, ds = await _picker_stack([backend], ServicerSettings(decision_budget_s=1.0))
+    opts = EnvoyOptions(
+        listen_port=free_port(),
+        admin_port=free_port(),
+        picker_port=server.grpc_port,
+        pool_endpoints=(backend.address,),
+    )
+    envoy = await _envoy(opts)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", opts.listen_port)
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            "content-length: 100000\r\n\r\n"
+        )
+        writer.write(head.encode() + b'{"model":"m","messages":[{"role":"user","content":"')
+        await writer.drain()
+        t0 = time.monotonic()
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
+        elapsed = time.monotonic() - t0
+        writer.close()
+        status, _ = await _post(
+            f"http://127.0.0.1:{opts.listen_port}/v1/chat/completions", session_body("ok", 0)
+        )
+    finally:
+        await envoy.stop()
+        await server.stop(0)
+        await ds.stop()  # type: ignore[attr-defined]
+        await backend.stop()
+    assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in answer.lower()
+    assert elapsed < 1.0 + 1.5
+    assert status == 200
