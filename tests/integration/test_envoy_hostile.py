@@ -16,13 +16,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from test_envoy_picker import Backend, _wait_fresh, session_body
 
-from smetric.core.pickerflags import build_parser
 from smetric.epp.config import PickerConfig, policy_params
 from smetric.epp.datastore import build_datastore
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
+from smetric.epp.settings import PickerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -81,12 +81,11 @@ async def test_a_stopped_picker_fails_requests_within_the_keepalive_bound() -> N
 async def _picker_stack(
     backends: list[Backend], settings: ServicerSettings | None = None
 ) -> tuple[PickerServer, object]:
-    args = build_parser().parse_args(["--endpoints", ",".join(b.address for b in backends)])
-    ds = build_datastore(args)
+    ds = build_datastore(PickerSettings.from_argv(["--endpoints", ",".join(b.address for b in backends)]))
     await ds.start()
     cfg = PickerConfig()
     servicer = ExtProcServicer(
-        build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0),
+        build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0, is_stale=ds.is_stale),
         PickerMetrics(CollectorRegistry()),
         settings,
     )

@@ -14,13 +14,13 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from smetric.core.pickerflags import build_parser
 from smetric.epp.config import PickerConfig, parse_config, policy_params
 from smetric.epp.datastore import Datastore, build_datastore
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
+from smetric.epp.settings import PickerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -149,11 +149,10 @@ async def make_stack(
     for b in backends:
         await b.start()
     spec = ",".join(b.address + (f"={roles[i]}" if roles else "") for i, b in enumerate(backends))
-    args = build_parser().parse_args(["--endpoints", spec, "--refresh-interval-ms", "50"])
-    ds = build_datastore(args)
+    ds = build_datastore(PickerSettings.from_argv(["--endpoints", spec, "--refresh-interval-ms", "50"]))
     await ds.start()
     cfg = cfg or PickerConfig()
-    picker = build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0)
+    picker = build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0, is_stale=ds.is_stale)
     servicer = ExtProcServicer(
         picker,
         PickerMetrics(CollectorRegistry()),

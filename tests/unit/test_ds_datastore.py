@@ -8,12 +8,12 @@ import pytest
 from aiohttp import web
 from test_ds_scrape import VLLM_TEXT  # tests/unit is on sys.path (rootdir import mode)
 
-from smetric.core.pickerflags import build_parser
 from smetric.epp.datastore import Datastore, build_datastore
 from smetric.epp.discovery.standalone import StaticDiscovery
 from smetric.epp.index.approximate import ApproximateIndex
 from smetric.epp.index.precise import PreciseIndex
 from smetric.epp.scrape.scraper import ScrapeManager
+from smetric.epp.settings import PickerSettings
 
 
 class _Clock:
@@ -72,14 +72,15 @@ async def test_datastore_serves_metrics_and_staleness() -> None:
 
 
 def test_build_from_flags() -> None:
-    parser = build_parser()
-    approx = build_datastore(parser.parse_args(["--endpoints", "10.0.0.1:8000"]))
+    approx = build_datastore(PickerSettings.from_argv(["--endpoints", "10.0.0.1:8000"]))
     assert isinstance(approx.index, ApproximateIndex)
     precise = build_datastore(
-        parser.parse_args(["--endpoints", "10.0.0.1:8000", "--prefix-index", "precise", "--block-size", "32"])
+        PickerSettings.from_argv(
+            ["--endpoints", "10.0.0.1:8000", "--prefix-index", "precise", "--block-size", "32"]
+        )
     )
     assert isinstance(precise.index, PreciseIndex) and precise.index.block_size == 32
     with pytest.raises(ValueError, match="required"):
-        build_datastore(parser.parse_args([]))
+        build_datastore(PickerSettings.from_argv([]))
     with pytest.raises(ValueError, match="prefix-index"):
-        build_datastore(parser.parse_args(["--endpoints", "10.0.0.1:8000", "--prefix-index", "magic"]))
+        build_datastore(PickerSettings.from_argv(["--endpoints", "10.0.0.1:8000", "--prefix-index", "magic"]))

@@ -76,6 +76,25 @@ class PrefixIndex(Protocol):
         ...
 
 
+class PoolIndex(PrefixIndex, Protocol):
+    """A prefix index the datastore keeps in step with the pool (both built-in indexes are)."""
+
+    @property
+    def engine_block_size(self) -> int | None:
+        """The KV block size the engines must report for the hits to be right (``--block-size``),
+        or ``None`` when the index does not depend on it."""
+        ...
+
+    @property
+    def reads_kv_events(self) -> bool:
+        """Hits come from the engines' KV events (an endpoint without a publisher stays at 0)."""
+        ...
+
+    def forget(self, address: str) -> None:
+        """The endpoint left the pool."""
+        ...
+
+
 class EventGapSink(Protocol):
     """Told about each KV-event sequence gap (lost events) so the picker can count it.
 

@@ -9,20 +9,20 @@ drops them (standalone lists never do).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from collections.abc import Callable, Sequence
 
 from smetric.core.blockhash import BlockHasher
 from smetric.core.tokenizer import load_tokenizer
-from smetric.epp.contracts import EndpointInfo, EngineMetrics, PrefixIndex
+from smetric.epp.contracts import EndpointInfo, EngineMetrics, PoolIndex
 from smetric.epp.discovery.base import Discovery
 from smetric.epp.index.approximate import ApproximateIndex
 from smetric.epp.index.precise import PreciseIndex
 from smetric.epp.kvevents.store import BlockStore
 from smetric.epp.kvevents.subscriber import GapCallback, KvEventManager
-from smetric.epp.scrape.scraper import MAX_PAGE_BYTES, ScrapeManager
+from smetric.epp.scrape.scraper import ScrapeManager
+from smetric.epp.settings import PickerSettings
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class Datastore:
         self,
         discovery: Discovery,
         scraper: ScrapeManager,
-        index: PrefixIndex,
+        index: PoolIndex,
         kv_events: KvEventManager | None = None,
         staleness_threshold_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
@@ -53,7 +53,7 @@ class Datastore:
         self._removal_listeners.append(listener)
 
     @property
-    def index(self) -> PrefixIndex:
+    def index(self) -> PoolIndex:
         return self._index
 
     @property
@@ -76,10 +76,9 @@ class Datastore:
         self._scraper.sync(new)
         if self._kv_events is not None:
             self._kv_events.sync(self._endpoints)
-        if isinstance(self._index, ApproximateIndex):
-            for address in old - new:
-                self._index.forget(address)
-        elif isinstance(self._index, PreciseIndex):
+        for address in old - new:
+            self._index.forget(address)
+        if self._index.reads_kv_events:
             for e in self._endpoints:
                 if not e.kv_events_endpoint and e.address not in old:
                     log.warning("%s has no KV-event publisher: its precise prefix hits stay 0", e.address)
@@ -94,12 +93,12 @@ class Datastore:
 
     def synced(self) -> bool:
         """Discovery has completed its first listing (the picker's readiness)."""
-        return bool(getattr(self._discovery, "synced", True))
+        return self._discovery.synced
 
     def metrics(self, address: str) -> EngineMetrics | None:
         m = self._scraper.metrics(address)
-        if m is not None and isinstance(self._index, PreciseIndex):
-            self._check_block_size(address, m.block_size)
+        if m is not None and self._index.engine_block_size is not None:
+            self._check_block_size(address, m.block_size, self._index.engine_block_size)
         return m
 
     def is_stale(self, address: str) -> bool:
@@ -113,50 +112,48 @@ class Datastore:
         cache = self._scraper.cache_config(address)
         return (cache.num_gpu_blocks or None) if cache is not None else None
 
-    def _check_block_size(self, address: str, block_size: int) -> None:
-        assert isinstance(self._index, PreciseIndex)
-        if block_size and block_size != self._index.block_size and address not in self._warned_block_size:
+    def _check_block_size(self, address: str, block_size: int, expected: int) -> None:
+        if block_size and block_size != expected and address not in self._warned_block_size:
             self._warned_block_size.add(address)
             log.warning(
                 "%s reports block_size=%d but --block-size=%d: precise hits will read 0",
                 address,
                 block_size,
-                self._index.block_size,
+                expected,
             )
 
 
-def build_datastore(args: argparse.Namespace, on_kv_gap: GapCallback | None = None) -> Datastore:
-    """Wire the data sources from the picker's flags (:mod:`smetric.core.pickerflags`)."""
+def build_datastore(settings: PickerSettings, on_kv_gap: GapCallback | None = None) -> Datastore:
+    """Wire the data sources from the picker's settings (:mod:`smetric.epp.settings`)."""
     from smetric.epp.discovery.kubernetes import KubeDiscovery
     from smetric.epp.discovery.standalone import StaticDiscovery
 
+    s = settings
     discovery: Discovery
-    if args.endpoints:
-        discovery = StaticDiscovery.from_spec(args.endpoints, args.kv_events_port)
-    elif args.pool_name:
-        discovery = KubeDiscovery(args.pool_name, args.pool_namespace, args.kv_events_port)
+    if s.endpoints:
+        discovery = StaticDiscovery.from_spec(s.endpoints, s.kv_events_port)
+    elif s.pool_name:
+        discovery = KubeDiscovery(s.pool_name, s.pool_namespace, s.kv_events_port)
     else:
         raise ValueError("either --endpoints (standalone) or --pool-name (Kubernetes) is required")
     scraper = ScrapeManager(
-        interval_s=args.refresh_interval_ms / 1000.0,
-        timeout_s=getattr(args, "scrape_timeout_ms", 1000) / 1000.0,
-        max_page_bytes=getattr(args, "scrape_max_bytes", MAX_PAGE_BYTES),
+        interval_s=s.refresh_interval_s, timeout_s=s.scrape_timeout_s, max_page_bytes=s.scrape_max_bytes
     )
     kv_events: KvEventManager | None = None
     store: BlockStore | None = None
-    index: PrefixIndex
+    index: PoolIndex
     approximate: ApproximateIndex | None = None
-    if args.prefix_index == "precise":
+    if s.prefix_index == "precise":
         store = BlockStore()
-        seed = None if args.hash_seed == "" else args.hash_seed
-        hasher = BlockHasher(block_size=args.block_size, seed=seed, algo=args.hash_algo)
-        index = PreciseIndex(load_tokenizer(args.tokenizer), hasher, store)
+        seed = None if s.hash_seed == "" else s.hash_seed
+        hasher = BlockHasher(block_size=s.block_size, seed=seed, algo=s.hash_algo)
+        index = PreciseIndex(load_tokenizer(s.tokenizer), hasher, store)
         kv_events = KvEventManager(store, on_kv_gap)
-    elif args.prefix_index == "approximate":
-        index = approximate = ApproximateIndex(block_tokens=args.block_size)
+    elif s.prefix_index == "approximate":
+        index = approximate = ApproximateIndex(block_tokens=s.block_size)
     else:
-        raise ValueError(f"--prefix-index must be precise or approximate, got {args.prefix_index!r}")
-    ds = Datastore(discovery, scraper, index, kv_events, args.staleness_threshold_ms / 1000.0)
+        raise ValueError(f"--prefix-index must be precise or approximate, got {s.prefix_index!r}")
+    ds = Datastore(discovery, scraper, index, kv_events, s.staleness_s)
     if approximate is not None:
         approximate.set_capacity_source(ds.capacity_blocks)
     if store is not None:  # the KV block store's cap follows each engine's num_gpu_blocks

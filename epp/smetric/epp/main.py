@@ -7,7 +7,6 @@ server cannot start (port taken, discovery failure).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import logging
@@ -33,64 +32,66 @@ from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 from smetric.epp.server.snapshot import StateKeeper
 from smetric.epp.server.tls import TlsError, server_key_pair
+from smetric.epp.settings import PickerSettings
 
 log = logging.getLogger("smetric.epp")
 
 SHUTDOWN_GRACE_S = 10.0
 
 
-async def serve(args: argparse.Namespace) -> int:
+async def serve(settings: PickerSettings) -> int:
     from smetric.epp.datastore import build_datastore
 
-    cfg = load_config(args.config)
+    s = settings
+    cfg = load_config(s.config)
     params = policy_params(cfg)
     registry = CollectorRegistry()
     metrics = PickerMetrics(registry)
-    datastore = build_datastore(args, KvEventGapCounter(metrics).on_gap)
+    datastore = build_datastore(s, KvEventGapCounter(metrics).on_gap)
     picker = build_picker(
-        cfg, params, datastore, datastore.index, staleness_s=args.staleness_threshold_ms / 1000.0
+        cfg, params, datastore, datastore.index, staleness_s=s.staleness_s, is_stale=datastore.is_stale
     )
     renderer = None
-    if args.prefix_index == "precise":  # the index must see the text the engines tokenize
+    if s.prefix_index == "precise":  # the index must see the text the engines tokenize
         from smetric.core.tokenizer import load_tokenizer
 
-        renderer = load_tokenizer(args.tokenizer)
+        renderer = load_tokenizer(s.tokenizer)
     servicer = ExtProcServicer(
         picker,
         metrics,
         ServicerSettings(
-            max_body_bytes=args.max_body_bytes,
+            max_body_bytes=s.max_body_bytes,
             served_models=frozenset(cfg.servedModels),
-            response_observer=args.response_path == "observer",
-            body_budget_bytes=args.body_budget_bytes,
-            max_inflight_decisions=args.max_inflight_decisions,
-            decision_budget_s=args.decision_budget_ms / 1000.0,
+            response_observer=s.response_observer,
+            body_budget_bytes=s.body_budget_bytes,
+            max_inflight_decisions=s.max_inflight_decisions,
+            decision_budget_s=s.decision_budget_s,
         ),
         renderer=renderer,
     )
-    datastore.on_removed(picker.rates.forget)  # a removed pod's learned speed goes with it
+    datastore.on_removed(picker.on_endpoint_removed)  # a removed pod's learned speed goes with it
     health = HealthReporter(datastore, metrics, datastore.is_stale, synced=datastore.synced)
     server = PickerServer(
         servicer,
         health,
-        host=args.bind_address,
-        grpc_port=args.grpc_port,
-        health_port=args.grpc_health_port,
-        tls_key_pair=server_key_pair(args.secure_serving, args.cert_path),
-        max_message_bytes=args.max_body_bytes + 1024 * 1024,  # BUFFERED: the whole body in one message
+        host=s.bind_address,
+        grpc_port=s.grpc_port,
+        health_port=s.grpc_health_port,
+        tls_key_pair=server_key_pair(s.secure_serving, s.cert_path),
+        max_message_bytes=s.max_body_bytes + 1024 * 1024,  # BUFFERED: the whole body in one message
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, toggle_decision_log)
-    keeper = state_keeper(args, datastore.index)
+    keeper = state_keeper(s, datastore.index)
     await datastore.start()
     try:
         if keeper is not None:  # before serving: the first decisions are already warm
             await keeper.restore()
             await keeper.start()
-        start_http_server(args.metrics_port, addr=args.bind_address, registry=registry)
+        start_http_server(s.metrics_port, addr=s.bind_address, registry=registry)
         await server.start()
         settle_gc()
         log.info(
@@ -100,8 +101,8 @@ async def serve(args: argparse.Namespace) -> int:
                 "pd": cfg.pdDisaggregation.enabled,
                 "grpc_port": server.grpc_port,
                 "health_port": server.health_port,
-                "metrics_port": args.metrics_port,
-                "tls": args.secure_serving,
+                "metrics_port": s.metrics_port,
+                "tls": s.secure_serving,
             },
         )
         await stop.wait()
@@ -120,23 +121,16 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def state_keeper(args: argparse.Namespace, index: object) -> StateKeeper | None:
+def state_keeper(settings: PickerSettings, index: object) -> StateKeeper | None:
     """``--state-file`` / ``--snapshot-port`` / ``--peers`` (approximate index only: the precise
     index's truth is the engines' KV events)."""
     from smetric.epp.index.approximate import ApproximateIndex
 
-    wanted = args.state_file or args.snapshot_port or args.peers
+    s = settings
+    wanted = s.state_file or s.snapshot_port or s.peers
     if not wanted or not isinstance(index, ApproximateIndex):
         return None
-    peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
-    return StateKeeper(
-        index,
-        args.state_file,
-        args.state_interval_ms / 1000.0,
-        peers,
-        args.snapshot_port,
-        args.bind_address,
-    )
+    return StateKeeper(index, s.state_file, s.state_interval_s, s.peers, s.snapshot_port, s.bind_address)
 
 
 def settle_gc() -> None:
@@ -187,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"smetric-epp: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(serve(args))
+        return asyncio.run(serve(PickerSettings.from_flags(args)))
     except (ConfigError, ValueError, TlsError, TokenizerLoadError) as exc:
         print(f"smetric-epp: {exc}", file=sys.stderr)
         return 2

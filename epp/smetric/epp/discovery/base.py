@@ -17,6 +17,11 @@ class Discovery(Protocol):
 
     async def stop(self) -> None: ...
 
+    @property
+    def synced(self) -> bool:
+        """The first complete listing was delivered (the picker's readiness)."""
+        ...
+
 
 def kv_events_endpoint(ip: str, port: int) -> str:
     """``tcp://ip:port`` of an engine's KV-event publisher; ``""`` when ``port`` is 0 (disabled)."""

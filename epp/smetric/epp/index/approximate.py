@@ -96,6 +96,15 @@ class ApproximateIndex:
         """Estimated tokens one key stands for (``block_tokens * group_blocks``)."""
         return self._block_tokens
 
+    # PoolIndex: learns from routing alone, whatever block size the engines report.
+    @property
+    def engine_block_size(self) -> int | None:
+        return None
+
+    @property
+    def reads_kv_events(self) -> bool:
+        return False
+
     def set_capacity_source(self, capacity_blocks: CapacityFn) -> None:
         """Where per-endpoint LRU sizes come from (the datastore's scraped ``num_gpu_blocks``)."""
         self._capacity = capacity_blocks

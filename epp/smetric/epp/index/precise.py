@@ -36,6 +36,18 @@ class PreciseIndex:
     def tokens_per_key(self) -> int:
         return self._hasher.block_size
 
+    # PoolIndex: the engines must hash with the same block size; hits come from their KV events.
+    @property
+    def engine_block_size(self) -> int | None:
+        return self._hasher.block_size
+
+    @property
+    def reads_kv_events(self) -> bool:
+        return True
+
+    def forget(self, address: str) -> None:
+        """No-op: the KV-event subscriber owns each endpoint's block set."""
+
     @property
     def store(self) -> BlockStore:
         return self._store

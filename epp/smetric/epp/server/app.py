@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from grpc_health.v1 import health_pb2_grpc
@@ -28,8 +30,10 @@ def build_picker(
     *,
     staleness_s: float = 2.0,
     cost_model: CostModel | None = None,
+    is_stale: Callable[[str], bool] | None = None,
 ) -> Picker:
-    """One :class:`Picker` from the config. Each call makes fresh policy instances (own counters)."""
+    """One :class:`Picker` from the config. Each call makes fresh policy instances (own counters).
+    ``is_stale``: the source's own staleness judgement (the datastore's), else the scrape age."""
     router = Router(make_policy(cfg.policy.name, params), MAX_FALLBACKS)
     pd_router = None
     if cfg.pdDisaggregation.enabled:
@@ -43,6 +47,7 @@ def build_picker(
         saturation=Saturation(cfg.saturation.queueDepthThreshold, cfg.saturation.kvCacheUtilThreshold),
         staleness_s=staleness_s,
         global_fetch_s_per_token=params.global_fetch_s_per_token,
+        is_stale=is_stale,
     )
     if getattr(router.policy, "uses_tier_view", False):
         picker.tier_facts = build_tier_facts(index, params, picker.clock)

@@ -32,6 +32,7 @@ from smetric.core.names import ROLE_DECODE, ROLE_PREFILL
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex, PromptKey
 from smetric.epp.parse.errors import RequestError
+from smetric.epp.parse.usage import Usage
 from smetric.epp.server.tier_facts import TierFacts
 from smetric.policy.base import Decision
 from smetric.policy.framework import NoEndpointError, Router
@@ -60,7 +61,8 @@ class Pick:
 
 
 class Picker:
-    """One per picker replica; holds the ledger and the rate estimate, everything else is read."""
+    """One per picker replica; holds the ledger and the rate estimate, everything else is read.
+    The servicer reports responses through its feedback hooks (:class:`~smetric.epp.server.hooks.ResponseHooks`)."""
 
     def __init__(
         self,
@@ -77,7 +79,10 @@ class Picker:
         clock: Callable[[], float] = time.monotonic,
         global_fetch_s_per_token: float | None = None,
         tier_facts: TierFacts | None = None,
+        is_stale: Callable[[str], bool] | None = None,
     ) -> None:
+        """``is_stale``: the source's own staleness judgement when it knows more than the scrape
+        age (the datastore: a failed last scrape is stale at once); ``None`` = the scrape age."""
         self.source = source
         self.tier_facts = tier_facts  # smetric-tiered's g, nodes and footprint (None otherwise)
         self.index = index
@@ -92,8 +97,7 @@ class Picker:
             global_fetch_s_per_token=global_fetch_s_per_token,
         )
         self.clock = clock
-        # A source that knows more than the scrape age (e.g. the last scrape failed) says so.
-        self._source_is_stale: Callable[[str], bool] | None = getattr(source, "is_stale", None)
+        self._source_is_stale = is_stale
         # The policy's last decision and the candidates it indexes (the prefill pods in PD mode):
         # references only, read by the decision log right after :meth:`pick` (:meth:`top_scores`).
         self.last_decision: Decision | None = None
@@ -189,6 +193,44 @@ class Picker:
         if tier is not None:  # the tokens it writes into the target's local tier: L - c
             tier.dispatched(key, pick.ledger_address, pick.uncached_tokens + pick.fetched_tokens)
         return pick
+
+    def prompt_key(self, prompt_text: str, token_ids: Sequence[int] | None = None) -> PromptKey:
+        """The prefix index's key of a prompt (the servicer computes it off the event loop for
+        large bodies and hands it to :meth:`pick`)."""
+        return self.index.key(prompt_text, token_ids)
+
+    # -- feedback hooks (smetric.epp.server.hooks.ResponseHooks) -----------------------------------
+
+    def on_prefill_done(self, pick: Pick, request_id: str) -> float | None:
+        ledger = self.core.ledger
+        if ledger.remove(request_id) is None:
+            return None
+        return ledger.queued_cost_s(pick.ledger_address)
+
+    def on_complete(self, pick: Pick, ttft_s: float, usage: Usage | None, prompt_known: bool) -> float | None:
+        rates = self.core.rates
+        if rates.observe(pick.ledger_address, self._observed_cost(pick, usage, prompt_known), ttft_s):
+            return rates.speed(pick.ledger_address)
+        return None
+
+    def queued_cost_s(self, address: str) -> float:
+        return self.core.ledger.queued_cost_s(address)
+
+    def on_endpoint_removed(self, address: str) -> None:
+        self.core.rates.forget(address)
+
+    def _observed_cost(self, pick: Pick, usage: Usage | None, prompt_known: bool) -> float:
+        """Cost of the prefill as it happened, in the units the decision used (chars/4 tokens, or
+        the index's tokens), so the learned speed converts the picker's own cost estimates; the
+        engine's reported cached share (``cached_tokens / prompt_tokens``) replaces the estimated
+        hit when known."""
+        if not prompt_known or pick.prompt_tokens <= 0:
+            return pick.cost_s
+        if usage is not None and usage.prompt_tokens and usage.cached_tokens is not None:
+            L = pick.prompt_tokens
+            uncached = L * (1.0 - min(usage.cached_tokens, usage.prompt_tokens) / usage.prompt_tokens)
+            return self.core.cost_model.cost(uncached, L)
+        return pick.cost_s
 
     def top_scores(self, k: int = 4) -> list[dict[str, object]]:
         """The last decision's first ``k`` candidates in the policy's order (target, then

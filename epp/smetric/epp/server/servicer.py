@@ -4,8 +4,9 @@ Request path: headers -> body (FULL_DUPLEX_STREAMED chunks, or one BUFFERED mess
 :class:`~smetric.epp.server.decide.Picker` -> routing reply (deferred HeadersResponse + streamed
 body echo, or BodyResponse with the header mutation) or an ImmediateResponse for a request the
 picker refuses. Response path: headers, body and trailers pass through unchanged; the status, the
-first body chunk (TTFT of a streaming response) and the usage feed the dispatch ledger and the
-online prefill-rate estimate. A bad request ends only its own stream: any exception becomes a 500
+first body chunk (TTFT of a streaming response) and the usage are reported to the picker's feedback
+hooks (:class:`~smetric.epp.server.hooks.ResponseHooks`: dispatch ledger, online prefill-rate
+estimate), which answer with the values exported as metrics. A bad request ends only its own stream: any exception becomes a 500
 ImmediateResponse on the request path, and is logged and ignored on the response path.
 
 Response path ``observer`` (``ServicerSettings.response_observer``, flag ``--response-path``): the
@@ -38,7 +39,7 @@ from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.parse.body import ParsedBody, parse_body
 from smetric.epp.parse.errors import RequestError
 from smetric.epp.parse.headers import HDR_REQUEST_ID, parse_headers
-from smetric.epp.parse.usage import Usage, UsageReader
+from smetric.epp.parse.usage import UsageReader
 from smetric.epp.server import messages as msgs
 from smetric.epp.server.decide import Pick, Picker
 from smetric.epp.server.guard import (
@@ -51,6 +52,7 @@ from smetric.epp.server.guard import (
     Shed,
     path_allowed,
 )
+from smetric.epp.server.hooks import ResponseHooks
 from smetric.epp.server.offload import ParseOffload
 from smetric.epp.server.stream import StreamState
 
@@ -100,6 +102,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         """``renderer``: the engines' chat template (a precise prefix index must see the prompt text
         the engine tokenizes); without it the index gets the role-marked text of :mod:`parse.body`."""
         self.picker = picker
+        self.hooks: ResponseHooks = picker  # all the response path tells the picker goes through these
         self.renderer = renderer
         self.metrics = metrics
         self.settings = settings if settings is not None else ServicerSettings()
@@ -199,7 +202,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
 
     def _index_key(self, parsed: ParsedBody) -> tuple[str, PromptKey]:
         text = self._prompt_text(parsed)
-        return text, self.picker.index.key(text, parsed.token_ids or None)
+        return text, self.picker.prompt_key(text, parsed.token_ids or None)
 
     def _absorb(self, st: StreamState, chunk: bytes) -> None:
         """Buffer one body chunk within the per-request limit (413) and the global budget (503)."""
@@ -441,16 +444,17 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         return (msgs.CONTINUE_RESPONSE_BODY,)
 
     def _prefill_done(self, st: StreamState) -> None:
-        if st.pick is not None and self.picker.ledger.remove(st.request_id) is not None:
-            self._queued_gauge(st.pick.ledger_address)
+        if st.pick is None:
+            return
+        left_s = self.hooks.on_prefill_done(st.pick, st.request_id)
+        if left_s is not None:
+            self.metrics.endpoint_queued_prefill.labels(endpoint=st.pick.ledger_address).set(left_s)
 
     def _queued_gauge(self, address: str) -> None:
-        self.metrics.endpoint_queued_prefill.labels(endpoint=address).set(
-            self.picker.ledger.queued_cost_s(address)
-        )
+        self.metrics.endpoint_queued_prefill.labels(endpoint=address).set(self.hooks.queued_cost_s(address))
 
     def _complete(self, st: StreamState) -> None:
-        """The response ended: usage and the TTFT sample feed the metrics and the rate estimate."""
+        """The response ended: usage and the TTFT sample feed the metrics and the picker's hook."""
         if st.completed:
             return
         st.completed = True
@@ -470,25 +474,9 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             return
         ttft_s = st.first_byte_at - st.dispatched_at
         self.metrics.ttft.observe(ttft_s)
-        cost_s = self._observed_cost(st.parsed, pick, usage)
-        rates = self.picker.rates
-        if rates.observe(pick.ledger_address, cost_s, ttft_s):
-            self.metrics.endpoint_prefill_speed.labels(endpoint=pick.ledger_address).set(
-                rates.speed(pick.ledger_address)
-            )
-
-    def _observed_cost(self, parsed: ParsedBody | None, pick: Pick, usage: Usage | None) -> float:
-        """Cost of the prefill as it happened, in the units the decision used (chars/4 tokens, or
-        the index's tokens), so the learned speed converts the picker's own cost estimates; the
-        engine's reported cached share (``cached_tokens / prompt_tokens``) replaces the estimated
-        hit when known."""
-        if parsed is None or pick.prompt_tokens <= 0:
-            return pick.cost_s
-        if usage is not None and usage.prompt_tokens and usage.cached_tokens is not None:
-            L = pick.prompt_tokens
-            uncached = L * (1.0 - min(usage.cached_tokens, usage.prompt_tokens) / usage.prompt_tokens)
-            return self.picker.cost_model.cost(uncached, L)
-        return pick.cost_s
+        speed = self.hooks.on_complete(pick, ttft_s, usage, prompt_known=st.parsed is not None)
+        if speed is not None:
+            self.metrics.endpoint_prefill_speed.labels(endpoint=pick.ledger_address).set(speed)
 
     def _finish(self, st: StreamState) -> None:
         """Routing stream over (normally, on error or cancel): the ledger entry must not outlive it,

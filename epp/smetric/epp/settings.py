@@ -1,0 +1,93 @@
+"""The picker's typed settings: built once from the parsed flags, then passed instead of them.
+
+:func:`smetric.core.pickerflags.build_parser` parses the command line (the flag table the
+operator renders too); :meth:`PickerSettings.from_flags` turns the ``argparse.Namespace`` into
+this frozen object, with durations in seconds. Nothing after ``main`` sees the namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from smetric.core.pickerflags import build_parser
+
+
+@dataclass(frozen=True, slots=True)
+class PickerSettings:
+    """What the running picker reads of its flags (the flag table has the defaults and help)."""
+
+    config: str  # policy config YAML path ("" = defaults)
+    # endpoints: standalone list (or @FILE), else a Kubernetes InferencePool
+    endpoints: str
+    pool_name: str
+    pool_namespace: str
+    # data sources
+    prefix_index: str  # approximate | precise
+    tokenizer: str
+    kv_events_port: int
+    hash_seed: str
+    hash_algo: str
+    block_size: int  # tokens per engine KV block (vLLM's --block-size)
+    refresh_interval_s: float
+    staleness_s: float
+    scrape_timeout_s: float
+    scrape_max_bytes: int
+    # request path bounds
+    max_body_bytes: int
+    body_budget_bytes: int
+    max_inflight_decisions: int
+    decision_budget_s: float
+    response_observer: bool  # --response-path=observer
+    # listeners
+    bind_address: str
+    grpc_port: int
+    grpc_health_port: int
+    metrics_port: int
+    secure_serving: bool
+    cert_path: str
+    # replica state (approximate index)
+    state_file: str
+    state_interval_s: float
+    snapshot_port: int
+    peers: tuple[str, ...]
+
+    @classmethod
+    def from_flags(cls, args: argparse.Namespace) -> PickerSettings:
+        return cls(
+            config=args.config,
+            endpoints=args.endpoints,
+            pool_name=args.pool_name,
+            pool_namespace=args.pool_namespace,
+            prefix_index=args.prefix_index,
+            tokenizer=args.tokenizer,
+            kv_events_port=args.kv_events_port,
+            hash_seed=args.hash_seed,
+            hash_algo=args.hash_algo,
+            block_size=args.block_size,
+            refresh_interval_s=args.refresh_interval_ms / 1000.0,
+            staleness_s=args.staleness_threshold_ms / 1000.0,
+            scrape_timeout_s=args.scrape_timeout_ms / 1000.0,
+            scrape_max_bytes=args.scrape_max_bytes,
+            max_body_bytes=args.max_body_bytes,
+            body_budget_bytes=args.body_budget_bytes,
+            max_inflight_decisions=args.max_inflight_decisions,
+            decision_budget_s=args.decision_budget_ms / 1000.0,
+            response_observer=args.response_path == "observer",
+            bind_address=args.bind_address,
+            grpc_port=args.grpc_port,
+            grpc_health_port=args.grpc_health_port,
+            metrics_port=args.metrics_port,
+            secure_serving=args.secure_serving,
+            cert_path=args.cert_path,
+            state_file=args.state_file,
+            state_interval_s=args.state_interval_ms / 1000.0,
+            snapshot_port=args.snapshot_port,
+            peers=tuple(p.strip() for p in args.peers.split(",") if p.strip()),
+        )
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> PickerSettings:
+        """Parse ``argv`` with the picker's flag table (tests and tools)."""
+        return cls.from_flags(build_parser().parse_args(list(argv)))
