@@ -87,7 +87,7 @@ async def test_observer_after_the_routing_stream_ends_releases_the_ledger_at_the
     assert reg.get_sample_value("smetric_epp_ttft_seconds_count") == 1
     assert reg.get_sample_value("smetric_epp_usage_tokens_total", {"kind": "cached"}) == 10
     assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "matched"}) == 1
-    assert not servicer._awaiting
+    assert not servicer.observers.awaiting
 
 
 async def test_observer_attaching_before_the_routing_stream_ends(serve: object) -> None:
@@ -100,7 +100,7 @@ async def test_observer_attaching_before_the_routing_stream_ends(serve: object) 
     reg = servicer.metrics.registry
     assert len(servicer.picker.ledger) == 0
     assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "missing"}) is None
-    assert not servicer._awaiting
+    assert not servicer.observers.awaiting
 
 
 async def test_a_missing_observer_releases_the_ledger_after_the_attach_timeout(serve: object) -> None:
@@ -116,7 +116,7 @@ async def test_a_missing_observer_releases_the_ledger_after_the_attach_timeout(s
     reg = servicer.metrics.registry
     assert len(servicer.picker.ledger) == 0 and servicer.picker.rates.samples(dest) == 0
     assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "missing"}) == 1
-    assert not servicer._awaiting
+    assert not servicer.observers.awaiting
     # a late observer finds nothing and is ignored
     assert await exchange(stub, observed(pid)) == []
     assert reg.get_sample_value("smetric_epp_observer_streams_total", {"outcome": "unmatched"}) == 1

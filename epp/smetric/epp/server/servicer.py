@@ -6,17 +6,13 @@ body echo, or BodyResponse with the header mutation) or an ImmediateResponse for
 picker refuses. Response path: headers, body and trailers pass through unchanged; the status, the
 first body chunk (TTFT of a streaming response) and the usage are reported to the picker's feedback
 hooks (:class:`~smetric.epp.server.hooks.ResponseHooks`: dispatch ledger, online prefill-rate
-estimate), which answer with the values exported as metrics. A bad request ends only its own stream: any exception becomes a 500
-ImmediateResponse on the request path, and is logged and ignored on the response path.
+estimate), which answer with the values exported as metrics. A bad request ends only its own
+stream: any exception becomes a 500 ImmediateResponse on the request path, and is logged and
+ignored on the response path.
 
 Response path ``observer`` (``ServicerSettings.response_observer``, flag ``--response-path``): the
-gateway skips the response on the routing stream and runs a second ext_proc filter in Envoy's
-``observability_mode`` (send and go: Envoy never waits for the picker on the response). Its stream
-carries the request headers (the ``x-request-id`` Envoy's HCM set, or the one the picker generated)
-then the response; the servicer matches it to the waiting decision and feeds the same observations.
-A decision whose observer has not attached ``observer_attach_timeout_s`` after its routing stream
-ended is finished as if the response had ended (ledger entry released, no TTFT sample), with a
-warning: the gateway is not running the observer filter.
+response comes on a second, ``observability_mode`` stream, matched to its decision by
+:class:`~smetric.epp.server.observer.ObserverMatcher`; the same response path then runs on it.
 """
 
 from __future__ import annotations
@@ -53,6 +49,7 @@ from smetric.epp.server.guard import (
     path_allowed,
 )
 from smetric.epp.server.hooks import ResponseHooks
+from smetric.epp.server.observer import ObserverMatcher
 from smetric.epp.server.offload import ParseOffload
 from smetric.epp.server.stream import StreamState
 
@@ -107,8 +104,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         self.metrics = metrics
         self.settings = settings if settings is not None else ServicerSettings()
         self.clock = clock
-        self._awaiting: dict[str, StreamState] = {}  # observer mode: decisions by the picker's id
-        self._warned: set[str] = set()
+        self.observers = ObserverMatcher(metrics)  # --response-path=observer
         self.budget = BodyBudget(self.settings.body_budget_bytes)
         self.offload = ParseOffload(self.settings.parse_workers)
         self.admission = Admission(self.settings.max_inflight_decisions, self.settings.decision_budget_s)
@@ -349,7 +345,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
         self._leave(st)
         if self.settings.response_observer:
-            self._awaiting[st.ledger_id] = st
+            self.observers.expect(st)
         m = self.metrics
         m.decision_latency.observe(time.perf_counter() - t0)
         m.decisions.labels(policy=pick.policy, reason=pick.reason).inc()
@@ -484,11 +480,7 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         if st.pick is None:
             return
         if self.settings.response_observer and not st.completed:
-            if not st.observer_attached and st.observer_timer is None:
-                loop = asyncio.get_running_loop()
-                st.observer_timer = loop.call_later(
-                    self.settings.observer_attach_timeout_s, self._observer_missing, st
-                )
+            self.observers.wait(st, self.settings.observer_attach_timeout_s, self._observer_missing)
             return
         self._settle(st)
 
@@ -497,13 +489,12 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
         if st.first_byte_at is not None or st.resp_status:
             self._complete(st)
         self._prefill_done(st)
-        if self._awaiting.get(st.request_id) is st:
-            del self._awaiting[st.request_id]
+        self.observers.done(st)
 
     # -- response observer (--response-path=observer) --------------------------------------------
 
     async def _observe(self, first: ep.ProcessingRequest, rest: AsyncIterator[ep.ProcessingRequest]) -> None:
-        st = self._attach(first)
+        st = self.observers.attach(first, self.settings.response_observer)
         try:
             if st is None:
                 async for _ in rest:  # nothing to report to: let Envoy finish the stream
@@ -519,42 +510,6 @@ class ExtProcServicer(ep_grpc.ExternalProcessorServicer):
             if st is not None:
                 self._settle(st)
 
-    def _attach(self, first: ep.ProcessingRequest) -> StreamState | None:
-        if not self.settings.response_observer:
-            self._warn_once(
-                "observer-off",
-                "a response-observer stream arrived but --response-path is inline: ignored "
-                "(the ledger is released when the routing stream ends)",
-            )
-        rid = ""
-        if first.WhichOneof("request") == "request_headers":
-            rid = msgs.header_map(first.request_headers.headers).get(PICKER_ID_HEADER, "")
-        st = self._awaiting.get(rid) if rid else None
-        if st is None or st.observer_attached:
-            self.metrics.observer_streams.labels(outcome="unmatched").inc()
-            return None
-        st.observer_attached = True
-        if st.observer_timer is not None:
-            st.observer_timer.cancel()
-            st.observer_timer = None
-        self.metrics.observer_streams.labels(outcome="matched").inc()
-        return st
-
     def _observer_missing(self, st: StreamState) -> None:
-        st.observer_timer = None
-        if st.observer_attached:
-            return
-        self.metrics.observer_streams.labels(outcome="missing").inc()
-        self._warn_once(
-            "observer-missing",
-            "--response-path=observer but no observer stream came for request %s within %.1f s: "
-            "is the gateway running the observability_mode ext_proc filter?",
-            st.request_id,
-            self.settings.observer_attach_timeout_s,
-        )
-        self._settle(st)
-
-    def _warn_once(self, key: str, message: str, *args: object) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            log.warning(message, *args)
+        if self.observers.missing(st, self.settings.observer_attach_timeout_s):
+            self._settle(st)
