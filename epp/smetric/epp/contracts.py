@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from smetric.core.names import ROLE_BOTH
+
+if TYPE_CHECKING:
+    from smetric.epp.kvevents.store import BlockStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,16 @@ class PoolIndex(PrefixIndex, Protocol):
     @property
     def reads_kv_events(self) -> bool:
         """Hits come from the engines' KV events (an endpoint without a publisher stays at 0)."""
+        ...
+
+    @property
+    def tokens_per_key(self) -> int:
+        """Prompt tokens one of its block keys stands for."""
+        ...
+
+    @property
+    def store(self) -> BlockStore | None:
+        """The engines' KV block sets it reads (from their KV events), if any."""
         ...
 
     def forget(self, address: str) -> None:

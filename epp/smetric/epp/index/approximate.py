@@ -27,9 +27,13 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
+from typing import TYPE_CHECKING
 
 from smetric.epp.contracts import PromptKey
 from smetric.epp.index.chainhash import ChainHasher
+
+if TYPE_CHECKING:
+    from smetric.epp.kvevents.store import BlockStore
 
 CHARS_PER_TOKEN = 4  # bytes of prompt per estimated token (chars/4 rule of thumb)
 
@@ -104,6 +108,10 @@ class ApproximateIndex:
     @property
     def reads_kv_events(self) -> bool:
         return False
+
+    @property
+    def store(self) -> BlockStore | None:
+        return None
 
     def set_capacity_source(self, capacity_blocks: CapacityFn) -> None:
         """Where per-endpoint LRU sizes come from (the datastore's scraped ``num_gpu_blocks``)."""

@@ -10,7 +10,7 @@ from grpc_health.v1 import health_pb2_grpc
 
 from smetric.core.costmodel import CostModel
 from smetric.epp.config import PickerConfig, with_mode
-from smetric.epp.contracts import EndpointSource, PrefixIndex
+from smetric.epp.contracts import EndpointSource, PoolIndex
 from smetric.epp.obs.health import HealthReporter
 from smetric.epp.server.decide import Picker, Saturation
 from smetric.epp.server.servicer import ExtProcServicer
@@ -26,7 +26,7 @@ def build_picker(
     cfg: PickerConfig,
     params: PolicyParams,
     source: EndpointSource,
-    index: PrefixIndex,
+    index: PoolIndex,
     *,
     staleness_s: float = 2.0,
     cost_model: CostModel | None = None,

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from smetric.core.views import EndpointSnapshot
-from smetric.epp.contracts import EndpointInfo, PromptKey
+from smetric.epp.contracts import EndpointInfo, PoolIndex, PromptKey
 from smetric.epp.index.approximate import _Lru
 from smetric.epp.index.prefix import cached_prefix_blocks
 from smetric.epp.kvevents.store import BlockStore
@@ -126,15 +126,11 @@ class TierFacts:
         self.footprint.forget(address)
 
 
-def build_tier_facts(index: object, params: PolicyParams, clock: Callable[[], float]) -> TierFacts:
+def build_tier_facts(index: PoolIndex, params: PolicyParams, clock: Callable[[], float]) -> TierFacts:
     """Tier facts over the picker's prefix index: its key granularity, and its KV-event block
     store when it has one (the precise index)."""
-    tokens_per_key = getattr(index, "tokens_per_key", None)
-    store = getattr(index, "store", None)
     tiered = params.get(SMetricTieredParams).tiered
     gi = GlobalTierIndex(
-        tokens_per_key if isinstance(tokens_per_key, int) and tokens_per_key > 0 else 16,
-        store=store if isinstance(store, BlockStore) else None,
-        capacity_tokens=tiered.global_capacity_tokens,
+        index.tokens_per_key, store=index.store, capacity_tokens=tiered.global_capacity_tokens
     )
     return TierFacts(gi, tiered.footprint_window_s, clock)
