@@ -110,7 +110,10 @@ class Admission:
 
     def __init__(self, max_inflight: int, budget_s: float) -> None:
         if max_inflight <= 0 or not budget_s > 0:
-            raise ValueError("max_inflight and budget_s must be positive")
+            raise ValueError(
+                "admission control needs a positive --max-inflight-decisions and --decision-budget-ms, "
+                f"got {max_inflight} and {budget_s * 1000:g} ms"
+            )
         self.max_inflight = max_inflight
         self.budget_s = budget_s
         self.inflight = 0
