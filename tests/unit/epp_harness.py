@@ -3,6 +3,7 @@ grpc.aio server per test, and builders of the ext_proc messages Envoy sends."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
@@ -132,9 +133,17 @@ async def exchange(
     stub: ep_grpc.ExternalProcessorStub, msgs: list[ep.ProcessingRequest]
 ) -> list[ep.ProcessingResponse]:
     call = stub.Process()
-    for m in msgs:
-        await call.write(m)
-    await call.done_writing()
+    # The picker may end the stream early (an immediate response such as a 400); stop writing
+    # then instead of racing the server's close, and read what it answered.
+    try:
+        for m in msgs:
+            if call.done():
+                break
+            await call.write(m)
+        if not call.done():
+            await call.done_writing()
+    except asyncio.InvalidStateError:
+        pass
     return [r async for r in call]
 
 
