@@ -5,6 +5,10 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY core core
 COPY sim sim
+COPY engine engine
+COPY trace trace
+COPY emulator emulator
+COPY bench/smetric bench/smetric
 COPY epp epp
 COPY operator operator
 COPY crds crds
