@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every simulator result quoted in README sections 2-4b, in one script: 3 seeds (paired CIs),
 # stationary arrivals, the knee extension, 30 + 30 simulated minutes per run at 32 instances (the
-# regime map: its own 20 + 20 min at 16 instances). ~75 min of CPU in all (~40 min on 2 idle
+# regime map: its own 20 + 20 min at 16 instances). ~40 min of CPU for sections 2-4b (~20 min on 2 idle
 # cores); `--cluster local:N` or `--cluster tcp://...` (pip install 'smetric[cluster]') spreads the
 # runs, and a re-run with --resume skips the runs already streamed to OUT.runs.jsonl.
 # Usage: bench/paper_sweeps.sh [OUT_DIR]   (default results/)
