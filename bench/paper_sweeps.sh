@@ -25,6 +25,7 @@ for hr in 0.1 0.3 0.7 0.9; do
 done
 # README 4: PD disaggregation (prefill instances), full global tier
 $S --mode disaggregated --global-tier full --policies $B7 --rates 3,4,5,6 --json "$OUT/disagg-full.json" --plot "$OUT/disagg-full.png"
+$S --mode disaggregated --global-tier full --policies smetric,llmd-slo,lmetric,dynamo --rates 3.5 --no-extend-past-knee --json "$OUT/disagg-3.5.json"
 # README 4 (global-tier provisioning none / small / full) and 4b: the regime map, every policy
 # (16 instances, 20 + 20 min, rates 1,2,3 + the knee extension; docs/simulator.md "Regime map")
 smetric simulate --regime-map --json "$OUT/regime-map.json" --plot "$OUT/regime-map.png"
