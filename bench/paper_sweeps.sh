@@ -26,6 +26,7 @@ done
 # README 4: PD disaggregation (prefill instances), full global tier
 $S --mode disaggregated --global-tier full --policies $B7 --rates 3,4,5,6 --json "$OUT/disagg-full.json" --plot "$OUT/disagg-full.png"
 $S --mode disaggregated --global-tier full --policies smetric,llmd-slo,lmetric,dynamo --rates 3.5 --no-extend-past-knee --json "$OUT/disagg-3.5.json"
+$S --mode disaggregated --global-tier full --policies smetric-basic,smetric-overload,smetric-slo-tokens --rates 3,3.5,4 --no-extend-past-knee --json "$OUT/disagg-variants.json"
 # README 4 (global-tier provisioning none / small / full) and 4b: the regime map, every policy
 # (16 instances, 20 + 20 min, rates 1,2,3 + the knee extension; docs/simulator.md "Regime map")
 smetric simulate --regime-map --json "$OUT/regime-map.json" --plot "$OUT/regime-map.png"
