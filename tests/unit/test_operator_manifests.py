@@ -132,29 +132,3 @@ def test_sample_images_match_dockerfile_tags() -> None:
     (pool,) = _docs(ROOT / "manifests" / "samples" / "kind-emulator.yaml")
     assert pool["spec"]["model"]["image"] == "smetric/smetric-emulator:dev"
     assert pool["spec"]["router"]["image"] == "smetric/smetric-epp:dev"
-
-
-@pytest.mark.parametrize(
-    "values", [[], ["--set", "watchNamespaces={team-a,team-b}", "--set", "rbac.create=false"]]
-)
-def test_helm_template_renders_valid_objects(values: list[str]) -> None:
-    helm = shutil.which("helm")
-    if helm is None:
-        pytest.skip(
-            "helm is not installed (not on PyPI or Debian apt here); chart rendering is checked where it is"
-        )
-    out = subprocess.run(
-        [helm, "template", "smetric", str(CHART), "--namespace", "smetric-system", "--include-crds", *values],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    docs = [d for d in yaml.safe_load_all(out) if d]
-    kinds = {d["kind"] for d in docs}
-    assert {"Deployment", "CustomResourceDefinition"} <= kinds
-    assert ("ClusterRole" in kinds) == (not values)
-    for doc in docs:
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
-    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert ("--namespace=team-a" in args) == bool(values) and ("--all-namespaces" in args) != bool(values)
