@@ -153,34 +153,11 @@ def test_router_view_kind_is_checked() -> None:
 
 
 def _sessions(families: int = 6, turns: int = 4) -> object:
-    import numpy as np
+    from sim_synth import synthetic
 
     from smetric.sim.workload import prepare
-    from smetric.trace import Trace, TraceRequest
 
-    reqs: list[TraceRequest] = []
-    for f in range(families):
-        prev = -1
-        for k in range(turns):
-            prompt = 6_400 + k * 1_280
-            first_id = f * 1_000_000
-            r = TraceRequest(
-                index=len(reqs),
-                session_id=f"s{f}",
-                family_id=f"s{f}",
-                parent_session_id=None,
-                turn=k,
-                offset_s=k * 1.0,
-                think_time_s=5.0 if k else 0.0,
-                prompt_tokens=prompt,
-                output_tokens=50,
-                hash_ranges=np.array([[first_id, first_id + prompt // 64 - 1]], dtype=np.int64),
-                prev_index=prev,
-                est_hit_tokens=0 if k == 0 else min(reqs[-1].prompt_tokens + 50, prompt),
-            )
-            prev = r.index
-            reqs.append(r)
-    return prepare(Trace(name="synthetic", block_tokens=64, requests=reqs), P30)
+    return prepare(synthetic(families=families, turns=turns, out_tokens=50), P30)
 
 
 @pytest.mark.parametrize(("kind", "legacy"), [("deployed", False), ("oracle", False), ("oracle", True)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
+from sim_synth import synthetic
 
 from smetric.core.presets import get_preset
 from smetric.core.views import EndpointSnapshot, RequestView
@@ -14,37 +14,9 @@ from smetric.policy.tiered_params import MECHANISMS, SMetricTieredParams, Tiered
 from smetric.sim.simulator import SimConfig, build_cluster, simulate
 from smetric.sim.tier_view import TierView
 from smetric.sim.workload import PreparedWorkload, prepare
-from smetric.trace import Trace, TraceRequest
 
 P30 = get_preset("qwen3-30b-h20")
 CFG = SimConfig(instances=4, warmup_s=0.0, measure_s=600.0, seed=3)
-
-
-def synthetic(families: int = 6, turns: int = 5, base_tokens: int = 6_400, step_tokens: int = 1_280) -> Trace:
-    reqs: list[TraceRequest] = []
-    for f in range(families):
-        prev = -1
-        for k in range(turns):
-            prompt = base_tokens + k * step_tokens
-            nb = prompt // 64
-            first_id = f * 1_000_000
-            r = TraceRequest(
-                index=len(reqs),
-                session_id=f"s{f}",
-                family_id=f"s{f}",
-                parent_session_id=None,
-                turn=k,
-                offset_s=k * 1.0,
-                think_time_s=5.0 if k else 0.0,
-                prompt_tokens=prompt,
-                output_tokens=100,
-                hash_ranges=np.array([[first_id, first_id + nb - 1]], dtype=np.int64),
-                prev_index=prev,
-                est_hit_tokens=0 if k == 0 else min(reqs[-1].prompt_tokens + 100, prompt),
-            )
-            prev = r.index
-            reqs.append(r)
-    return Trace(name="synthetic", block_tokens=64, requests=reqs)
 
 
 def work() -> PreparedWorkload:
