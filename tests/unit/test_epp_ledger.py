@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from smetric.epp.server.ledger import DispatchLedger
-from smetric.epp.server.prefill_rate import PrefillRateEstimator
+from smetric.router.ledger import DispatchLedger
+from smetric.router.prefill_rate import PrefillRateEstimator
 
 
 def test_ledger_adds_and_removes_once() -> None:
