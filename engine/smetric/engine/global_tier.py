@@ -35,8 +35,21 @@ Model
   (``lookup_s``) is charged per admitted request to the scheduler step (vLLM asks the connector
   synchronously in both modes). The engine side is in :mod:`smetric.engine.scheduler`.
 * Nodes: ``8 // gpus_per_instance`` instances per 8-GPU node (paper §5.1), one NIC of
-  ``nic_gbit_s`` per node (200 Gb/s RDMA, §5.1); all loads are charged to the NIC (a conservative
-  simplification: Mooncake spreads segments over nodes, so some reads are node-local).
+  ``nic_gbit_s`` per node (200 Gb/s RDMA, §5.1).
+* Placement (``path.placement``, docs/simulator.md "Node-local path" has the sources):
+
+  - ``spread`` (default): every load goes through the transfer engine and is charged to the NIC.
+    This is what LMCache's Mooncake connector does by default: ``prefer_local_alloc`` is off, so
+    the master places a replica in any node's segment, and the Mooncake client reads even a
+    replica in a same-host segment through the transfer engine (its local-memcpy shortcut needs
+    ``MC_STORE_MEMCPY``, off by default, and the reader's own segment).
+  - ``node``: a written block lives in the writer node's DRAM segment (LMCache
+    ``prefer_local_alloc`` -> ``ReplicateConfig.preferred_segment`` = own host; Mooncake's
+    ``prefer_alloc_in_same_node``), first writer wins (LMCache skips keys that exist). A load's
+    blocks found in the loading node's segment are copied host->GPU over PCIe at
+    ``node_local_gbit_s_per_gpu`` and touch neither the NIC nor the store's source side; the
+    rest are timed as above. Each node's placement index holds at most its share of the tier's
+    capacity (its ``global_segment_size``), LRU.
 * Defaults and their sources: :data:`CALIBRATED` and ``docs/simulator.md`` ("Global tier").
 """
 
@@ -57,6 +70,7 @@ DEFAULT_NIC_GBIT_S = 200.0  # paper §5.1: 200 Gbps RDMA NICs
 GPUS_PER_NODE = 8  # paper §5.1: servers with eight H20 GPUs
 LoadMode = Literal["sync", "async"]
 LOAD_MODES: tuple[str, ...] = ("sync", "async")
+PLACEMENTS: tuple[str, ...] = ("spread", "node")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +82,18 @@ class GlobalPath:
     lookup_s: float = 0.002
     write_back: bool = True
     load_mode: str = "sync"
+    placement: str = "spread"
+    # LMCache pinned-DRAM -> GPU load, measured 22.1 GB/s (LMCache issue #4626, PCIe Gen4 L20);
+    # kept at the Gen4 figure for the H20's Gen5 x16 link (64 GB/s per direction): an assumption
+    node_local_gbit_s_per_gpu: float = 176.8
 
     def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(
+                f"global placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
+            )
+        if not (math.isfinite(self.node_local_gbit_s_per_gpu) and self.node_local_gbit_s_per_gpu > 0):
+            raise ValueError(f"node-local bandwidth must be > 0, got {self.node_local_gbit_s_per_gpu}")
         for what, v in (("load", self.load_gbit_s_per_gpu), ("store", self.store_gbit_s_per_node)):
             if v is not None and not (math.isfinite(v) and v > 0):
                 raise ValueError(f"global {what} bandwidth must be a positive number or None, got {v}")
@@ -97,12 +121,15 @@ class GlobalTier:
     __slots__ = (
         "_cache",
         "_link_free_s",
+        "_placed",
         "_store_free_s",
         "block_bytes",
         "bytes_loaded",
+        "bytes_loaded_node_local",
         "bytes_written",
         "load_bytes_s",
         "loads",
+        "local_bytes_s",
         "nic_bytes_s",
         "path",
         "store_bytes_s",
@@ -133,9 +160,13 @@ class GlobalTier:
         self.store_bytes_s = (
             math.inf if p.store_gbit_s_per_node is None else p.store_gbit_s_per_node * 1e9 / 8.0 * n_nodes
         )
+        self.local_bytes_s = p.node_local_gbit_s_per_gpu * 1e9 / 8.0 * gpus_per_instance
+        share = None if capacity_blocks is None else max(1, capacity_blocks // n_nodes)
+        self._placed = [BlockCache(share) for _ in range(n_nodes)] if p.placement == "node" else None
         self._link_free_s = [0.0] * n_nodes
         self._store_free_s = 0.0
         self.bytes_loaded = 0.0
+        self.bytes_loaded_node_local = 0.0
         self.bytes_written = 0.0
         self.loads = 0
 
@@ -163,7 +194,12 @@ class GlobalTier:
         """Write-through of computed blocks (already-present ones are refreshed in the LRU).
 
         With ``path.write_back`` and a ``node``, the written bytes occupy that node's link and the
-        store's source side from ``now_s`` (asynchronously: nobody waits for them)."""
+        store's source side from ``now_s`` (asynchronously: nobody waits for them). With ``node``
+        placement the blocks new to the tier are placed in that node's segment."""
+        if self._placed is not None and node >= 0 and pieces:
+            new = self._cache.uncached(pieces)
+            if new:
+                self._placed[node].insert(new)
         self._cache.insert(pieces)
         self._cache.touch(pieces)  # one LRU stamp for the whole write (segments coalesce)
         if node >= 0 and self.path.write_back and pieces:
@@ -187,13 +223,28 @@ class GlobalTier:
             return now_s
         if pieces:
             self._cache.touch(pieces)
+        local = 0
+        if self._placed is not None and pieces:
+            local = min(n_blocks, self._placed[node].cached_count(pieces))
+            if local:
+                self._placed[node].touch(pieces)
         nbytes = n_blocks * self.block_bytes
-        end = self._occupy(node, nbytes, now_s)
+        local_bytes = local * self.block_bytes
+        remote_bytes = nbytes - local_bytes
+        # node-local bytes: host->GPU over PCIe only; the rest: transfer engine, NIC and store
+        end = self._occupy(node, remote_bytes, now_s) if remote_bytes > 0 else now_s
+        own_s = local_bytes / self.local_bytes_s
         if self.load_bytes_s < math.inf:
-            end = max(end, now_s + nbytes / self.load_bytes_s)
+            own_s += remote_bytes / self.load_bytes_s
+        end = max(end, now_s + own_s)
         self.bytes_loaded += nbytes
+        self.bytes_loaded_node_local += local_bytes
         self.loads += 1
         return end
+
+    def placed_blocks(self, node: int) -> int:
+        """Blocks whose replica lives in ``node``'s segment (0 with ``spread`` placement)."""
+        return 0 if self._placed is None else self._placed[node].cached_blocks
 
     def link_free_s(self, node: int) -> float:
         """When the node's link backlog (loads and write-back) drains."""

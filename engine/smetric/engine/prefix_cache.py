@@ -140,6 +140,40 @@ class BlockCache:
                 return cap
         return min(total, cap)
 
+    def cached_count(self, pieces: Sequence[Piece]) -> int:
+        """How many blocks of ``pieces`` are cached (anywhere in them, not only a prefix)."""
+        n = 0
+        starts, seg = self._starts, self._seg
+        for a, b in pieces:
+            i = bisect_right(starts, a) - 1
+            if i < 0:
+                i = 0
+            while i < len(starts) and starts[i] <= b:
+                s = starts[i]
+                lo, hi = max(a, s), min(b, seg[s][0])
+                if lo <= hi:
+                    n += hi - lo + 1
+                i += 1
+        return n
+
+    def uncached(self, pieces: Sequence[Piece]) -> list[Piece]:
+        """The sub-pieces of ``pieces`` that are not cached, in order."""
+        out: list[Piece] = []
+        seg = self._seg
+        for a, e in pieces:
+            x = a
+            while x <= e:
+                s = self._find(x)
+                if s is not None:
+                    x = seg[s][0] + 1
+                    continue
+                i = bisect_right(self._starts, x)
+                nxt = self._starts[i] if i < len(self._starts) else None
+                g = e if nxt is None or nxt > e else nxt - 1
+                out.append((x, g))
+                x = g + 1
+        return out
+
     # ------------------------------------------------------------------ mutation helpers
     def _split(self, x: int) -> None:
         """Make ``x`` the start of a segment if it lies inside one."""

@@ -24,7 +24,7 @@ from rich.console import Console
 
 from smetric.core.names import MODES
 from smetric.core.presets import GPUS, KV_DTYPES, PRESETS
-from smetric.engine.global_tier import GLOBAL_TIER_KINDS, LOAD_MODES
+from smetric.engine.global_tier import GLOBAL_TIER_KINDS, LOAD_MODES, PLACEMENTS
 from smetric.policy.config import CONTEXT_KEYS
 from smetric.policy.registry import REGISTRY, Registry
 from smetric.policy.tiered_params import TieredParams
@@ -139,6 +139,19 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         choices=LOAD_MODES,
         default="sync",
         help="sync: a load stalls the instance's whole batch (LMCache's vLLM connector); async: only the request",
+    )
+    g.add_argument(
+        "--global-placement",
+        choices=PLACEMENTS,
+        default="spread",
+        help="spread: every load over the NIC (LMCache + Mooncake defaults); node: replicas in the writer "
+        "node's DRAM segment, same-node loads over PCIe (docs/simulator.md, Node-local path)",
+    )
+    g.add_argument(
+        "--global-node-local-gbit-s",
+        type=float,
+        default=176.8,
+        help="per-GPU host->GPU rate of a node-local load with --global-placement node, Gb/s",
     )
     g.add_argument(
         "--no-global-write-back",
@@ -326,6 +339,8 @@ def _spec(a: argparse.Namespace, notes: list[str] | None = None) -> SweepSpec:
         global_lookup_s=a.global_lookup_ms / 1e3,
         global_write_back=not a.no_global_write_back,
         global_load_mode=a.global_load_mode,
+        global_placement=a.global_placement,
+        global_node_local_gbit_s=a.global_node_local_gbit_s,
         kv_dtype=a.kv_dtype,
         tp=a.tp,
         gpu=a.gpu,

@@ -62,6 +62,12 @@ class SimConfig:
     global_lookup_s: float = 0.002
     global_write_back: bool = True
     global_load_mode: str = "sync"
+    # Where a written block's replica lives and how a same-node load is timed
+    # (smetric.engine.global_tier, docs/simulator.md "Node-local path"): "spread" = every load
+    # over the NIC (LMCache + Mooncake defaults); "node" = writer node's segment, same-node loads
+    # host->GPU over PCIe at global_node_local_gbit_s per GPU.
+    global_placement: str = "spread"
+    global_node_local_gbit_s: float = 176.8
     # Deployment variant of ``preset`` (smetric.core.presets.variant_name): KV cache dtype
     # (bf16 | fp8), tensor-parallel GPUs per instance (None = the preset's), GPU kind
     # (h20 | h20-3e | h200, None = the preset's) and HBM per GPU override in GB.
@@ -148,6 +154,8 @@ class SimConfig:
             self.global_lookup_s,
             self.global_write_back,
             self.global_load_mode,
+            self.global_placement,
+            self.global_node_local_gbit_s,
         )
 
     def global_load_link_gbit_s(self, preset: InstancePreset) -> float:
