@@ -41,12 +41,15 @@ Factory = Callable[[PolicyParams], Policy]
 @dataclass(frozen=True, slots=True)
 class PolicyEntry:
     """One registered policy. ``kind``: ``smetric`` (this project's family), ``ablation`` (an
-    SMetric ablation of paper §5.4) or ``baseline`` (a comparison policy)."""
+    SMetric ablation of paper §5.4) or ``baseline`` (a comparison policy). ``uses_tier_view``:
+    the policy reads the two-tier endpoint facts (``global_hit_tokens``, ``node``,
+    ``session_kv_tokens``); the picker and the simulator build them only then."""
 
     name: str
     factory: Factory
     params: type[ParamsModel] = NoParams
     kind: str = "baseline"
+    uses_tier_view: bool = False
 
 
 BUILTIN: tuple[PolicyEntry, ...] = (
@@ -54,7 +57,7 @@ BUILTIN: tuple[PolicyEntry, ...] = (
     PolicyEntry("smetric-basic", SMetricBasic, SessionParams, "ablation"),
     PolicyEntry("smetric-overload", SMetricOverload, OverloadParams, "ablation"),
     PolicyEntry("smetric-slo-tokens", SMetricSloTokens, SMetricParams, "ablation"),
-    PolicyEntry("smetric-tiered", SMetricTiered, SMetricTieredParams, "smetric"),
+    PolicyEntry("smetric-tiered", SMetricTiered, SMetricTieredParams, "smetric", uses_tier_view=True),
     PolicyEntry("lmetric", LMetric),
     PolicyEntry("bailian", Bailian, BailianParams),
     PolicyEntry("load-balance", LoadBalance),
@@ -127,6 +130,13 @@ ABLATION_POLICIES: tuple[str, ...] = (*REGISTRY.names_of("ablation"), "smetric")
 def known_policies() -> tuple[str, ...]:
     """Registered names, in registration order."""
     return POLICY_NAMES
+
+
+def uses_tier_view(name: str, registry: Sequence[PolicyEntry] = ()) -> bool:
+    """Whether the policy registered as ``name`` reads the two-tier facts (its entry's flag);
+    an unknown name raises ``ValueError`` like :func:`make_policy`."""
+    reg = Registry(tuple(registry)) if registry else REGISTRY
+    return reg.entry(name).uses_tier_view
 
 
 def make_policy(

@@ -100,9 +100,8 @@ def with_tier_facts(
 
 class SMetricTiered:
     name = "smetric-tiered"
-    # The simulator and the picker fill global_hit_tokens, link_backlog_s, node and
-    # session_kv_tokens only for a policy that reads them.
-    uses_tier_view = True
+    # The simulator and the picker fill global_hit_tokens, node and session_kv_tokens only for a
+    # policy whose registry entry says it reads them (PolicyEntry.uses_tier_view).
 
     def __init__(self, params: PolicyParams) -> None:
         self._params = params

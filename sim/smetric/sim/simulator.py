@@ -32,6 +32,7 @@ from smetric.engine.global_tier import GlobalPath, instances_per_node
 from smetric.policy import DecodeStepModel, PolicyParams, Router, fetch_s_per_token, make_policy
 from smetric.policy.config import CONTEXT_KEYS, params_from_mapping
 from smetric.policy.params import ParamsModel
+from smetric.policy.registry import uses_tier_view
 from smetric.policy.tiered_params import SMetricTieredParams
 from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.metrics import LoadTracker, summarise
@@ -321,7 +322,7 @@ class _Run:
         )
         self.tier_view = (  # two-tier facts only for a policy that reads them (smetric-tiered)
             TierView(cluster, work.block_tokens, params.get(SMetricTieredParams).tiered.footprint_window_s)
-            if getattr(self.router.policy, "uses_tier_view", False)
+            if uses_tier_view(policy)
             else None
         )
         self.loads = LoadTracker(len(cluster), cfg.window_s)

@@ -1,6 +1,6 @@
 """The two-tier facts the simulated router gives ``smetric-tiered`` (issue 11).
 
-Only built for a policy that reads them (``uses_tier_view``); other policies' runs are unchanged
+Only built for a policy that reads them (its registry entry's ``uses_tier_view``); other policies' runs are unchanged
 and pay nothing. Per decision it sets, on each endpoint snapshot:
 
 * ``global_hit_tokens`` (g[i]): the prompt prefix the simulated global tier holds now (one

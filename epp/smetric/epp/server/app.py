@@ -17,7 +17,7 @@ from smetric.epp.server.servicer import ExtProcServicer
 from smetric.epp.server.tier_facts import build_tier_facts
 from smetric.policy import PolicyParams
 from smetric.policy.framework import Router
-from smetric.policy.registry import make_policy
+from smetric.policy.registry import make_policy, uses_tier_view
 
 MAX_FALLBACKS = 4  # keeps the destination metadata short; the header carries only the primary
 
@@ -49,7 +49,7 @@ def build_picker(
         global_fetch_s_per_token=params.global_fetch_s_per_token,
         is_stale=is_stale,
     )
-    if getattr(router.policy, "uses_tier_view", False):
+    if uses_tier_view(cfg.policy.name):
         picker.tier_facts = build_tier_facts(index, params, picker.clock)
     return picker
 

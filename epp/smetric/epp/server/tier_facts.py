@@ -1,6 +1,6 @@
 """The picker's two-tier facts for ``smetric-tiered`` (issue 11): g[i], nodes, session footprint.
 
-Built only when the configured policy reads them (``uses_tier_view``); other policies pay nothing.
+Built only when the configured policy reads them (its registry entry's ``uses_tier_view``); other policies pay nothing.
 
 **g (global-tier hit).** Two sources, the first that has data wins:
 
