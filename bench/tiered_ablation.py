@@ -29,7 +29,9 @@ from pathlib import Path
 
 from smetric.core.presets import get_preset
 from smetric.policy.tiered_params import MECHANISMS, TieredParams
-from smetric.sim.simulator import SimConfig, simulate
+from smetric.sim import simulator
+from smetric.sim.simulator import SimConfig
+from smetric.sim.simulator import simulate as _simulate
 from smetric.sim.workload import PreparedWorkload, prepare
 from smetric.trace import load_agentic
 
@@ -44,22 +46,48 @@ def _work(trace: str, preset: str) -> PreparedWorkload:
     return prepare(load_agentic(Path(trace), share_system_prompt=True), get_preset(preset))
 
 
-def _variant(name: str) -> tuple[str, TieredParams]:
+def _variant(name: str, node_local_fetch_s_per_token: float | None = None) -> tuple[str, TieredParams]:
+    """The policy and its ``tiered`` object; ``node_local_fetch_s_per_token``: the node-local
+    load rate the operator configures where the cluster has one (``--global-placement node``)."""
+    base = TieredParams(node_local_fetch_s_per_token=node_local_fetch_s_per_token)
     if " -" in name:
         policy, off = name.split(" -", 1)
-        return policy, TieredParams().without(off)
-    return name, TieredParams()
+        return policy, base.without(off)
+    return name, base
+
+
+def node_local_fetch_s_per_token(cfg: SimConfig, preset: str) -> float | None:
+    """s/token of a same-node load in ``cfg``'s cluster (None unless its placement is ``node``)."""
+    if cfg.global_placement != "node":
+        return None
+    p = get_preset(preset)
+    return p.model.kv_bytes_per_token / (cfg.global_node_local_gbit_s * 1e9 / 8.0 * p.n_gpus)
 
 
 def _run(args: tuple[str, str, SimConfig, str, int, float, float]) -> dict[str, object]:
     trace, preset, cfg, variant, seed, mult, base = args
-    policy, tiered = _variant(variant)
-    r = simulate(
-        _work(trace, preset),
-        policy,
-        base * mult,
-        replace(cfg, seed=seed).with_params(tiered=tiered.model_dump(by_alias=True)),
-    )
+    policy, tiered = _variant(variant, node_local_fetch_s_per_token(cfg, preset))
+    tiers: list[object] = []
+    build = simulator.build_cluster
+
+    def spy(c: SimConfig, p: object, block_tokens: int) -> object:  # read the run's tier back
+        cluster = build(c, p, block_tokens)  # type: ignore[arg-type]
+        tiers.append(cluster[0].global_tier)
+        return cluster
+
+    simulator.build_cluster = spy  # type: ignore[assignment]
+    try:
+        r = _simulate(
+            _work(trace, preset),
+            policy,
+            base * mult,
+            replace(cfg, seed=seed).with_params(tiered=tiered.model_dump(by_alias=True)),
+        )
+    finally:
+        simulator.build_cluster = build
+    gt = tiers[-1] if tiers else None
+    loaded = float(getattr(gt, "bytes_loaded", 0.0))
+    node_local = float(getattr(gt, "bytes_loaded_node_local", 0.0))
     m = r.metrics
     return {
         "variant": variant,
@@ -69,6 +97,7 @@ def _run(args: tuple[str, str, SimConfig, str, int, float, float]) -> dict[str, 
         "slo_attainment": float(m["slo_attainment"]),
         "local_hit_ratio": float(m["local_hit_ratio"]),
         "global_hit_ratio": float(m["global_hit_ratio"]),
+        "node_local_load_share": node_local / loaded if loaded > 0 else 0.0,
         "reasons": dict(r.reasons),
         "sim_wall_s": r.sim_wall_s,
     }
@@ -122,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", default=DEFAULT_POLICIES)
     p.add_argument("--ablate", default=",".join(MECHANISMS), help="mechanisms to switch off one at a time")
     p.add_argument("--global-tier", default="full")
+    p.add_argument(
+        "--global-placement",
+        default="spread",
+        choices=("spread", "node"),
+        help="node: replicas in the writer node's segment, same-node loads over PCIe (docs/simulator.md)",
+    )
     p.add_argument("--warmup-s", type=float, default=3600.0)
     p.add_argument("--measure-s", type=float, default=3600.0)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -132,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     variants = [x.strip() for x in a.policies.split(",") if x.strip()]
     variants += [f"smetric-tiered -{m.strip()}" for m in a.ablate.split(",") if m.strip()]
     cfg = SimConfig(
-        instances=a.instances, global_tier=a.global_tier, warmup_s=a.warmup_s, measure_s=a.measure_s
+        instances=a.instances,
+        global_tier=a.global_tier,
+        warmup_s=a.warmup_s,
+        measure_s=a.measure_s,
+        global_placement=a.global_placement,
     )
     base = BASE_FAMILIES_PER_S_PER_32 * a.instances / 32.0
     tasks = [
