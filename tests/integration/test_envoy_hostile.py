@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from test_envoy_picker import Backend, _wait_fresh, session_body
 
-from smetric.epp.config import PickerConfig, policy_params
+from smetric.epp.config import parse_config, policy_params
 from smetric.epp.datastore import build_datastore
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.metrics import PickerMetrics
@@ -83,7 +83,7 @@ async def _picker_stack(
 ) -> tuple[PickerServer, object]:
     ds = build_datastore(PickerSettings.from_argv(["--endpoints", ",".join(b.address for b in backends)]))
     await ds.start()
-    cfg = PickerConfig()
+    cfg = parse_config({"policy": {"name": "smetric"}}, "test")
     servicer = ExtProcServicer(
         build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0, is_stale=ds.is_stale),
         PickerMetrics(CollectorRegistry()),

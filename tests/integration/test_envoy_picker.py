@@ -151,7 +151,7 @@ async def make_stack(
     spec = ",".join(b.address + (f"={roles[i]}" if roles else "") for i, b in enumerate(backends))
     ds = build_datastore(PickerSettings.from_argv(["--endpoints", spec, "--refresh-interval-ms", "50"]))
     await ds.start()
-    cfg = cfg or PickerConfig()
+    cfg = cfg or parse_config({"policy": {"name": "smetric"}}, "test")  # the session tests need smetric
     picker = build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0, is_stale=ds.is_stale)
     servicer = ExtProcServicer(
         picker,

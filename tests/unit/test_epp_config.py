@@ -9,11 +9,12 @@ import pytest
 from smetric.epp.config import ConfigError, load_config, parse_config, policy_params
 from smetric.policy import PolicyParams
 from smetric.policy.params import SMetricParams
+from smetric.policy.registry import DEFAULT_POLICY
 
 
-def test_defaults_are_smetric_with_paper_parameters() -> None:
+def test_defaults_are_the_registry_default_policy() -> None:
     cfg = load_config(None)
-    assert cfg.policy.name == "smetric" and not cfg.pdDisaggregation.enabled
+    assert cfg.policy.name == DEFAULT_POLICY == "llmd-slo" and not cfg.pdDisaggregation.enabled
     assert policy_params(cfg) == PolicyParams()
     assert (cfg.saturation.queueDepthThreshold, cfg.saturation.kvCacheUtilThreshold) == (5, 0.8)
 

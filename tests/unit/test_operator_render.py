@@ -585,7 +585,7 @@ def test_policy_config_is_accepted_by_the_picker(variant: str) -> None:
     (config_map,) = [c for c in render(VARIANTS[variant]) if c["kind"] == "ConfigMap"]
     cfg = parse_config(yaml.safe_load(config_map["data"]["config.yaml"]), "rendered")
     params = policy_params(cfg)
-    assert cfg.policy.name == "smetric"
+    assert cfg.policy.name == "llmd-slo"  # the default policy (registry.DEFAULT_POLICY)
     assert params.mode == ("disaggregated" if variant.startswith("disaggregated") else "colocated")
     own = params.get(SMetricParams)  # defaults: the rendered config sets no policy-owned key
     assert own.hit_ratio == 0.5 and own.slack == 1.0

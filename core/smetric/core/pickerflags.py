@@ -40,7 +40,7 @@ FLAGS: tuple[Flag, ...] = (
         "config",
         str,
         "",
-        "policy config YAML file (EndpointPickerConfig-like); empty = smetric defaults",
+        "policy config YAML file (EndpointPickerConfig-like); empty = the default policy (llmd-slo) with its defaults",
         aliases=("config-file",),
     ),
     Flag("endpoints", str, "", "standalone mode: comma-separated ip:port list, or @FILE with one per line"),

@@ -3,7 +3,7 @@
 Shape (the operator renders exactly the ``policy`` block)::
 
     policy:
-      name: smetric               # one of smetric.policy.registry.POLICY_NAMES
+      name: smetric               # one of smetric.policy.registry.POLICY_NAMES (default: DEFAULT_POLICY, llmd-slo)
       parameters: {slack: 1.0}    # context + policy-owned keys, parsed by smetric.policy.params_from_mapping
     pdDisaggregation:
       enabled: false
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from smetric.policy.base import PolicyParams
 from smetric.policy.config import params_from_mapping
-from smetric.policy.registry import POLICY_NAMES
+from smetric.policy.registry import DEFAULT_POLICY, POLICY_NAMES
 
 
 class ConfigError(ValueError):
@@ -38,7 +38,7 @@ class _Strict(BaseModel):
 
 
 class PolicySection(_Strict):
-    name: str = "smetric"
+    name: str = DEFAULT_POLICY
     parameters: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")

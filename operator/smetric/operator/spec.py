@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from smetric.policy.config import params_from_mapping, policy_keys
-from smetric.policy.registry import POLICY_NAMES
+from smetric.policy.registry import DEFAULT_POLICY, POLICY_NAMES
 
 DEFAULT_GPU_PRODUCTS: tuple[str, ...] = ("NVIDIA-H20", "NVIDIA-H20-3e")
 # Pinned, overridable images. vLLM 0.32.0: the engine version whose flags, metrics and KV events
@@ -243,7 +243,7 @@ class PolicyParameters(_Spec):
 
 
 class RouterSpec(_Spec):
-    policy: str = "smetric"
+    policy: str = DEFAULT_POLICY
     parameters: PolicyParameters = PolicyParameters()
     prefix_index: Literal["precise", "approximate"] = "approximate"
     image: str = EPP_IMAGE
