@@ -92,3 +92,35 @@ def test_block_cache_counts_and_gaps() -> None:
     assert c.cached_count([(7, 21)]) == 5
     assert c.uncached([(1, 30)]) == [(1, 4), (10, 19), (25, 30)]
     assert c.uncached([(5, 9)]) == []
+
+
+def test_simulated_cluster_reads_same_node_replicas_over_pcie() -> None:
+    """End to end: round-robin moves every turn, so follow-ups load from the global tier; on one
+    node every load is node-local with ``node`` placement and none is with ``spread``."""
+    from dataclasses import replace
+
+    from sim_synth import synthetic
+
+    from smetric.sim import simulator
+    from smetric.sim.workload import prepare
+
+    work = prepare(synthetic(), P30)
+    tiers: list[GlobalTier] = []
+    build = simulator.build_cluster
+
+    def spy(cfg: SimConfig, preset: object, block_tokens: int) -> object:
+        cluster = build(cfg, preset, block_tokens)  # type: ignore[arg-type]
+        assert cluster[0].global_tier is not None
+        tiers.append(cluster[0].global_tier)
+        return cluster
+
+    cfg = SimConfig(instances=4, warmup_s=0.0, measure_s=600.0, seed=1)
+    simulator.build_cluster = spy  # type: ignore[assignment]
+    try:
+        simulator.simulate(work, "round-robin", 0.05, cfg)
+        simulator.simulate(work, "round-robin", 0.05, replace(cfg, global_placement="node"))
+    finally:
+        simulator.build_cluster = build
+    spread, node = tiers
+    assert spread.bytes_loaded > 0 and spread.bytes_loaded_node_local == 0.0
+    assert node.bytes_loaded_node_local == pytest.approx(node.bytes_loaded) and node.bytes_loaded > 0
