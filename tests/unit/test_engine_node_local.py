@@ -3,13 +3,18 @@ PCIe, not over the NIC; the default placement keeps every load on the NIC."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from sim_synth import synthetic
 
 from smetric.core.presets import PRESETS
 from smetric.engine import GlobalTier
 from smetric.engine.global_tier import CALIBRATED, GlobalPath
 from smetric.engine.prefix_cache import BlockCache
+from smetric.sim import simulator
 from smetric.sim.simulator import SimConfig
+from smetric.sim.workload import prepare
 
 P30 = PRESETS["qwen3-30b-h20"]
 BLOCK_BYTES = 64 * P30.model.kv_bytes_per_token
@@ -97,13 +102,6 @@ def test_block_cache_counts_and_gaps() -> None:
 def test_simulated_cluster_reads_same_node_replicas_over_pcie() -> None:
     """End to end: round-robin moves every turn, so follow-ups load from the global tier; on one
     node every load is node-local with ``node`` placement and none is with ``spread``."""
-    from dataclasses import replace
-
-    from sim_synth import synthetic
-
-    from smetric.sim import simulator
-    from smetric.sim.workload import prepare
-
     work = prepare(synthetic(), P30)
     tiers: list[GlobalTier] = []
     build = simulator.build_cluster
