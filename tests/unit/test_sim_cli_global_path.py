@@ -52,3 +52,11 @@ def test_bad_values_are_clear_errors(argv: list[str]) -> None:
     with pytest.raises(ValueError):
         _sim(*argv)
     assert cli.main(["--trace", "t.jsonl.gz", *argv]) == 2
+
+
+def test_placement_flags_default_to_spread_and_reach_the_path() -> None:
+    assert _sim().global_path.placement == "spread"
+    sim = _sim("--global-placement", "node", "--global-node-local-gbit-s", "400")
+    assert (sim.global_path.placement, sim.global_path.node_local_gbit_s_per_gpu) == ("node", 400.0)
+    with pytest.raises(SystemExit):
+        _sim("--global-placement", "nearby")
