@@ -67,23 +67,37 @@ class Preset:
     duration_s: float  # model seconds
     seeds: int
     drain_s: float  # wall seconds for in-flight requests after the window
+    global_tier: str = "full"  # the emulator's cluster-wide KV tier: none | small | full
+    rates: tuple[float, ...] = ()  # fixed rates (empty = find the knee); --rates/--knee-start override
 
 
 # Load: session families arrive as a Poisson process at the rate over the whole window (as in the
 # simulator), so the rate sets the load; the sessions are closed loops, so the load builds up over
-# the window. The knee search starts one ladder rung below where the knee was measured
-# (2026-12-01, on the shared box: 4 instances, 60 model s -> between 1.0 and 1.41 families per model
-# second) and walks the ladder either way; FULL starts at the same rate per instance-minute.
-# Timing goal of --quick: <= 3 min on 2 cores (15 rows of ~11 s). Drain: 5-10 wall s at x0.1 =
-# 50-100 model s after the window; requests cut then count as failed (SLO misses).
+# the window. The knee search walks a x sqrt(2) ladder either way from its start; FULL starts at
+# 1.41 families per model second for 8 instances (first set from the first quick preset's knee,
+# 4 instances between 1.0 and 1.41, 2026-12-01 on the shared box), other instance counts at the
+# same rate per instance.
+# QUICK lands where routing decides the SLOs; docs/bench.md ("Why --quick is configured this way")
+# gives the numbers (bench/quick_regime.py). With tokens x1/16 and the full global tier each
+# instance had ~40 active sessions at the knee for ~4 that fit its scaled KV, and a miss was a cheap
+# reload: the routers tied (README 7). So: no global tier (README 4b's tier-none regime; plain vLLM),
+# tokens x1/8 (a recompute from scratch then misses its TTFT SLO for 70 % of the requests; 100 % at
+# full size, 17 % at x1/16), a 240 model-second window (fewer first turns) at time x0.025, and two
+# fixed rates: the window's first turns cap attainment near 88-91 % at any load, so the 90 % knee
+# rule has no stable crossing; 0.125 is where attainment starts to fall (a search from 0.25 found
+# it, 2026-12-01), 0.177 one rung past. <= 3 min on 2 cores: 12 rows of ~12 s. Drain: 4-10 wall
+# s after the window; requests cut then count as failed (SLO misses).
 FULL = Preset(8, DEFAULT_POLICIES, ("vllm-router:cache_aware",), 0, 1.41, 0.1, 1 / 16, 120.0, 3, 10.0)
-QUICK = Preset(4, "smetric,lmetric", ("vllm-router:cache_aware",), 0, 1.0, 0.1, 1 / 16, 60.0, 2, 5.0)
+QUICK = Preset(
+    4, "smetric,lmetric", ("vllm-router:cache_aware",), 0, 0.125, 0.025, 1 / 8, 240.0, 2, 4.0, "none", (0.125, 0.177)
+)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="smetric bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help="small preset (<= 3 min on 2 cores: 4 instances, smetric, lmetric, vllm-router, 2 seeds)")  # fmt: skip
+                   help="small preset (<= 3 min on 2 cores: 4 instances, smetric, lmetric, vllm-router, 2 seeds, "
+                   "no global KV tier, tokens x1/8, time x0.025; docs/bench.md says why)")  # fmt: skip
     p.add_argument("--instances", type=int, help=f"emulated instances (default {FULL.instances})")
     p.add_argument("--policies", help=f"comma-separated picker policies (default {FULL.policies}); '' = none")
     p.add_argument(
@@ -117,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="first seed (seeds are seed, seed+1, ...)")
     p.add_argument("--preset", default="qwen3-30b-h20", help="instance preset of the emulator")
-    p.add_argument("--global-tier", default="full", choices=("none", "small", "full"),
-                   help="cluster-wide KV tier of the emulator (paper: fully provisioned)")  # fmt: skip
+    p.add_argument("--global-tier", choices=("none", "small", "full"),
+                   help=f"cluster-wide KV tier of the emulator (default {FULL.global_tier}, as the paper; --quick {QUICK.global_tier})")  # fmt: skip
     p.add_argument("--block-size", type=int, default=16, help="engine KV block size (tokens)")
     p.add_argument("--hash-seed", default="0", help="PYTHONHASHSEED shared by engines and picker")
     p.add_argument("--shared-system-prompt", action="store_true",
@@ -240,6 +254,8 @@ def resolve(args: argparse.Namespace) -> Preset:
         duration_s=args.duration if args.duration is not None else base.duration_s,
         seeds=args.seeds if args.seeds is not None else base.seeds,
         drain_s=args.drain_timeout if args.drain_timeout is not None else base.drain_s,
+        global_tier=args.global_tier if args.global_tier is not None else base.global_tier,
+        rates=parse_rates(args) or (base.rates if args.knee_start is None else ()),
     )
     if preset.instances < 1:
         raise BenchError("--instances must be >= 1")
@@ -250,7 +266,6 @@ def resolve(args: argparse.Namespace) -> Preset:
     unknown = [p for p in _split(preset.policies) if p not in known_policies()]
     if unknown:
         raise BenchError(f"unknown policy {', '.join(unknown)}; known: {', '.join(known_policies())}")
-    parse_rates(args)
     return preset
 
 
@@ -303,7 +318,7 @@ class Bench:
         cluster = ClusterSpec(
             instances=preset.instances, preset=args.preset, time_scale=preset.time_scale,
             kv_capacity_tokens=scaled_kv_capacity(args, preset), block_size=args.block_size,
-            hash_seed=args.hash_seed, model=inst.model.name, global_tier=args.global_tier,
+            hash_seed=args.hash_seed, model=inst.model.name, global_tier=preset.global_tier,
         )  # fmt: skip
         self.settings = RunSettings(
             cluster=cluster, slo=inst.slo, duration_s=preset.duration_s, drain_timeout_s=preset.drain_s,
@@ -327,7 +342,7 @@ class Bench:
         self.log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="smetric-bench-"))
         self.trace, self.count = trace, token_counter()
         seeds = [args.seed + i for i in range(preset.seeds)]
-        rates = parse_rates(args)
+        rates = preset.rates
         self.meta = {
             "trace": str(trace_path), "preset": asdict(preset), "cluster": asdict(cluster),
             "slo": asdict(inst.slo), "seeds": seeds, "shared_system_prompt": args.shared_system_prompt,
@@ -337,7 +352,7 @@ class Bench:
         }  # fmt: skip
         console.print(
             f"[bold]smetric bench[/]: {preset.instances} emulated instances ({args.preset}), time x{preset.time_scale:g}, "
-            f"tokens x{preset.token_scale:.4g}, window {preset.duration_s:g} model s, seeds {seeds}, "
+            f"tokens x{preset.token_scale:.4g}, global KV tier {preset.global_tier}, window {preset.duration_s:g} model s, seeds {seeds}, "
             f"rows {', '.join(self.labels)}; "
             + (f"rates {', '.join(f'{r:g}' for r in rates)}" if rates else f"knee search from {preset.rate:g} families/model s")
             + f"; logs in {self.log_dir}"
@@ -369,7 +384,11 @@ class Bench:
         means = {r: best_mean_attainment(self._rows(), r)[1] for r in rates}
         self.knee = next((r for r in rates if not means[r] >= KNEE_ATTAINMENT), None)
         self.past = next((r for r in rates if self.knee is not None and r > self.knee), None)
-        self.meta["knee"] = {"search": "none (--rates)", "rate": self.knee, "past_rate": self.past}
+        self.meta["knee"] = {
+            "search": "none (fixed rates: --rates, or the --quick preset)",
+            "rate": self.knee,
+            "past_rate": self.past,
+        }
 
     async def _knee(self, seeds: Sequence[int]) -> None:
         search = KneeSearch(self.preset.rate)
@@ -453,14 +472,14 @@ class Bench:
         if not final:
             return
         title = (f"smetric bench: {self.preset.instances} emulated instances ({args.preset}), time x{self.preset.time_scale:g}, "
-                 f"tokens x{self.preset.token_scale:.4g}")  # fmt: skip
+                 f"tokens x{self.preset.token_scale:.4g}, global KV tier {self.preset.global_tier}")  # fmt: skip
         render_rows(rows, self.console, title)
         if args.markdown is not None:
             args.markdown.write_text(rows_markdown(rows))
         if args.plot is not None:
             plot_title = (
                 f"smetric bench: EMULATED cluster, {self.preset.instances} x {args.preset}, time x{self.preset.time_scale:g}, "
-                f"tokens x{self.preset.token_scale:.4g}; mean of {len(self.meta['seeds'])} seeds (bars: min-max); "
+                f"tokens x{self.preset.token_scale:.4g}, global KV tier {self.preset.global_tier}; mean of {len(self.meta['seeds'])} seeds (bars: min-max); "
                 "latency = engine time scaled + router time unscaled"
             )
             plot_rows(args.plot, rows, plot_title, self.knee)

@@ -153,7 +153,7 @@ def compare_with_simulator(bench: Bench, rows: Sequence[Row], console: Console) 
     runs = [run for run in bench.meta.get("runs", []) if run["rate"] == rate]
     n_families = len({r.family_id for r in bench.trace.requests})
     return compare_rows(
-        rows, rate, bench.meta["trace"], bench.preset.instances, bench.args.preset, bench.args.global_tier,
+        rows, rate, bench.meta["trace"], bench.preset.instances, bench.args.preset, bench.preset.global_tier,
         list(bench.meta["seeds"]), runs[0]["families"] / n_families if runs else 1.0,
         bench.args.json.with_suffix(".sim.json"), console,
     )  # fmt: skip

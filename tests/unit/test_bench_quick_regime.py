@@ -1,0 +1,102 @@
+"""Issue 15: `smetric bench --quick` lands where routing decides the SLOs.
+
+The quick preset runs without a global KV tier, tokens x1/8 and a 240 model-second window; the
+old one (tokens x1/16, full tier, 60 s) tied every router because no session survived a think
+time in any local tier and a miss was a cheap reload. These tests pin the configuration and the
+properties it was chosen for, and check bench/quick_regime.py's estimate on a hand-made plan.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from smetric.bench import cli
+from smetric.bench.plan import PlannedFamily, PlannedRequest, PlannedSession, ReplayPlan
+from smetric.core.presets import get_preset
+
+
+def _module() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "bench" / "quick_regime.py"
+    spec = importlib.util.spec_from_file_location("quick_regime", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _parse(*argv: str) -> cli.Preset:
+    return cli.resolve(cli.build_parser().parse_args([*argv, "--json", "x"]))
+
+
+def test_quick_runs_without_a_global_tier_and_the_full_bench_keeps_it() -> None:
+    quick = _parse("--quick")
+    assert quick.global_tier == "none" and quick.token_scale == pytest.approx(1 / 8)
+    assert quick.duration_s == 240 and quick.time_scale == pytest.approx(0.025)
+    assert quick.rate == pytest.approx(0.125) and quick.seeds == 2
+    # two fixed rates (at and one rung past where attainment starts to fall), not a knee search
+    assert quick.rates == (0.125, 0.177)
+    assert _parse("--quick", "--rates", "0.3").rates == (0.3,)
+    assert _parse("--quick", "--knee-start", "0.2").rates == ()  # --knee-start asks for the search
+    assert _parse().rates == ()  # the full bench finds the knee
+    assert quick.peers == ("vllm-router:cache_aware",) and quick.policies == "smetric,lmetric"
+    # the same wall seconds per window as the old 60 model s at x0.1
+    assert quick.duration_s * quick.time_scale == pytest.approx(6.0)
+    full = _parse()
+    assert full.global_tier == "full" and full.token_scale == pytest.approx(1 / 16)
+    # --global-tier overrides either preset
+    assert _parse("--quick", "--global-tier", "full").global_tier == "full"
+    assert _parse("--global-tier", "small").global_tier == "small"
+
+
+def test_quick_makes_a_local_miss_cost_the_slo_and_a_hit_keep_it() -> None:
+    """At x1/8 a median follow-up recomputed from scratch misses its TTFT SLO on an idle instance;
+    served from the local tier (5 % new tokens) it meets it. At x1/16 the recompute still met it,
+    so the old quick's routers differed only in reload time."""
+    inst = get_preset("qwen3-30b-h20")
+    median_prompt = 95_111  # median prompt of the requests the bench replays (those that fit one instance)
+
+    def ttft_slo_s(tokens: float) -> float:
+        return inst.slo.ttft_base_s + inst.slo.ttft_per_ktok_s * tokens / 1000.0
+
+    for scale, recompute_misses in ((cli.QUICK.token_scale, True), (1 / 16, False)):
+        prompt = median_prompt * scale
+        assert (inst.cost_model.cost(prompt, prompt) > ttft_slo_s(prompt)) is recompute_misses
+        assert inst.cost_model.cost(0.05 * prompt, prompt) < ttft_slo_s(prompt)
+
+
+def _request(turn: int, offset_s: float, prompt: int) -> PlannedRequest:
+    return PlannedRequest("s", turn, offset_s, 0.0, prompt, 1, 0, False, turn)
+
+
+def test_window_stats_counts_first_turns_gaps_and_busy_fractions() -> None:
+    mod = _module()
+    session = PlannedSession(
+        "s", "f", None, (_request(0, 0.0, 100), _request(1, 10.0, 150), _request(2, 30.0, 200))
+    )
+    plan = ReplayPlan((PlannedFamily("f", 0.0, (session,)),), 1.0)
+
+    def cost(n: float, prompt: float) -> float:  # 1 s per uncached token: easy to check
+        return float(n)
+
+    w = mod.window_stats(
+        plan, cost, fetch_s_per_token=0.5, capacity_tokens=1000, instances=1, window_s=1000.0
+    )
+    assert w.first_turn_share == pytest.approx(1 / 3) and w.active_sessions == 1
+    # closed loop: turn 1 waits for turn 0 (100 s of prefill + one decode step), turn 2 for turn 1
+    assert w.reuse_gap_p50_s == pytest.approx((100.005 + 50.005) / 2)
+    assert w.busy_hit == pytest.approx((100 + 50 + 50) / 1000)
+    assert w.busy_miss_recompute == pytest.approx((100 + 150 + 200) / 1000)
+    assert w.busy_miss_reload == pytest.approx((100 + (50 + 100 * 0.5) + (50 + 150 * 0.5)) / 1000)
+    assert w.lru_lifetime_s == pytest.approx(1000 / (450 / 1000))
+    assert w.sessions_fit == pytest.approx(1000 / 150)
+    # requests sent at or after the window's end are left out
+    assert mod.window_stats(plan, cost, 0.5, 1000, 1, window_s=120.0).requests_per_s == pytest.approx(2 / 120)
+    # a warm-up leaves the first turn out of the window
+    late = mod.window_stats(plan, cost, 0.5, 1000, 1, window_s=1000.0, warmup_s=50.0)
+    assert late.first_turn_share == 0.0 and late.requests_per_s == pytest.approx(2 / 1000)
