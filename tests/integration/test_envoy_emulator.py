@@ -54,9 +54,12 @@ async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterat
             ]
         )
     )
+    config = tmp_path / "picker.yaml"  # the session tests need smetric (the default is llmd-slo)
+    config.write_text(yaml.safe_dump({"policy": {"name": "smetric"}}))
     grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
     epp = await spawn(
         "-m", "smetric.epp.main", "--endpoints", f"@{endpoints}", "--prefix-index", "precise",
+        "--config", str(config),
         "--hash-seed", "0", "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
         "--metrics-port", str(metrics_port), "--log-level", "warning", "--response-path", response_path,
         "--secure-serving=false",

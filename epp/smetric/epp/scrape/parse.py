@@ -23,6 +23,7 @@ the event loop time for nothing.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -38,6 +39,11 @@ HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 CACHE_INFO = "vllm:cache_config_info"
 
 _WANTED = frozenset({RUNNING, WAITING, *KV_USAGE, *QUERIES, *HITS, CACHE_INFO})
+# A sample line of a wanted series: its name at the start of a line, then labels or blanks (one C
+# pass over the page, where a Python loop over a real engine's ~2,000 lines took most of a scrape).
+_WANTED_LINE = re.compile(
+    rb"^(?:" + b"|".join(re.escape(n.encode()) for n in sorted(_WANTED)) + rb")(?=[{ \t])[^\n]*", re.M
+)
 
 
 class MetricsParseError(ValueError):
@@ -66,21 +72,53 @@ def _int_label(labels: dict[str, str], name: str) -> int:
         return 0
 
 
-def wanted_lines(text: str) -> str:
+Sample = tuple[str, dict[str, str], float]  # name, labels, value
+# A line's samples by its bytes: what the scraper keeps of one endpoint's last page, so a line
+# that did not change since the last scrape (cache_config_info, an idle engine's gauges) is not
+# parsed again. Bounded: replaced by each page's lines.
+LineMemo = dict[bytes, tuple[Sample, ...]]
+
+
+def _wanted(page: str | bytes) -> list[bytes]:
+    data = page.encode("utf-8") if isinstance(page, str) else page
+    return [line.rstrip(b"\r") for line in _WANTED_LINE.findall(data)]
+
+
+def wanted_lines(text: str | bytes) -> str:
     """The sample lines of the series in ``_WANTED`` (comments and other series dropped)."""
-    keep = []
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        end = len(line)
-        for sep in ("{", " "):
-            i = line.find(sep)
-            if i != -1 and i < end:
-                end = i
-        if line[:end] in _WANTED:
-            keep.append(line)
-    keep.append("")
-    return "\n".join(keep)
+    lines = _wanted(text)
+    lines.append(b"")
+    return b"\n".join(lines).decode("utf-8")
+
+
+def _parse(text: str) -> tuple[Sample, ...]:
+    try:
+        return tuple(
+            (s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples
+        )
+    except (ValueError, IndexError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+        raise MetricsParseError(f"not Prometheus text: {exc}") from exc
+
+
+def _samples(text: str | bytes, memo: LineMemo | None) -> list[Sample]:
+    """The wanted lines' samples, by the Prometheus parser; with ``memo``, line by line, reusing
+    the samples of lines seen on the previous page (``memo`` then holds this page's lines)."""
+    if memo is None:
+        return list(_parse(wanted_lines(text)))
+    out: list[Sample] = []
+    fresh: LineMemo = {}
+    for line in _wanted(text):
+        samples = memo.get(line)
+        if samples is None:
+            try:
+                samples = _parse(line.decode("utf-8") + "\n")
+            except UnicodeDecodeError as exc:
+                raise MetricsParseError(f"not Prometheus text: {exc}") from exc
+        fresh[line] = samples
+        out.extend(samples)
+    memo.clear()
+    memo.update(fresh)
+    return out
 
 
 def _check_value(name: str, value: float) -> None:
@@ -88,36 +126,33 @@ def _check_value(name: str, value: float) -> None:
         raise MetricsParseError(f"{name} is {value!r} (NaN, infinite or negative): page refused")
 
 
-def parse_vllm_metrics(text: str, scraped_at_s: float) -> ParsedMetrics:
+def parse_vllm_metrics(text: str | bytes, scraped_at_s: float, memo: LineMemo | None = None) -> ParsedMetrics:
+    """One engine page -> its metrics (``memo``: see :data:`LineMemo`; a refused page leaves it
+    unchanged)."""
     sums: dict[str, float] = defaultdict(float)
     usage_by_engine: dict[str, float] = {}
     blocks_by_engine: dict[str, int] = {}
     block_size = 0
     hash_algo = ""
     seen: set[str] = set()
-    try:
-        families = list(text_string_to_metric_families(wanted_lines(text)))
-    except (ValueError, IndexError, TypeError) as exc:
-        raise MetricsParseError(f"not Prometheus text: {exc}") from exc
-    for family in families:
-        for sample in family.samples:
-            name = sample.name
-            if name not in _WANTED:
-                continue
-            seen.add(name)
-            if name != CACHE_INFO:
-                _check_value(name, sample.value)
-            engine = sample.labels.get("engine", "")
-            if name == CACHE_INFO:
-                block_size = block_size or _int_label(sample.labels, "block_size")
-                blocks_by_engine[engine] = _int_label(sample.labels, "num_gpu_blocks")
-                hash_algo = hash_algo or sample.labels.get("prefix_caching_hash_algo", "")
-            elif name in KV_USAGE:
-                if KV_USAGE[0] in seen and name != KV_USAGE[0]:
-                    continue  # prefer the current name when an engine exports both
-                usage_by_engine[engine] = sample.value
-            else:
-                sums[name] += sample.value
+    scratch: LineMemo | None = None if memo is None else dict(memo)
+    for name, labels, value in _samples(text, scratch):
+        if name not in _WANTED:
+            continue
+        seen.add(name)
+        if name != CACHE_INFO:
+            _check_value(name, value)
+        engine = labels.get("engine", "")
+        if name == CACHE_INFO:
+            block_size = block_size or _int_label(labels, "block_size")
+            blocks_by_engine[engine] = _int_label(labels, "num_gpu_blocks")
+            hash_algo = hash_algo or labels.get("prefix_caching_hash_algo", "")
+        elif name in KV_USAGE:
+            if KV_USAGE[0] in seen and name != KV_USAGE[0]:
+                continue  # prefer the current name when an engine exports both
+            usage_by_engine[engine] = value
+        else:
+            sums[name] += value
     if RUNNING not in seen:
         raise MetricsParseError(f"no {RUNNING} in the scraped text")
     total_blocks = sum(blocks_by_engine.values())
@@ -137,4 +172,7 @@ def parse_vllm_metrics(text: str, scraped_at_s: float) -> ParsedMetrics:
         prefix_cache_hits=sums[HITS[0]] + sums[HITS[1]],
         scraped_at_s=scraped_at_s,
     )
+    if memo is not None and scratch is not None:  # the page was accepted: remember its lines
+        memo.clear()
+        memo.update(scratch)
     return ParsedMetrics(metrics, CacheConfig(block_size, total_blocks, hash_algo))

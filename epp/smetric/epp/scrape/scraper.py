@@ -1,4 +1,5 @@
-"""Async per-endpoint scrape loops over one keep-alive ``aiohttp`` session.
+"""Async per-endpoint scrape loops, one kept-alive HTTP/1.1 connection per endpoint
+(:mod:`smetric.epp.scrape.http1`: a fraction of aiohttp's CPU per scrape, see there).
 
 Each endpoint is scraped every ``interval_s`` (``--refresh-interval-ms``; the next scrape starts
 ``interval_s`` after the previous one *finished*, so a slow engine is never hit by overlapping
@@ -20,10 +21,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-import aiohttp
-
 from smetric.epp.contracts import EngineMetrics
-from smetric.epp.scrape.parse import CacheConfig, MetricsParseError, parse_vllm_metrics
+from smetric.epp.scrape.http1 import BodyTooLarge, HttpError, KeepAliveGetter
+from smetric.epp.scrape.parse import CacheConfig, LineMemo, MetricsParseError, parse_vllm_metrics
 
 log = logging.getLogger(__name__)
 
@@ -31,22 +31,6 @@ Clock = Callable[[], float]
 
 # A vLLM /metrics page is ~100-300 kB (histograms per model); 4 MiB is >10x that (stated assumption).
 MAX_PAGE_BYTES = 4 * 1024 * 1024
-
-
-class PageTooLarge(Exception):
-    pass
-
-
-async def read_bounded(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
-    """The body, or :class:`PageTooLarge` as soon as it passes ``max_bytes``."""
-    if resp.content_length is not None and resp.content_length > max_bytes:
-        raise PageTooLarge(f"page of {resp.content_length} bytes > {max_bytes}")
-    buf = bytearray()
-    async for chunk in resp.content.iter_chunked(64 * 1024):
-        buf += chunk
-        if len(buf) > max_bytes:
-            raise PageTooLarge(f"page over {max_bytes} bytes")
-    return bytes(buf)
 
 
 class ScrapeManager:
@@ -61,11 +45,12 @@ class ScrapeManager:
         if interval_s <= 0 or timeout_s <= 0:
             raise ValueError("interval_s and timeout_s must be positive")
         self._interval_s = interval_s
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_s = timeout_s
         self._path = path
         self._max_page_bytes = max_page_bytes
         self._clock = clock
-        self._session: aiohttp.ClientSession | None = None
+        self._getters: dict[str, KeepAliveGetter] = {}
+        self._memos: dict[str, LineMemo] = {}  # each endpoint's last page, line by line
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._metrics: dict[str, EngineMetrics] = {}
         self._cache: dict[str, CacheConfig] = {}
@@ -92,31 +77,31 @@ class ScrapeManager:
                 self._metrics.pop(address, None)
                 self._cache.pop(address, None)
                 self._down.pop(address, None)
-        if self._session is None and wanted:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+                self._memos.pop(address, None)
+                getter = self._getters.pop(address, None)
+                if getter is not None:
+                    getter.close()
         loop = asyncio.get_running_loop()
         for address in wanted - self._tasks.keys():
             self._tasks[address] = loop.create_task(self._loop(address), name=f"scrape:{address}")
 
     async def scrape_once(self, address: str) -> bool:
         """One scrape of ``address``; ``True`` if it produced fresh metrics."""
-        assert self._session is not None, "sync() first"
         url = f"http://{address}{self._path}"
         error = ""
         try:
-            async with self._session.get(url) as resp:
-                if resp.status != 200:
-                    error = f"HTTP {resp.status}"
-                else:
-                    text = (await read_bounded(resp, self._max_page_bytes)).decode("utf-8")
-                    parsed = parse_vllm_metrics(text, self._clock())
-                    self._metrics[address] = parsed.metrics
-                    self._cache[address] = parsed.cache
-        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        except (MetricsParseError, PageTooLarge) as exc:
+            status, page = await self._getter(address).get(self._timeout_s)
+            if status != 200:
+                error = f"HTTP {status}"
+            else:
+                memo = self._memos.setdefault(address, {})
+                parsed = parse_vllm_metrics(page, self._clock(), memo)
+                self._metrics[address] = parsed.metrics
+                self._cache[address] = parsed.cache
+        except (BodyTooLarge, MetricsParseError) as exc:
             error = str(exc)
+        except (HttpError, ValueError) as exc:  # ValueError: a malformed address
+            error = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # never let one endpoint's surprise end its scrape loop
             log.exception("unexpected error scraping %s", url)
             error = f"unexpected {type(exc).__name__}"
@@ -133,6 +118,14 @@ class ScrapeManager:
         self._down[address] = False
         return True
 
+    def _getter(self, address: str) -> KeepAliveGetter:
+        getter = self._getters.get(address)
+        if getter is None:
+            host, port = split_address(address)
+            getter = KeepAliveGetter(host, port, self._path, self._max_page_bytes)
+            self._getters[address] = getter
+        return getter
+
     async def _loop(self, address: str) -> None:
         while True:
             await self.scrape_once(address)
@@ -146,6 +139,17 @@ class ScrapeManager:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for getter in self._getters.values():
+            getter.close()
+        self._getters.clear()
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``ip:port`` or ``[v6]:port`` -> (host, port); :class:`ValueError` otherwise."""
+    if address.startswith("["):
+        host, sep, port = address[1:].partition("]:")
+    else:
+        host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"endpoint address {address!r} is not host:port")
+    return host, int(port)
