@@ -17,7 +17,9 @@ class StreamState:
         "admitted_at",
         "body",
         "completed",
+        "deadline",
         "dispatched_at",
+        "expired",
         "first_byte_at",
         "generated_id",
         "headers",
@@ -37,11 +39,15 @@ class StreamState:
         "served",
         "subset",
         "usage",
+        "waiting",
     )
 
     def __init__(self) -> None:
         self.headers: RequestHeaders | None = None
         self.admitted_at: float | None = None  # headers arrived, no decision yet (admission control)
+        self.deadline: asyncio.TimerHandle | None = None  # ... the end of its decision budget
+        self.expired = False  # ... which has passed
+        self.waiting = False  # the stream waits for its next message (the deadline may cancel that)
         self.req_mode: int = MODE_FULL_DUPLEX
         self.resp_mode: int = MODE_FULL_DUPLEX
         self.subset: frozenset[str] | None = None
