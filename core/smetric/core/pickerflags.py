@@ -80,6 +80,12 @@ FLAGS: tuple[Flag, ...] = (
         "503 + retry-after",
     ),
     Flag("bind-address", str, "0.0.0.0", "address every listener binds (ext_proc, health, metrics)"),
+    Flag(
+        "event-loop",
+        str,
+        "auto",
+        "asyncio event loop: auto (uvloop when installed, else asyncio) | uvloop | asyncio",
+    ),
     Flag("scrape-timeout-ms", int, 1000, "timeout of one /metrics scrape"),
     Flag("scrape-max-bytes", int, 4 * 1024 * 1024, "a larger /metrics page is refused (endpoint goes stale)"),
     Flag(
