@@ -100,3 +100,43 @@ def test_window_stats_counts_first_turns_gaps_and_busy_fractions() -> None:
     # a warm-up leaves the first turn out of the window
     late = mod.window_stats(plan, cost, 0.5, 1000, 1, window_s=1000.0, warmup_s=50.0)
     assert late.first_turn_share == 0.0 and late.requests_per_s == pytest.approx(2 / 1000)
+
+
+def test_compare_sim_runs_the_simulator_with_the_bench_presets_global_tier(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--compare-sim must simulate the tier the bench ran (--quick: none), not the parser's default."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from smetric.bench import compare
+    from smetric.bench.sweep import Row
+
+    seen: list[list[str]] = []
+
+    def fake_simulator(argv: list[str], out: Path) -> list[dict[str, object]]:
+        seen.append(argv)
+        return [
+            {"policy": p, "tps_within_slo": tps, "slo_attainment": 0.95, "seed": 0, "rate_multiplier": 1.0}
+            for p, tps in (("smetric", 10.0), ("lmetric", 12.0))
+        ]
+
+    monkeypatch.setattr(compare, "run_simulator", fake_simulator)
+    rows = [
+        Row(p, "envoy+smetric-epp", p, "ok", "", 0.125, "knee", (0,), {"tps_within_slo": tps}, ())
+        for p, tps in (("smetric", 12.0), ("lmetric", 15.0))
+    ]
+    args = cli.build_parser().parse_args(["--quick", "--json", str(tmp_path / "b.json")])
+    bench = SimpleNamespace(
+        knee=0.125,
+        meta={"runs": [{"rate": 0.125, "families": 30}], "trace": "t.jsonl.gz", "seeds": [0, 1]},
+        trace=SimpleNamespace(requests=[SimpleNamespace(family_id=str(i)) for i in range(60)]),
+        preset=cli.resolve(args),
+        args=args,
+    )
+    out = compare.compare_with_simulator(bench, rows, Console(file=None, quiet=True))  # type: ignore[arg-type]
+    argv = seen[0]
+    assert argv[argv.index("--global-tier") + 1] == "none"
+    assert argv[argv.index("--subsample") + 1] == "0.5"
+    assert out["bench_order"] == ["lmetric", "smetric"] and out["spearman"] == pytest.approx(1.0)
