@@ -150,3 +150,19 @@ def test_split_address() -> None:
     for bad in ("10.0.0.1", "host:http", ":80", "[::1]", "h:70000"):
         with pytest.raises(ValueError):
             split_address(bad)
+
+
+def test_on_uvloop_the_pickers_default_loop() -> None:
+    """The same exchange on uvloop (its transports are not ``asyncio.Transport`` subclasses)."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def exchange() -> tuple[tuple[int, bytes], int]:
+        async with server(fixed(b"up 1\n")) as (port, conns):
+            g = KeepAliveGetter("127.0.0.1", port, "/metrics", 1 << 20)
+            await g.get(1.0)
+            result = await g.get(1.0)
+            g.close()
+            return result, len(conns)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(exchange()) == ((200, b"up 1\n"), 1)

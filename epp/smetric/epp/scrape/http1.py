@@ -17,6 +17,7 @@ opens a new one.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 MAX_HEADER_BYTES = 64 * 1024
 
@@ -42,8 +43,8 @@ class _Exchange(asyncio.Protocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCP transport is not an asyncio.Transport subclass: no isinstance check here.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
