@@ -150,6 +150,10 @@ class ChaosStack:
             await wait_http_ok(f"http://{e}/health", self.sup, s.startup_timeout_s, "emulator")
         grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
         pool = [*self.endpoints, self.hostile.address]
+        # The restart rows check session stickiness, which the session policy keeps (the picker's
+        # default, llmd-slo, balances without a session rule).
+        config = self.work / "picker.yaml"
+        config.write_text('policy:\n  name: smetric\n')
         self.picker_argv = [
             *smetric_argv("epp"),
             f"--endpoints={','.join(pool)}",
@@ -158,6 +162,7 @@ class ChaosStack:
             f"--metrics-port={metrics_port}",
             "--bind-address=127.0.0.1",
             "--secure-serving=false",
+            f"--config={config}",
             f"--state-file={self.work / 'picker-state.json'}",
             f"--state-interval-ms={s.state_interval_ms}",
             f"--max-inflight-decisions={s.max_inflight_decisions}",
