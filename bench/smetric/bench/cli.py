@@ -77,7 +77,7 @@ class Preset:
 # 1.41 families per model second for 8 instances (first set from the first quick preset's knee,
 # 4 instances between 1.0 and 1.41, 2026-12-01 on the shared box), other instance counts at the
 # same rate per instance.
-# QUICK lands where routing decides the SLOs; docs/bench.md ("Why --quick is configured this way")
+# QUICK runs where a cache miss costs the SLO; docs/bench.md ("Why --quick is configured this way")
 # gives the numbers (bench/quick_regime.py). With tokens x1/16 and the full global tier each
 # instance had ~40 active sessions at the knee for ~4 that fit its scaled KV, and a miss was a cheap
 # reload: the routers tied (README 7). So: no global tier (README 4b's tier-none regime; plain vLLM),
