@@ -273,6 +273,7 @@ async def one_run(n: int, policy: str) -> dict[str, Any]:
         st = Stack()
         await st.start(stack, policy)
         await asyncio.sleep(1.0)  # a few scrapes, health checks
+        idle_rate = await idle_cpu_rates(st.pids, 2.0)
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as s:
             rows = []
@@ -282,16 +283,35 @@ async def one_run(n: int, policy: str) -> dict[str, Any]:
                 for url in st.urls.values():  # warm every connection
                     await post(s, url, bodies[0])
                 cpu0 = {k: sum(cpu_s(p) for p in pids) for k, pids in st.pids.items()}
+                t0 = time.monotonic()
                 times: dict[str, list[float]] = {k: [] for k in st.urls}
                 for b in bodies:
                     for name, url in st.urls.items():
                         times[name].append(await post(s, url, b))
+                elapsed_s = time.monotonic() - t0
                 cpu = {k: sum(cpu_s(p) for p in pids) - cpu0[k] for k, pids in st.pids.items()}
-                rows.append(summarise(size, times, cpu, n))
-    return {"sizes": rows}
+                busy = {k: max(0.0, v - idle_rate[k] * elapsed_s) for k, v in cpu.items()}
+                rows.append(summarise(size, times, cpu, n, busy))
+    return {"sizes": rows, "idle_cpu_share": {k: round(v, 4) for k, v in idle_rate.items()}}
 
 
-def summarise(size: int, times: dict[str, list[float]], cpu: dict[str, float], n: int) -> dict[str, Any]:
+async def idle_cpu_rates(pids: dict[str, list[int]], seconds: float) -> dict[str, float]:
+    """CPU seconds per second each router's processes burn with no request (scrapes, health checks)."""
+    before = {k: sum(cpu_s(p) for p in ps) for k, ps in pids.items()}
+    await asyncio.sleep(seconds)
+    return {k: (sum(cpu_s(p) for p in ps) - before[k]) / seconds for k, ps in pids.items()}
+
+
+def summarise(
+    size: int,
+    times: dict[str, list[float]],
+    cpu: dict[str, float],
+    n: int,
+    busy: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """``cpu``: each router's CPU seconds over the size's requests; ``busy``: the same minus what it
+    burns idle over that time (requests rotate over the paths, so a router's background work is
+    spread over 1/paths of the wall time's requests)."""
     skip = n // 10
     row: dict[str, Any] = {"body_bytes": size}
     for name, xs in times.items():
@@ -303,6 +323,8 @@ def summarise(size: int, times: dict[str, list[float]], cpu: dict[str, float], n
             row[name]["added_p99_ms"] = round(row[name]["p99_ms"] - base["p99_ms"], 3)
     for name, seconds in cpu.items():
         row[name]["cpu_s_per_1000"] = round(seconds / n * 1000, 3)
+        if busy is not None:
+            row[name]["busy_cpu_s_per_1000"] = round(busy[name] / n * 1000, 3)
     if "vllm-router" in row:
         ours, peer = row["envoy+picker"], row["vllm-router"]
         for q in ("p50", "p99"):
@@ -311,6 +333,8 @@ def summarise(size: int, times: dict[str, list[float]], cpu: dict[str, float], n
                 round(ours[f"added_{q}_ms"] / denominator, 2) if denominator > 0 else None
             )
         row["ratio_cpu"] = round(ours["cpu_s_per_1000"] / peer["cpu_s_per_1000"], 2)
+        if "busy_cpu_s_per_1000" in ours and peer.get("busy_cpu_s_per_1000"):
+            row["ratio_busy_cpu"] = round(ours["busy_cpu_s_per_1000"] / peer["busy_cpu_s_per_1000"], 2)
     return row
 
 
@@ -395,10 +419,10 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for path in rows[0]:
             if not isinstance(rows[0][path], dict):
                 continue
-            for key in ("added_p50_ms", "added_p99_ms", "cpu_s_per_1000"):
+            for key in ("added_p50_ms", "added_p99_ms", "cpu_s_per_1000", "busy_cpu_s_per_1000"):
                 if key in rows[0][path]:
                     agg[f"{path} {key}"] = spread([r[path][key] for r in rows])
-        for key in ("ratio_added_p50", "ratio_added_p99", "ratio_cpu"):
+        for key in ("ratio_added_p50", "ratio_added_p99", "ratio_cpu", "ratio_busy_cpu"):
             values = [r[key] for r in rows if r.get(key) is not None]
             if values:
                 agg[key] = spread(values)
@@ -406,27 +430,30 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _cell(s: dict[str, float] | None) -> str:
+    return "—" if s is None else f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"
+
+
 def print_report(result: dict[str, Any]) -> None:
-    print(f"\n{result['runs']} runs x {result['requests']} requests per size; min / median / max over runs")
-    print("| body | path | added p50 ms | added p99 ms | CPU s / 1,000 req |\n|---|---|---|---|---|")
+    print(f"\n{result['runs']} runs x {result['requests']} requests per size; median (min–max) over runs")
+    print(
+        "| body | path | added p50 ms | added p99 ms | CPU s / 1,000 req | busy CPU s / 1,000 req |\n"
+        "|---|---|---|---|---|---|"
+    )
+    keys = ("added_p50_ms", "added_p99_ms", "cpu_s_per_1000", "busy_cpu_s_per_1000")
     for agg in result["aggregate"]:
         size = f"{agg['body_bytes'] // 1024} KiB"
         for path in ("envoy", "envoy+noop", "envoy+picker", "vllm-router"):
-            if f"{path} added_p50_ms" not in agg:
-                continue
-            cells = []
-            for key in ("added_p50_ms", "added_p99_ms", "cpu_s_per_1000"):
-                s = agg.get(f"{path} {key}")
-                cells.append("—" if s is None else f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})")
-            print(f"| {size} | {path} | " + " | ".join(cells) + " |")
-        if "ratio_added_p50" in agg:
-            r50, r99, rc = agg["ratio_added_p50"], agg["ratio_added_p99"], agg.get("ratio_cpu")
+            if f"{path} added_p50_ms" in agg:
+                print(
+                    f"| {size} | {path} | " + " | ".join(_cell(agg.get(f"{path} {k}")) for k in keys) + " |"
+                )
+        if "ratio_added_p50" in agg or "ratio_cpu" in agg:
+            ratios = ("ratio_added_p50", "ratio_added_p99", "ratio_cpu", "ratio_busy_cpu")
             print(
-                f"| {size} | **ratio** envoy+picker / vllm-router | {r50['median']:.2f} ({r50['min']:.2f}–{r50['max']:.2f})"
-                f" | {r99['median']:.2f} ({r99['min']:.2f}–{r99['max']:.2f})"
-                f" | {rc['median']:.2f} ({rc['min']:.2f}–{rc['max']:.2f}) |"
-                if rc
-                else ""
+                f"| {size} | **ratio** envoy+picker / vllm-router | "
+                + " | ".join(_cell(agg.get(k)) for k in ratios)
+                + " |"
             )
     if "sustained" in result:
         s = result["sustained"]
