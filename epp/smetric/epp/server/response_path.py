@@ -1,0 +1,173 @@
+"""The response path of the ext_proc servicer (a mixin of :class:`~smetric.epp.server.servicer.ExtProcServicer`).
+
+Response headers, body chunks and trailers pass through unchanged; the status, the first body
+chunk (TTFT of a streaming response) and the usage are reported to the picker's feedback hooks
+(:class:`~smetric.epp.server.hooks.ResponseHooks`). With ``--response-path observer`` the same
+methods run on a second, ``observability_mode`` stream, matched to its decision by
+:class:`~smetric.epp.server.observer.ObserverMatcher`. A bug here is logged and the data passed
+through: the response path never refuses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Protocol
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
+
+from smetric.epp.obs.metrics import PickerMetrics
+from smetric.epp.parse.usage import UsageReader
+from smetric.epp.server import messages as msgs
+from smetric.epp.server.hooks import ResponseHooks
+from smetric.epp.server.observer import ObserverMatcher
+from smetric.epp.server.stream import StreamState
+
+log = logging.getLogger("smetric.epp")
+
+Responses = Sequence[ep.ProcessingResponse]
+RESPONSE_KINDS = frozenset(("response_headers", "response_body", "response_trailers"))
+
+
+class ObserverSettings(Protocol):
+    @property
+    def response_observer(self) -> bool: ...
+    @property
+    def observer_attach_timeout_s(self) -> float: ...
+
+
+class ResponsePath:
+    """Needs the servicer's ``metrics``, ``hooks``, ``observers``, ``clock`` and the settings'
+    ``response_observer`` / ``observer_attach_timeout_s``."""
+
+    metrics: PickerMetrics
+    hooks: ResponseHooks
+    observers: ObserverMatcher
+    clock: Callable[[], float]
+    settings: ObserverSettings
+
+    def _response(self, st: StreamState, m: ep.ProcessingRequest, kind: str) -> Responses:
+        """Response path: never refuse; on a bug log it and pass the data through unchanged."""
+        try:
+            if kind == "response_body":
+                return self._response_body(st, m.response_body)
+            if kind == "response_headers":
+                if m.HasField("metadata_context"):
+                    st.served = msgs.served_endpoint(m.metadata_context)
+                return self._response_headers(st, m.response_headers)
+            self._complete(st)
+        except Exception:
+            log.exception("response-path error on request %s (passed through)", st.request_id)
+            if kind == "response_body":
+                if st.resp_mode == msgs.MODE_FULL_DUPLEX:
+                    return msgs.streamed_chunks(
+                        m.response_body.body, m.response_body.end_of_stream, response=True
+                    )
+                return (msgs.CONTINUE_RESPONSE_BODY,)
+            if kind == "response_headers":
+                return (msgs.CONTINUE_RESPONSE_HEADERS,)
+        return (msgs.CONTINUE_RESPONSE_TRAILERS,)
+
+    def _response_headers(self, st: StreamState, part: ep.HttpHeaders) -> Responses:
+        raw = msgs.header_map(part.headers)
+        try:
+            st.resp_status = int(raw.get(":status", "0"))
+        except ValueError:
+            st.resp_status = 0
+        st.resp_sse = raw.get("content-type", "").startswith("text/event-stream")
+        st.usage = UsageReader(st.resp_sse)
+        if st.pick is not None and st.resp_status != 200:
+            served = st.served or st.pick.destination
+            self.metrics.endpoint_errors.labels(endpoint=served, code=str(st.resp_status)).inc()
+        if not st.resp_sse:  # a JSON answer comes after the whole generation: prefill is long done
+            self._prefill_done(st)
+        if part.end_of_stream:
+            self._complete(st)
+        return (msgs.CONTINUE_RESPONSE_HEADERS,)
+
+    def _response_body(self, st: StreamState, part: ep.HttpBody) -> Responses:
+        if st.first_byte_at is None:
+            st.first_byte_at = self.clock()
+            self._prefill_done(st)
+        if st.usage is not None:
+            st.usage.feed(part.body)
+        if part.end_of_stream:
+            self._complete(st)
+        if st.resp_mode == msgs.MODE_FULL_DUPLEX:
+            return msgs.streamed_chunks(part.body, part.end_of_stream, response=True)
+        return (msgs.CONTINUE_RESPONSE_BODY,)
+
+    def _prefill_done(self, st: StreamState) -> None:
+        if st.pick is None:
+            return
+        left_s = self.hooks.on_prefill_done(st.pick, st.request_id)
+        if left_s is not None:
+            self.metrics.endpoint_queued_prefill.labels(endpoint=st.pick.ledger_address).set(left_s)
+
+    def _queued_gauge(self, address: str) -> None:
+        self.metrics.endpoint_queued_prefill.labels(endpoint=address).set(self.hooks.queued_cost_s(address))
+
+    def _complete(self, st: StreamState) -> None:
+        """The response ended: usage and the TTFT sample feed the metrics and the picker's hook."""
+        if st.completed:
+            return
+        st.completed = True
+        self._prefill_done(st)
+        pick = st.pick
+        usage = st.usage.result() if st.usage is not None else None
+        if usage is not None:
+            m = self.metrics.usage_tokens
+            for kind, value in (
+                ("prompt", usage.prompt_tokens),
+                ("completion", usage.completion_tokens),
+                ("cached", usage.cached_tokens),
+            ):
+                if value:
+                    m.labels(kind=kind).inc(value)
+        if pick is None or st.first_byte_at is None or not st.resp_sse or st.resp_status != 200:
+            return
+        ttft_s = st.first_byte_at - st.dispatched_at
+        self.metrics.ttft.observe(ttft_s)
+        speed = self.hooks.on_complete(pick, ttft_s, usage, prompt_known=st.parsed is not None)
+        if speed is not None:
+            self.metrics.endpoint_prefill_speed.labels(endpoint=pick.ledger_address).set(speed)
+
+    def _finish(self, st: StreamState) -> None:
+        """Routing stream over (normally, on error or cancel): the ledger entry must not outlive it,
+        unless a response observer reports (or is about to report) this request's response."""
+        if st.pick is None:
+            return
+        if self.settings.response_observer and not st.completed:
+            self.observers.wait(st, self.settings.observer_attach_timeout_s, self._observer_missing)
+            return
+        self._settle(st)
+
+    def _settle(self, st: StreamState) -> None:
+        """The response is over (or will not be reported): usage, TTFT sample, ledger entry."""
+        if st.first_byte_at is not None or st.resp_status:
+            self._complete(st)
+        self._prefill_done(st)
+        self.observers.done(st)
+
+    # -- response observer (--response-path=observer) --------------------------------------------
+
+    async def _observe(self, first: ep.ProcessingRequest, rest: AsyncIterator[ep.ProcessingRequest]) -> None:
+        st = self.observers.attach(first, self.settings.response_observer)
+        try:
+            if st is None:
+                async for _ in rest:  # nothing to report to: let Envoy finish the stream
+                    pass
+                return
+            async for m in rest:
+                kind = m.WhichOneof("request")
+                if kind in RESPONSE_KINDS:
+                    self._response(st, m, kind)  # replies are not sent: Envoy ignores them here
+                    if st.completed:  # end the RPC now: Envoy would hold it deferred_close_timeout
+                        return
+        finally:
+            if st is not None:
+                self._settle(st)
+
+    def _observer_missing(self, st: StreamState) -> None:
+        if self.observers.missing(st, self.settings.observer_attach_timeout_s):
+            self._settle(st)
