@@ -25,8 +25,9 @@ per 1,000 requests come from ``/proc/<pid>/stat`` of each router's processes ove
 and picker together; vllm-router alone), background work (scrapes, health checks) included.
 
 **Sustained rate** (``--sustained``, needs ``wrk`` on PATH): closed loops of 128 KiB requests at
-concurrency 1, 2, 4, ... through Envoy + picker and through vllm-router; the highest rate before
-p99 exceeds twice the concurrency-1 p99, and the picker's CPU per request at that point.
+concurrency 1, 2, 4, ... through Envoy + no-op ext_proc, Envoy + picker and vllm-router; the
+highest rate before p99 exceeds twice the concurrency-1 p99, and CPU per request (the picker
+process's own too).
 
 Everything shares this machine's cores (2 on the development VM): a proxy's latency includes
 waiting for a core that the client, the other proxy or Envoy hold.
@@ -381,7 +382,7 @@ async def sustained(duration_s: int, policy: str) -> dict[str, Any]:
         st = Stack()
         await st.start(stack, policy)
         await asyncio.sleep(1.0)
-        for name in ("envoy+picker", "vllm-router"):
+        for name in ("envoy+noop", "envoy+picker", "vllm-router"):
             if name not in st.urls:
                 continue
             levels = []
@@ -462,7 +463,7 @@ def print_report(result: dict[str, Any]) -> None:
             )
     if "sustained" in result:
         s = result["sustained"]
-        for name in ("envoy+picker", "vllm-router"):
+        for name in ("envoy+noop", "envoy+picker", "vllm-router"):
             if name in s:
                 lv = s[name]["levels"]
                 print(
