@@ -335,7 +335,8 @@ def summarise(
             row[f"ratio_added_{q}"] = (
                 round(ours[f"added_{q}_ms"] / denominator, 2) if denominator > 0 else None
             )
-        row["ratio_cpu"] = round(ours["cpu_s_per_1000"] / peer["cpu_s_per_1000"], 2)
+        if peer["cpu_s_per_1000"] > 0:  # /proc counts 10 ms ticks: a short run may read 0
+            row["ratio_cpu"] = round(ours["cpu_s_per_1000"] / peer["cpu_s_per_1000"], 2)
         if "busy_cpu_s_per_1000" in ours and peer.get("busy_cpu_s_per_1000"):
             row["ratio_busy_cpu"] = round(ours["busy_cpu_s_per_1000"] / peer["busy_cpu_s_per_1000"], 2)
     return row

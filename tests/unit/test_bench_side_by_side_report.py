@@ -52,3 +52,15 @@ def test_aggregate_spreads_over_runs() -> None:
     agg = side.aggregate([run(a) for a in (2.0, 3.0, 5.0)])
     assert len(agg) == len(side.SIZES)
     assert agg[1]["envoy+picker added_p50_ms"] == {"min": 2.0, "median": 3.0, "max": 5.0}
+
+
+def test_no_cpu_ratio_when_the_peer_read_zero_ticks() -> None:
+    row = side.summarise(
+        8192,
+        {"backend": times(1.0), "envoy+picker": times(2.0), "vllm-router": times(3.0)},
+        {"envoy+picker": 0.01, "vllm-router": 0.0},
+        20,
+        {"envoy+picker": 0.01, "vllm-router": 0.0},
+    )
+    assert "ratio_cpu" not in row and "ratio_busy_cpu" not in row
+    assert row["ratio_added_p50"] == pytest.approx(0.5)
