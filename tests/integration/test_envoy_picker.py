@@ -325,7 +325,7 @@ async def test_buffered_mode_routes_and_delivers_the_body() -> None:
 
 
 async def test_pd_disaggregation_routes_to_decode_with_the_prefiller_header() -> None:
-    cfg = parse_config({"pdDisaggregation": {"enabled": True}})
+    cfg = parse_config({"policy": {"name": "smetric"}, "pdDisaggregation": {"enabled": True}})  # sticky sessions: smetric
     async for s in make_stack(roles=("prefill", "prefill", "decode"), cfg=cfg):
         prefill = {s.backends[0].address, s.backends[1].address}
         prefillers = []
