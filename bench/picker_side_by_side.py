@@ -55,7 +55,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from picker_latency import agent_body, pct, spawn, summary_ms
+from picker_latency import agent_body, spawn, summary_ms, timed_post
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.health import wait_serving
 
@@ -121,15 +121,6 @@ def canned_backends(ports: Sequence[int], admin_port: int) -> dict[str, Any]:
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def post(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
-    t0 = time.perf_counter()
-    async with session.post(url, data=body, headers={"content-type": "application/json"}) as r:
-        await r.read()
-        if r.status != 200:
-            raise RuntimeError(f"{url}: HTTP {r.status}")
-    return time.perf_counter() - t0
 
 
 class Stack:
@@ -284,13 +275,13 @@ async def one_run(n: int, policy: str) -> dict[str, Any]:
                 rng = random.Random(size)
                 bodies = [agent_body(rng, i % 32, i % 4, size) for i in range(n)]
                 for url in st.urls.values():  # warm every connection
-                    await post(s, url, bodies[0])
+                    await timed_post(s, url, bodies[0])
                 cpu0 = {k: sum(cpu_s(p) for p in pids) for k, pids in st.pids.items()}
                 t0 = time.monotonic()
                 times: dict[str, list[float]] = {k: [] for k in st.urls}
                 for b in bodies:
                     for name, url in st.urls.items():
-                        times[name].append(await post(s, url, b))
+                        times[name].append(await timed_post(s, url, b))
                 elapsed_s = time.monotonic() - t0
                 cpu = {k: sum(cpu_s(p) for p in pids) - cpu0[k] for k, pids in st.pids.items()}
                 busy = {k: max(0.0, v - idle_rate[k] * elapsed_s) for k, v in cpu.items()}
@@ -521,7 +512,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_report(result)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
-    _ = pct  # re-exported percentile helper (JSON consumers recompute with the same rule)
     return 0
 
 
