@@ -49,6 +49,7 @@ def window_stats(
     instances: int,
     window_s: float,
     warmup_s: float = 0.0,
+    decode_s_per_token: float = DECODE_S_PER_TOKEN,
 ) -> WindowStats:
     """The plan's requests sent in ``[warmup_s, warmup_s + window_s)`` with queue-free responses.
 
@@ -73,7 +74,7 @@ def window_stats(
                 gap = None if first else t - prev_sent
                 if t >= warmup_s:
                     rows.append((session.session_id, first, r.prompt_tokens, gap, hit, recompute, reload))
-                prev_done = t + hit + DECODE_S_PER_TOKEN * r.output_tokens
+                prev_done = t + hit + decode_s_per_token * r.output_tokens
                 prev_sent, prev_prompt = t, r.prompt_tokens
     per = window_s * instances
     n = len(rows)
@@ -101,6 +102,7 @@ def main() -> None:
     ap.add_argument("--rates", default="0.5,1,1.41,2,2.83")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--token-scale", type=float, help="default: the preset's")
+    ap.add_argument("--token-cost", choices=("preserved", "scaled"), help="default: the preset's")
     ap.add_argument("--duration", type=float, help="measured window, model s (default: the preset's)")
     ap.add_argument("--warmup", type=float, default=0.0, help="model s before the window (not measured)")
     ap.add_argument("--instances", type=int, default=4)
@@ -113,6 +115,8 @@ def main() -> None:
         argv += ["--token-scale", str(a.token_scale)]
     if a.duration is not None:
         argv += ["--duration", str(a.duration)]
+    if a.token_cost is not None:
+        argv += ["--token-cost", a.token_cost]
     args = cli.build_parser().parse_args(argv)
     preset = cli.resolve(args)
     window_s = preset.duration_s
@@ -120,8 +124,13 @@ def main() -> None:
     trace = cli.load_trace(cli.find_trace(None), a.preset)
     inst = get_preset(a.preset)
     capacity = cli.scaled_kv_capacity(args, preset)
+    k = preset.token_cost_scale  # modelled tokens per scaled token (1 = the engine times scaled tokens)
+
+    def cost_s(n: float, prompt: float) -> float:
+        return inst.cost_model.cost(n * k, prompt * k)
+
     print(
-        f"{a.preset}, {a.instances} instances, tokens x{preset.token_scale:g} (KV {capacity} tokens per "
+        f"{a.preset}, {a.instances} instances, tokens x{preset.token_scale:g} (cost {preset.token_cost}; KV {capacity} tokens per "
         f"instance), window {window_s:g} model s after {a.warmup:g} s of warm-up"
     )
     print(
@@ -132,12 +141,13 @@ def main() -> None:
             plan, _ = cli.make_plan(trace, args, preset, rate, seed)
             w = window_stats(
                 plan,
-                inst.cost_model.cost,
-                inst.global_fetch_s_per_token,
+                cost_s,
+                inst.global_fetch_s_per_token * k,
                 capacity,
                 a.instances,
                 window_s,
                 a.warmup,
+                DECODE_S_PER_TOKEN * k,
             )
             print(
                 f"{rate:<6g} {seed:<5d} {w.requests_per_s:10.2f} {w.first_turn_share:5.0%} {w.active_sessions:13.1f} "

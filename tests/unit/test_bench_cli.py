@@ -96,6 +96,6 @@ def test_peer_defaults_rates_and_seeds() -> None:
 
 def test_families_follow_the_rate_unless_given() -> None:
     preset = cli.QUICK
-    assert cli.families_for(560, preset, 1.0) == 240  # 1 family per model second x 240 s window
+    assert cli.families_for(560, preset, 0.05) == 240  # 0.05 families per model second x 4800 s window
     assert cli.families_for(50, preset, 1.0) == 50  # capped by the trace
     assert cli.families_for(560, cli.replace(preset, sessions=7), 5.0) == 7

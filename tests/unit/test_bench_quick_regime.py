@@ -37,37 +37,43 @@ def _parse(*argv: str) -> cli.Preset:
 def test_quick_runs_without_a_global_tier_and_the_full_bench_keeps_it() -> None:
     quick = _parse("--quick")
     assert quick.global_tier == "none" and quick.token_scale == pytest.approx(1 / 8)
-    assert quick.duration_s == 240 and quick.time_scale == pytest.approx(0.025)
-    assert quick.rate == pytest.approx(0.125) and quick.seeds == 2
-    # two fixed rates (at and one rung past where attainment starts to fall), not a knee search
-    assert quick.rates == (0.125, 0.177)
+    assert quick.token_cost == "preserved" and quick.token_cost_scale == pytest.approx(8.0)
+    assert quick.duration_s == 4800 and quick.time_scale == pytest.approx(0.002)
+    assert quick.rate == pytest.approx(0.005) and quick.seeds == 2
+    # two fixed rates (where the best router's attainment has fallen, and one rung past), no search
+    assert quick.rates == (0.005, 0.007)
     assert _parse("--quick", "--rates", "0.3").rates == (0.3,)
     assert _parse("--quick", "--knee-start", "0.2").rates == ()  # --knee-start asks for the search
     assert _parse().rates == ()  # the full bench finds the knee
     assert quick.peers == ("vllm-router:cache_aware",) and quick.policies == "smetric,lmetric"
-    # the same wall seconds per window as the old 60 model s at x0.1
-    assert quick.duration_s * quick.time_scale == pytest.approx(6.0)
+    assert quick.duration_s * quick.time_scale == pytest.approx(9.6)  # wall seconds per window
     full = _parse()
     assert full.global_tier == "full" and full.token_scale == pytest.approx(1 / 16)
+    assert full.token_cost == "scaled" and full.token_cost_scale == 1.0
+    assert _parse("--token-cost", "preserved").token_cost_scale == pytest.approx(16.0)
+    assert _parse("--quick", "--token-cost", "scaled").token_cost_scale == 1.0
     # --global-tier overrides either preset
     assert _parse("--quick", "--global-tier", "full").global_tier == "full"
     assert _parse("--global-tier", "small").global_tier == "small"
 
 
 def test_quick_makes_a_local_miss_cost_the_slo_and_a_hit_keep_it() -> None:
-    """At x1/8 a median follow-up recomputed from scratch misses its TTFT SLO on an idle instance;
-    served from the local tier (5 % new tokens) it meets it. At x1/16 the recompute still met it,
-    so the old quick's routers differed only in reload time."""
+    """With the cost preserved (each x1/8 token costs as 8 modelled ones) a median follow-up
+    recomputed from scratch misses its TTFT SLO on an idle instance; served from the local tier
+    (2 % new tokens, a tool result) it meets it. With the cost of the scaled tokens as they are, at
+    x1/16 the recompute met it too, so the old quick's routers differed only in reload time."""
     inst = get_preset("qwen3-30b-h20")
     median_prompt = 95_111  # median prompt of the requests the bench replays (those that fit one instance)
+    k = cli.QUICK.token_cost_scale
 
-    def ttft_slo_s(tokens: float) -> float:
-        return inst.slo.ttft_base_s + inst.slo.ttft_per_ktok_s * tokens / 1000.0
+    def ttft_slo_s(modelled_tokens: float) -> float:
+        return inst.slo.ttft_base_s + inst.slo.ttft_per_ktok_s * modelled_tokens / 1000.0
 
-    for scale, recompute_misses in ((cli.QUICK.token_scale, True), (1 / 16, False)):
-        prompt = median_prompt * scale
-        assert (inst.cost_model.cost(prompt, prompt) > ttft_slo_s(prompt)) is recompute_misses
-        assert inst.cost_model.cost(0.05 * prompt, prompt) < ttft_slo_s(prompt)
+    prompt = median_prompt * cli.QUICK.token_scale
+    assert inst.cost_model.cost(prompt * k, prompt * k) > ttft_slo_s(prompt * k)
+    assert inst.cost_model.cost(0.02 * prompt * k, prompt * k) < ttft_slo_s(prompt * k)
+    old = median_prompt / 16  # the old quick: x1/16, scaled cost
+    assert inst.cost_model.cost(old, old) < ttft_slo_s(old)
 
 
 def _request(turn: int, offset_s: float, prompt: int) -> PlannedRequest:

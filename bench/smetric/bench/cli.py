@@ -69,6 +69,14 @@ class Preset:
     drain_s: float  # wall seconds for in-flight requests after the window
     global_tier: str = "full"  # the emulator's cluster-wide KV tier: none | small | full
     rates: tuple[float, ...] = ()  # fixed rates (empty = find the knee); --rates/--knee-start override
+    # "preserved": each scaled token stands for 1/token_scale modelled tokens (the emulator charges
+    # time as for the full-size request; smetric.engine.roofline); "scaled": the engine times the
+    # scaled tokens as they are (a request costs ~1/token_scale^2 less, attention is quadratic)
+    token_cost: str = "scaled"
+
+    @property
+    def token_cost_scale(self) -> float:
+        return 1.0 / self.token_scale if self.token_cost == "preserved" else 1.0
 
 
 # Load: session families arrive as a Poisson process at the rate over the whole window (as in the
@@ -89,7 +97,8 @@ class Preset:
 # s after the window; requests cut then count as failed (SLO misses).
 FULL = Preset(8, DEFAULT_POLICIES, ("vllm-router:cache_aware",), 0, 1.41, 0.1, 1 / 16, 120.0, 3, 10.0)
 QUICK = Preset(
-    4, "smetric,lmetric", ("vllm-router:cache_aware",), 0, 0.125, 0.025, 1 / 8, 240.0, 2, 4.0, "none", (0.125, 0.177)
+    4, "smetric,lmetric", ("vllm-router:cache_aware",), 0, 0.005, 0.002, 1 / 8, 4800.0, 2, 4.0, "none", (0.005, 0.007),
+    "preserved",
 )  # fmt: skip
 
 
@@ -123,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--token-scale", type=float, help=f"prompt/output token scale (default {FULL.token_scale:.4g})"
     )
+    p.add_argument("--token-cost", choices=("preserved", "scaled"),
+                   help="preserved: each scaled token costs the engine as 1/token-scale modelled tokens (prefill, "
+                   f"decode, global-tier bytes); scaled: as one token (default {FULL.token_cost}, --quick {QUICK.token_cost})")  # fmt: skip
     p.add_argument(
         "--duration", type=float, help=f"replay window, model seconds (default {FULL.duration_s:g})"
     )
@@ -251,6 +263,7 @@ def resolve(args: argparse.Namespace) -> Preset:
         rate=args.knee_start if args.knee_start is not None else base.rate / base.instances * instances,
         time_scale=args.time_scale if args.time_scale is not None else base.time_scale,
         token_scale=args.token_scale if args.token_scale is not None else base.token_scale,
+        token_cost=args.token_cost if args.token_cost is not None else base.token_cost,
         duration_s=args.duration if args.duration is not None else base.duration_s,
         seeds=args.seeds if args.seeds is not None else base.seeds,
         drain_s=args.drain_timeout if args.drain_timeout is not None else base.drain_s,
@@ -319,6 +332,7 @@ class Bench:
             instances=preset.instances, preset=args.preset, time_scale=preset.time_scale,
             kv_capacity_tokens=scaled_kv_capacity(args, preset), block_size=args.block_size,
             hash_seed=args.hash_seed, model=inst.model.name, global_tier=preset.global_tier,
+            token_cost_scale=preset.token_cost_scale,
         )  # fmt: skip
         self.settings = RunSettings(
             cluster=cluster, slo=inst.slo, duration_s=preset.duration_s, drain_timeout_s=preset.drain_s,
@@ -346,13 +360,14 @@ class Bench:
         self.meta = {
             "trace": str(trace_path), "preset": asdict(preset), "cluster": asdict(cluster),
             "slo": asdict(inst.slo), "seeds": seeds, "shared_system_prompt": args.shared_system_prompt,
-            "units": "latencies in model seconds; rate = session families per model second; TPS = scaled output "
-            "tokens per model second; router_overhead_ms in wall milliseconds; *_spread = std over seeds",
+            "units": "latencies in model seconds; rate = session families per model second; TPS = output tokens per "
+            "model second (scaled tokens; with token_cost preserved, modelled tokens = scaled x 1/token_scale, and TPOT "
+            "per modelled token); router_overhead_ms in wall milliseconds; *_spread = std over seeds",
             "time_accounting": TIME_ACCOUNTING, "peer_missing": missing_peer, "started_unix_s": time.time(),
         }  # fmt: skip
         console.print(
             f"[bold]smetric bench[/]: {preset.instances} emulated instances ({args.preset}), time x{preset.time_scale:g}, "
-            f"tokens x{preset.token_scale:.4g}, global KV tier {preset.global_tier}, window {preset.duration_s:g} model s, seeds {seeds}, "
+            f"tokens x{preset.token_scale:.4g} (cost {preset.token_cost}), global KV tier {preset.global_tier}, window {preset.duration_s:g} model s, seeds {seeds}, "
             f"rows {', '.join(self.labels)}; "
             + (f"rates {', '.join(f'{r:g}' for r in rates)}" if rates else f"knee search from {preset.rate:g} families/model s")
             + f"; logs in {self.log_dir}"
@@ -472,14 +487,14 @@ class Bench:
         if not final:
             return
         title = (f"smetric bench: {self.preset.instances} emulated instances ({args.preset}), time x{self.preset.time_scale:g}, "
-                 f"tokens x{self.preset.token_scale:.4g}, global KV tier {self.preset.global_tier}")  # fmt: skip
+                 f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}")  # fmt: skip
         render_rows(rows, self.console, title)
         if args.markdown is not None:
             args.markdown.write_text(rows_markdown(rows))
         if args.plot is not None:
             plot_title = (
                 f"smetric bench: EMULATED cluster, {self.preset.instances} x {args.preset}, time x{self.preset.time_scale:g}, "
-                f"tokens x{self.preset.token_scale:.4g}, global KV tier {self.preset.global_tier}; mean of {len(self.meta['seeds'])} seeds (bars: min-max); "
+                f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}; mean of {len(self.meta['seeds'])} seeds (bars: min-max); "
                 "latency = engine time scaled + router time unscaled"
             )
             plot_rows(args.plot, rows, plot_title, self.knee)

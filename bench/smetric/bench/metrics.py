@@ -16,6 +16,10 @@ Time accounting (``meta.time_accounting`` in the JSON; docs/bench.md): the emula
 
 SLOs are checked in model time: TTFT SLO = ``b + a * L`` with L the prompt tokens the server counted
 (the scaled prompt), TPOT SLO per preset. TPS counts (scaled) output tokens per model second.
+With a cost-preserving token scale (``token_cost_scale = k > 1``: each token stands for ``k``
+modelled tokens and the emulator charges time as for them, smetric.engine.roofline) L, the output
+tokens and TPS are counted in modelled tokens (``k`` x the scaled counts) and TPOT per modelled
+token (the time of one scaled token / ``k``).
 
 Load imbalance: ``vllm:num_requests_running`` of every instance sampled every 0.5 s; in each window
 (30 model seconds by default) the mean running count per instance; the window's imbalance is
@@ -119,13 +123,19 @@ def model_latency(
 
 
 def meets_slo(
-    record: RequestRecord, slo: SloConfig, time_scale: float, accounting: Accounting = "split"
+    record: RequestRecord,
+    slo: SloConfig,
+    time_scale: float,
+    accounting: Accounting = "split",
+    token_cost_scale: float = 1.0,
 ) -> tuple[bool, bool]:
-    """(TTFT within SLO, TPOT within SLO) in model time; a failed request meets neither."""
+    """(TTFT within SLO, TPOT within SLO) in model time; a failed request meets neither.
+    ``token_cost_scale``: modelled tokens per token (module docstring)."""
     if not record.outcome.ok:
         return False, False
     ttft, tpot, _ = model_latency(record, time_scale, accounting)
-    return ttft <= slo.ttft_slo_s(record.prompt_tokens), tpot <= slo.tpot_s
+    k = token_cost_scale
+    return ttft <= slo.ttft_slo_s(round(record.prompt_tokens * k)), tpot / k <= slo.tpot_s
 
 
 def load_imbalance(samples: Sequence[LoadSample], window_s: float) -> tuple[float, float]:
@@ -161,7 +171,9 @@ def summarise(
     counters: CounterDelta | None,
     window_model_s: float = 30.0,
     engine_unfinished_at_end: float = float("nan"),
+    token_cost_scale: float = 1.0,
 ) -> Summary:
+    k = token_cost_scale
     ok = [r for r in records if r.outcome.ok]
     if records:
         start = min(r.sent_s for r in records)
@@ -175,8 +187,8 @@ def summarise(
         return k / n if n else float("nan")
 
     def within(accounting: Accounting) -> tuple[list[tuple[bool, bool]], float, float]:
-        flags = [meets_slo(r, slo, time_scale, accounting) for r in records]
-        tokens = sum(r.outcome.output_tokens for r, (a, b) in zip(records, flags, strict=True) if a and b)
+        flags = [meets_slo(r, slo, time_scale, accounting, k) for r in records]
+        tokens = k * sum(r.outcome.output_tokens for r, (a, b) in zip(records, flags, strict=True) if a and b)
         return flags, tokens / model_s if n else float("nan"), frac(sum(1 for a, b in flags if a and b))
 
     flags, tps_split, att_split = within("split")
@@ -184,7 +196,7 @@ def summarise(
     lat = [model_latency(r, time_scale, "split") for r in ok]
     ttft_all = [r.outcome.ttft_s / time_scale for r in ok]
     ttft_model = [t for t, _, _ in lat]
-    tpot_model = [p for (_, p, _), r in zip(lat, ok, strict=True) if r.outcome.output_tokens >= 2]
+    tpot_model = [p / k for (_, p, _), r in zip(lat, ok, strict=True) if r.outcome.output_tokens >= 2]
     e2e_model = [e for _, _, e in lat]
     with_usage = [r for r in ok if r.outcome.cached_tokens >= 0 and r.prompt_tokens > 0]
     usage_hit = (
@@ -219,7 +231,7 @@ def summarise(
         n_not_sent=not_sent,
         model_duration_s=model_s,
         tps_within_slo=tps_split,
-        tps_total=sum(r.outcome.output_tokens for r in ok) / model_s if n else float("nan"),
+        tps_total=k * sum(r.outcome.output_tokens for r in ok) / model_s if n else float("nan"),
         slo_attainment=att_split,
         ttft_slo_attainment=frac(sum(1 for a, _ in flags if a)),
         tpot_slo_attainment=frac(sum(1 for _, b in flags if b)),

@@ -103,6 +103,7 @@ async def run_row(
         counter_delta(before, after),
         settings.window_s,
         sum(a.running + a.waiting for a in after.values()),
+        settings.cluster.token_cost_scale,
     )
     note = "" if summary.n_failed == 0 else _first_error(result.records)
     return PolicyResult(frontend.label, frontend.router, frontend.policy, "ok", note, summary)

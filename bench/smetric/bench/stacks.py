@@ -34,6 +34,9 @@ class ClusterSpec:
     model: str
     global_tier: str = "full"  # none | small | full (the emulator's cluster-wide KV tier)
     startup_timeout_s: float = 60.0
+    # modelled tokens per token (the emulator's --token-cost-scale; 1 = off): the engines charge
+    # time as for the full-size request and the picker's cost model and SLO say the same
+    token_cost_scale: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,8 @@ async def start_cluster(sup: Supervisor, spec: ClusterSpec) -> Cluster:
     ]
     if spec.kv_capacity_tokens:
         argv.append(f"--kv-capacity-tokens={spec.kv_capacity_tokens}")
+    if spec.token_cost_scale != 1.0:
+        argv.append(f"--token-cost-scale={spec.token_cost_scale!r}")
     await sup.start("emulator", argv, env={"PYTHONHASHSEED": spec.hash_seed})
     base_urls = tuple(f"http://{HOST}:{port + i}" for i in range(spec.instances))
     for url in base_urls:
@@ -154,7 +159,8 @@ class PickerFrontend:
         if not envoy.is_file():
             raise BenchError(f"Envoy binary {envoy} not found")
         config = work_dir / f"picker-{self.policy}.yaml"
-        config.write_text(yaml.safe_dump({"policy": {"name": self.policy, "parameters": {}}}))
+        parameters = picker_parameters(spec.preset, spec.token_cost_scale)
+        config.write_text(yaml.safe_dump({"policy": {"name": self.policy, "parameters": parameters}}))
         grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
         argv = [
             *smetric_argv("epp"),
@@ -180,6 +186,32 @@ class PickerFrontend:
         await sup.start("envoy", envoy_argv)
         await wait_http_ok(f"http://{HOST}:{admin_port}/ready", sup, self.startup_timeout_s, "envoy")
         return FrontendUrls(f"http://{HOST}:{listen_port}", f"http://{HOST}:{metrics_port}/metrics")
+
+
+def picker_parameters(preset_name: str, token_cost_scale: float) -> dict[str, object]:
+    """The picker's policy context for a cost-preserving token scale ``k`` (``{}`` = defaults at
+    ``k = 1``): the preset's cost model, decode step, SLO and global fetch time restated per scaled
+    token. ``cost(n, L) = c_lin n + c_att n (L - n/2)`` of ``k n`` tokens of a ``k L``-token prompt
+    is ``(k c_lin) n + (k^2 c_att) n (L - n/2)``; a decode step per scaled output token is ``k`` real
+    steps over ``k`` times the context; the TTFT SLO per scaled kilotoken and the TPOT SLO per scaled
+    token are ``k`` times the modelled ones."""
+    k = token_cost_scale
+    if k == 1.0:
+        return {}
+    from smetric.core.presets import get_preset
+    from smetric.policy import DecodeStepModel
+
+    preset = get_preset(preset_name)
+    cost, slo = preset.cost_model, preset.slo
+    step = DecodeStepModel.from_preset_name(preset.name)
+    return {
+        "preset": preset.name,
+        "costModel": {"cLinS": cost.c_lin_s * k, "cAttS": cost.c_att_s * k * k},
+        "decodeStep": {"baseS": step.base_s * k, "perKvTokenS": step.per_kv_token_s * k * k},
+        "ttftSloBaseS": slo.ttft_base_s,
+        "ttftSloPerKTokS": slo.ttft_per_ktok_s * k,
+        "tpotSloS": slo.tpot_s * k,
+    }
 
 
 async def wait_grpc_serving(target: str, sup: Supervisor, timeout_s: float, what: str) -> None:

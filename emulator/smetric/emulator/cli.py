@@ -66,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
         default=10.0,
         help="wall-clock flush interval of streamed tokens while decoding",
     )
+    p.add_argument(
+        "--token-cost-scale",
+        type=float,
+        default=1.0,
+        help="each token stands for this many modelled tokens: time and global-tier bytes are charged "
+        "as for the full-size request (>= 1; 1 = off; smetric bench sets 1/token scale)",
+    )
     return p
 
 
@@ -89,6 +96,7 @@ def config_from_args(argv: Sequence[str]) -> EmulatorConfig:
         tokenizer=a.tokenizer,
         global_tier=a.global_tier,
         stream_interval_s=a.stream_interval_ms / 1000.0,
+        token_cost_scale=a.token_cost_scale,
     )
 
 

@@ -33,8 +33,14 @@ def build_instances(config: EmulatorConfig, ctx: zmq.asyncio.Context | None) -> 
     tier; a KV publisher per instance when ``ctx`` is given and KV events are enabled."""
     preset = config.preset
     prompter = Prompter(load_tokenizer(config.tokenizer), BlockHasher(config.block_size, config.hash_seed))
-    step_model = StepModel.from_preset(preset)
-    tier = make_global_tier(config.global_tier, preset, config.instances, config.block_size)
+    step_model = StepModel.from_preset(preset).token_scaled(config.token_cost_scale)
+    tier = make_global_tier(
+        config.global_tier,
+        preset,
+        config.instances,
+        config.block_size,
+        token_cost_scale=config.token_cost_scale,
+    )
     per_node = instances_per_node(preset)
     shared = BlockMap(keep_forever=True) if tier is not None else None
     out: list[EmulatedInstance] = []

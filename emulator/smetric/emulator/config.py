@@ -39,6 +39,10 @@ class EmulatorConfig:
     tokenizer: str = ""  # "" = the shared deterministic fallback tokenizer; else a tokenizer.json path
     global_tier: str = "none"  # none | small | full (shared by the process's instances)
     stream_interval_s: float = 0.01
+    # Cost-preserving token scale k (>= 1): each prompt/output token stands for k tokens of the
+    # modelled instance, which charges time (and global-tier bytes) as for the full-size request
+    # (smetric.engine.roofline). 1 = tokens are what they are. The bench sets it to 1/token scale.
+    token_cost_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.instances < 1:
@@ -55,6 +59,8 @@ class EmulatorConfig:
             raise ValueError("--kv-capacity-tokens, --max-model-len and --fail-after must be >= 0")
         if not self.stream_interval_s > 0:
             raise ValueError("--stream-interval-ms must be > 0")
+        if not self.token_cost_scale >= 1.0:
+            raise ValueError("--token-cost-scale must be >= 1")
         if self.global_tier not in GLOBAL_TIER_KINDS:
             raise ValueError(f"--global-tier must be one of {', '.join(GLOBAL_TIER_KINDS)}")
         get_preset(self.preset_name)  # raises a clear ValueError for an unknown preset

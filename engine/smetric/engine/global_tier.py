@@ -266,16 +266,19 @@ def make_global_tier(
     block_tokens: int,
     nic_gbit_s: float = DEFAULT_NIC_GBIT_S,
     path: GlobalPath | None = None,
+    token_cost_scale: float = 1.0,
 ) -> GlobalTier | None:
     """Build the tier for ``kind`` in :data:`GLOBAL_TIER_KINDS` (``none`` returns ``None``).
 
     ``path``: how transfers are timed; ``None`` keeps the line-rate model (:data:`LINE_RATE`);
-    the simulator passes :data:`CALIBRATED` unless told otherwise."""
+    the simulator passes :data:`CALIBRATED` unless told otherwise. ``token_cost_scale``: modelled
+    tokens per token (:mod:`smetric.engine.roofline`): a block moves and occupies that many times
+    its own bytes."""
     if kind not in GLOBAL_TIER_KINDS:
         raise ValueError(f"unknown global tier {kind!r}; choose one of {', '.join(GLOBAL_TIER_KINDS)}")
     if kind == "none":
         return None
-    block_bytes = block_tokens * preset.model.kv_bytes_per_token
+    block_bytes = block_tokens * preset.model.kv_bytes_per_token * token_cost_scale
     capacity = None if kind == "full" else int(SMALL_TIER_BYTES // block_bytes)
     per_node = instances_per_node(preset)
     n_nodes = max(1, -(-n_instances // per_node))

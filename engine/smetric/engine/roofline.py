@@ -25,11 +25,20 @@ launch overhead::
   all-reduce; NVLink's datasheet figure is bidirectional).
 
 Every input is a field of :class:`smetric.core.presets.InstancePreset` (sources there).
+
+Cost-preserving token scale (``token_cost_scale = k >= 1``, :meth:`StepModel.token_scaled`): an
+emulated bench replays prompts shrunk by ``1/k`` so that the client, Envoy and the picker move and
+hash ``k`` times fewer bytes, but each scaled token stands for ``k`` tokens of the modelled
+instance, so the engine charges time as for the full-size request. One scaled step of a chunk of
+``c`` scaled tokens and ``d`` decodes stands for ``k`` real steps, each with a ``c``-token chunk
+(so the scheduler's token budget is unchanged) and the same ``d`` decodes, every context ``k``
+times longer; a chunk's compute is the cost model's over the ``k`` times longer token range. With
+``k = 1`` every method is the plain model.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from smetric.core.costmodel import CostModel
 from smetric.core.presets import InstancePreset
@@ -52,6 +61,13 @@ class StepModel:
     cost_model: CostModel
     allreduce_fixed_s: float = 0.0  # per step (tensor parallelism only)
     allreduce_s_per_token: float = 0.0
+    token_cost_scale: float = 1.0  # k: modelled tokens per scaled token (module docstring)
+
+    def token_scaled(self, k: float) -> StepModel:
+        """This model with each token standing for ``k`` modelled tokens (``k >= 1``)."""
+        if not k >= 1.0:
+            raise ValueError(f"token_cost_scale must be >= 1, got {k}")
+        return replace(self, token_cost_scale=float(k))
 
     @staticmethod
     def from_preset(preset: InstancePreset) -> StepModel:
@@ -109,6 +125,27 @@ class StepModel:
         present before those chunks (read by their attention); ``prefill_cost_s``: the chunks'
         summed cost-model time (see :meth:`chunk_s`).
         """
+        k = self.token_cost_scale
+        if k != 1.0:  # k real steps, each with the same chunk and decodes, contexts k x longer
+            return k * self._step_s(
+                n_decodes,
+                decode_context_tokens * k,
+                prefill_tokens,
+                prefill_context_tokens * k,
+                prefill_cost_s / k,
+            )
+        return self._step_s(
+            n_decodes, decode_context_tokens, prefill_tokens, prefill_context_tokens, prefill_cost_s
+        )
+
+    def _step_s(
+        self,
+        n_decodes: int,
+        decode_context_tokens: float,
+        prefill_tokens: int,
+        prefill_context_tokens: float,
+        prefill_cost_s: float,
+    ) -> float:
         n_tok = n_decodes + prefill_tokens
         if n_tok <= 0:
             return 0.0
@@ -122,8 +159,10 @@ class StepModel:
         return self.overhead_s + comm + max(mem, compute)
 
     def chunk_s(self, start_tokens: int, chunk_tokens: int) -> float:
-        """Cost-model compute time of prefilling ``[start, start+chunk)``."""
-        return self.cost_model.chunk_cost(start_tokens, chunk_tokens)
+        """Cost-model compute time of prefilling ``[start, start+chunk)`` (modelled tokens: ``k``
+        times the range)."""
+        k = self.token_cost_scale
+        return self.cost_model.chunk_cost(start_tokens * k, chunk_tokens * k)
 
     def decode_stretch_s(self, n_decodes: int, context_tokens: float, n_steps: int) -> float:
         """Total time of ``n_steps`` pure-decode steps; every step adds ``n_decodes`` context tokens.
@@ -133,6 +172,12 @@ class StepModel:
         """
         if n_steps <= 0 or n_decodes <= 0:
             return 0.0
+        k = self.token_cost_scale
+        if k != 1.0:  # each scaled step is k real steps; exact for the k x longer stretch
+            return self._decode_stretch_s(n_decodes, context_tokens * k, n_steps * k)
+        return self._decode_stretch_s(n_decodes, context_tokens, n_steps)
+
+    def _decode_stretch_s(self, n_decodes: int, context_tokens: float, n_steps: float) -> float:
         # step j: mem(j) = m0 + m1*j, compute(j) = c0 + c1*j
         w = self.weight_bytes(n_decodes)
         m0 = (w + context_tokens * self.kv_bytes_per_token) / self.bytes_per_s
@@ -146,7 +191,7 @@ class StepModel:
             lo, hi = hi, lo  # lo is the max at j = 0
         a0, a1 = lo
         b0, b1 = hi
-        cross = n_steps
+        cross: float = n_steps
         if b1 > a1:
             j = (a0 - b0) / (b1 - a1)
             cross = max(0, min(n_steps, int(j) + 1))
@@ -154,7 +199,7 @@ class StepModel:
         return total
 
 
-def _series(v0: float, v1: float, j0: int, j1: int) -> float:
+def _series(v0: float, v1: float, j0: float, j1: float) -> float:
     """sum_{j=j0}^{j1-1} (v0 + v1*j)."""
     n = j1 - j0
     if n <= 0:
