@@ -83,9 +83,11 @@ async def test_first_reconcile_applies_everything_then_nothing() -> None:
 
 async def test_only_changed_children_are_reapplied_and_orphans_pruned() -> None:
     api = FakeApi()
-    await run(api, pool({**SPEC, "globalKV": {"enabled": True}}))
+    # an explicit policy: without one, dropping the global tier also changes the picker's default
+    router = {"policy": "llmd-slo"}
+    await run(api, pool({**SPEC, "router": router, "globalKV": {"enabled": True}}))
     api.applied.clear()
-    outcome = await run(api, pool({**SPEC, "topology": {"replicas": 3}}, generation=2))
+    outcome = await run(api, pool({**SPEC, "router": router, "topology": {"replicas": 3}}, generation=2))
     assert outcome.applied == ("Deployment/p-prefill-decode",)
     assert sorted(outcome.deleted) == [
         "Deployment/p-mooncake-master",

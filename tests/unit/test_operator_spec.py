@@ -198,7 +198,11 @@ def test_non_mapping_and_missing_model_are_invalid() -> None:
 def test_defaults() -> None:
     spec = parse_spec(minimal())
     assert isinstance(spec, SMetricPoolSpec)
-    assert spec.router.policy == "llmd-slo" and spec.router.failure_mode == "FailClose"
+    assert spec.router.policy is None and spec.router.failure_mode == "FailClose"
+    # no global KV tier by default, so the pool's default policy is the no-tier one (README 4b)
+    assert spec.routing_policy == "lmetric"
+    assert parse_spec({**minimal(), "globalKV": {"enabled": True}}).routing_policy == "llmd-slo"
+    assert parse_spec({**minimal(), "router": {"policy": "smetric"}}).routing_policy == "smetric"
     assert spec.router.parameters.policy_owned == {}  # the policies' own defaults apply in the picker
     assert spec.gpus.products == ("NVIDIA-H20", "NVIDIA-H20-3e")
     assert spec.global_kv.master.rpc_port == 50051 and spec.global_kv.lmcache.chunk_size == 256

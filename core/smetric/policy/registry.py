@@ -126,6 +126,17 @@ REGISTRY = Registry(BUILTIN)
 # policy"): not clearly worse than the regime's best in 7 of 8 regimes (as are 7 others) and the
 # highest mean relative peak of those (96.7 %; smetric-tiered 95.8 %, smetric 94.5 %).
 DEFAULT_POLICY = "llmd-slo"
+# A pool without a global KV tier (the CRD's globalKV.enabled: false, plain vLLM): llm-d SLO is last
+# there, end to end (`smetric bench --quick`: LMetric ahead of every other row, significant at 0.005
+# families per model second, 3 seeds, two runs) and in the simulator (4 instances, and its worst
+# regime on the 16-instance map, 77.1 %); README 4b, "Without a global tier".
+DEFAULT_POLICY_WITHOUT_GLOBAL_TIER = "lmetric"
+
+
+def default_policy(global_tier: bool) -> str:
+    """The default policy of a pool with (``True``) or without a global KV tier."""
+    return DEFAULT_POLICY if global_tier else DEFAULT_POLICY_WITHOUT_GLOBAL_TIER
+
 POLICY_NAMES: tuple[str, ...] = REGISTRY.names
 BASELINE_POLICIES: tuple[str, ...] = REGISTRY.names_of("baseline")
 ABLATION_POLICIES: tuple[str, ...] = (*REGISTRY.names_of("ablation"), "smetric")

@@ -31,8 +31,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from smetric.operator.spec import PolicyParameters, RouterSpec
-from smetric.policy.registry import REGISTRY, Registry
+from smetric.operator.spec import PolicyParameters
+from smetric.policy.registry import REGISTRY, Registry, default_policy
 
 REPO = Path(__file__).resolve().parents[3]
 CRD_PATHS: tuple[Path, ...] = (
@@ -113,9 +113,13 @@ def router_schema(registry: Registry = REGISTRY) -> dict[str, Any]:
     for model in registry.param_models():
         for name, info in model.model_fields.items():
             params.setdefault(_key(name, info), field_schema(info, schema_default=False))
-    policy_default = RouterSpec.model_fields["policy"].default
     return {
-        "policy": {"type": "string", "default": policy_default, "enum": list(registry.names)},
+        "policy": {
+            "type": "string",
+            "enum": list(registry.names),
+            "description": f"Routing policy; omitted = {default_policy(True)} with globalKV.enabled, "
+            f"{default_policy(False)} without (README 4b, 'Default policy').",
+        },
         "parameters": {
             "type": "object",
             "default": {},

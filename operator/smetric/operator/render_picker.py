@@ -47,7 +47,7 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
     if params.global_fetch_s_per_token is not None and spec.global_kv.enabled:
         parameters["globalFetchSPerToken"] = params.global_fetch_s_per_token
     return {
-        "policy": {"name": spec.router.policy, "parameters": parameters},
+        "policy": {"name": spec.routing_policy, "parameters": parameters},
         "pdDisaggregation": {"enabled": spec.topology.mode == "disaggregated"},
     }
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from smetric.policy.config import params_from_mapping, policy_keys
-from smetric.policy.registry import DEFAULT_POLICY, POLICY_NAMES
+from smetric.policy.registry import POLICY_NAMES, default_policy
 
 DEFAULT_GPU_PRODUCTS: tuple[str, ...] = ("NVIDIA-H20", "NVIDIA-H20-3e")
 # Pinned, overridable images. vLLM 0.32.0: the engine version whose flags, metrics and KV events
@@ -243,7 +243,9 @@ class PolicyParameters(_Spec):
 
 
 class RouterSpec(_Spec):
-    policy: str = DEFAULT_POLICY
+    # None = the pool's default: llmd-slo with a global KV tier, lmetric without one
+    # (smetric.policy.registry.default_policy; SMetricPoolSpec.policy resolves it)
+    policy: str | None = None
     parameters: PolicyParameters = PolicyParameters()
     prefix_index: Literal["precise", "approximate"] = "approximate"
     image: str = EPP_IMAGE
@@ -312,6 +314,12 @@ class SMetricPoolSpec(_Spec):
     observability: ObservabilitySpec = ObservabilitySpec()
     policies: PolicySpec = PolicySpec()
 
+    @property
+    def routing_policy(self) -> str:
+        """``router.policy``, or the pool's default: ``lmetric`` without a global KV tier,
+        ``llmd-slo`` with one (:func:`smetric.policy.registry.default_policy`)."""
+        return self.router.policy or default_policy(self.global_kv.enabled)
+
     @model_validator(mode="after")
     def _cross_field(self) -> SMetricPoolSpec:
         problems = cross_field_problems(self)
@@ -350,7 +358,7 @@ def cross_field_problems(spec: SMetricPoolSpec) -> list[str]:
             problems.append(
                 f"topology.{role_name}: tensorParallelSize={role_tp} must divide gpusPerPod={role_gpus}"
             )
-    if spec.router.policy not in POLICY_NAMES:
+    if spec.router.policy is not None and spec.router.policy not in POLICY_NAMES:
         problems.append(f"router.policy={spec.router.policy!r} is not one of {', '.join(POLICY_NAMES)}")
     if spec.global_kv.enabled and spec.global_kv.protocol == "rdma" and not spec.global_kv.device_names:
         problems.append("globalKV.protocol=rdma requires globalKV.deviceNames (e.g. [mlx5_0])")
