@@ -1,7 +1,8 @@
 """Where does a bench configuration land? A plan-level estimate, before spending bench time.
 
     python bench/quick_regime.py --rates 1,2,2.83                          # the old --quick (x1/16, full tier)
-    python bench/quick_regime.py --quick --rates 0.088,0.125,0.177         # today's --quick
+    python bench/quick_regime.py --quick --token-cost scaled --duration 240 --rates 0.088,0.125,0.177  # the previous one
+    python bench/quick_regime.py --quick --rates 0.0035,0.005,0.007        # today's --quick (cost preserved)
 
 For each rate it replays the bench's own plan (same families, start times and scaled tokens as
 `smetric bench` with that seed) with queue-free response times from the preset's cost model and
@@ -109,8 +110,8 @@ def main() -> None:
     ap.add_argument("--preset", default="qwen3-30b-h20")
     a = ap.parse_args()
     argv = ["--json", "/dev/null", "--quick", "--preset", a.preset, "--instances", str(a.instances)]
-    if not a.quick:  # the --quick preset before issue 15's regime fix: tokens x1/16, 60 s window
-        argv += ["--token-scale", "0.0625", "--duration", "60"]
+    if not a.quick:  # the --quick preset before issue 15's regime fix: tokens x1/16 at their own cost, 60 s
+        argv += ["--token-scale", "0.0625", "--duration", "60", "--token-cost", "scaled"]
     if a.token_scale is not None:
         argv += ["--token-scale", str(a.token_scale)]
     if a.duration is not None:
