@@ -56,6 +56,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from picker_latency import agent_body, spawn, summary_ms, timed_post
+from smetric.bench.procs import wait_http_ok
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.health import wait_serving
 
@@ -200,7 +201,7 @@ class Stack:
             wait_ready=False,
         )  # fmt: skip
         stack.callback(router.stop)
-        await wait_http(f"http://127.0.0.1:{port}/health", 60.0)
+        await wait_http_ok(f"http://127.0.0.1:{port}/health", None, 60.0, "vllm-router")
         self.urls["vllm-router"] = f"http://127.0.0.1:{port}/v1/chat/completions"
         self.pids["vllm-router"] = [router.proc.pid]
 
@@ -246,20 +247,6 @@ async def serve_noop(port: int, health_port: int, destination: str) -> None:
     await server.start()
     await checker.set("", health_pb2.HealthCheckResponse.SERVING)
     await server.wait_for_termination()
-
-
-async def wait_http(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession() as s:
-        while time.monotonic() < deadline:
-            try:
-                async with s.get(url) as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} not ready within {timeout_s} s")
 
 
 async def one_run(n: int, policy: str) -> dict[str, Any]:

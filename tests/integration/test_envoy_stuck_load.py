@@ -32,6 +32,7 @@ import orjson
 import pytest
 from childproc import spawn, stop
 
+from smetric.bench.procs import wait_http_ok
 from smetric.emulator.ports import free_port_block
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.envoy.bootstrap import BodyMode, ResponsePath
@@ -84,20 +85,6 @@ class LoadResult:
         lines += [f"  failed #{i}: {o.error}" for i, o in self.failed[:10]]
         lines += [f"  {k}: {v}" for k, v in sorted(self.envoy_stats.items()) if v]
         return "\n".join(lines)
-
-
-async def _wait_http(url: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession() as s:
-        while time.monotonic() < deadline:
-            try:
-                async with s.get(url) as r:
-                    if r.status == 200:
-                        return
-            except (aiohttp.ClientError, OSError):
-                pass
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} not ready after {timeout_s} s")
 
 
 def make_body(rng: random.Random, i: int) -> bytes:
@@ -240,7 +227,7 @@ async def run_load(
         assert emu.stdout is not None
         line = await asyncio.wait_for(emu.stdout.readline(), 120)
         assert b"ready" in line, line
-        await _wait_http(f"http://127.0.0.1:{metrics_port}/metrics")
+        await wait_http_ok(f"http://127.0.0.1:{metrics_port}/metrics", None, 60.0, "picker metrics")
         await envoy.start()
         await asyncio.sleep(1.0)  # first scrapes
         for _ in range(hogs):

@@ -167,21 +167,23 @@ def require_free(ports: Sequence[int], what: str, host: str = "127.0.0.1") -> No
 
 
 async def wait_http_ok(
-    url: str, supervisor: Supervisor, timeout_s: float, what: str, interval_s: float = 0.2
+    url: str, supervisor: Supervisor | None, timeout_s: float, what: str, interval_s: float = 0.2
 ) -> None:
-    """Poll ``url`` until it answers 200; fail fast if a supervised child dies meanwhile."""
+    """Poll ``url`` until it answers 200 (:class:`BenchError` after ``timeout_s``); fail fast if a
+    child of ``supervisor`` (when given) dies meanwhile."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     last = "no answer"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
         while loop.time() < deadline:
-            supervisor.check_alive()
+            if supervisor is not None:
+                supervisor.check_alive()
             try:
                 async with session.get(url) as resp:
                     if resp.status == 200:
                         return
                     last = f"HTTP {resp.status}"
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 last = type(exc).__name__
             await asyncio.sleep(interval_s)
     raise BenchError(f"{what} not healthy at {url} after {timeout_s:.0f} s ({last})")
