@@ -171,10 +171,18 @@ def paired_diff(cells: Sequence[Cell], rate: float, label: str, ref: str) -> dic
     seeds = sorted(set(mine) & set(theirs))
     if label == ref or not seeds:
         return None
-    diffs = [mine[k] - theirs[k] for k in seeds]
+    mean, half = paired_interval([mine[k] - theirs[k] for k in seeds])
+    return {"vs": ref, "seeds": seeds, "mean": mean, "ci95": half}
+
+
+def paired_interval(diffs: Sequence[float]) -> tuple[float, float | None]:
+    """Mean of paired differences and the half-width of its two-sided 95 % Student t interval
+    (``None`` below two pairs)."""
     n = len(diffs)
+    if n == 0:
+        return float("nan"), None
     half = _T95[min(n - 2, len(_T95) - 1)] * float(np.std(diffs, ddof=1)) / math.sqrt(n) if n >= 2 else None
-    return {"vs": ref, "seeds": seeds, "mean": float(np.mean(diffs)), "ci95": half}
+    return float(np.mean(diffs)), half
 
 
 def point_of(rate: float, knee: float | None, past: float | None) -> str:
