@@ -126,10 +126,6 @@ def main() -> None:
     inst = get_preset(a.preset)
     capacity = cli.scaled_kv_capacity(args, preset)
     k = preset.token_cost_scale  # modelled tokens per scaled token (1 = the engine times scaled tokens)
-
-    def cost_s(n: float, prompt: float) -> float:
-        return inst.cost_model.cost(n * k, prompt * k)
-
     print(
         f"{a.preset}, {a.instances} instances, tokens x{preset.token_scale:g} (cost {preset.token_cost}; KV {capacity} tokens per "
         f"instance), window {window_s:g} model s after {a.warmup:g} s of warm-up"
@@ -142,7 +138,7 @@ def main() -> None:
             plan, _ = cli.make_plan(trace, args, preset, rate, seed)
             w = window_stats(
                 plan,
-                cost_s,
+                inst.cost_model.token_scaled(k).cost,
                 inst.global_fetch_s_per_token * k,
                 capacity,
                 a.instances,

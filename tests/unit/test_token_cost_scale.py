@@ -98,7 +98,7 @@ def test_the_bench_checks_the_slo_of_the_modelled_prompt_and_tpot_per_modelled_t
     )
     record = RequestRecord("s", "f", 1, 0.0, 0.0, prompt, 10, outcome)
     assert meets_slo(record, slo, 1.0, "all_scaled") == (False, False)
-    assert meets_slo(record, slo, 1.0, "all_scaled", K) == (True, True)
+    assert meets_slo(record, slo.token_scaled(K), 1.0, "all_scaled") == (True, True)
     assert ttft > slo.ttft_slo_s(prompt) and not math.isnan(ttft)
 
 

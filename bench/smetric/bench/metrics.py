@@ -123,19 +123,14 @@ def model_latency(
 
 
 def meets_slo(
-    record: RequestRecord,
-    slo: SloConfig,
-    time_scale: float,
-    accounting: Accounting = "split",
-    token_cost_scale: float = 1.0,
+    record: RequestRecord, slo: SloConfig, time_scale: float, accounting: Accounting = "split"
 ) -> tuple[bool, bool]:
-    """(TTFT within SLO, TPOT within SLO) in model time; a failed request meets neither.
-    ``token_cost_scale``: modelled tokens per token (module docstring)."""
+    """(TTFT within SLO, TPOT within SLO) in model time; a failed request meets neither. With a
+    cost-preserving token scale ``k`` pass ``slo.token_scaled(k)`` (module docstring)."""
     if not record.outcome.ok:
         return False, False
     ttft, tpot, _ = model_latency(record, time_scale, accounting)
-    k = token_cost_scale
-    return ttft <= slo.ttft_slo_s(round(record.prompt_tokens * k)), tpot / k <= slo.tpot_s
+    return ttft <= slo.ttft_slo_s(record.prompt_tokens), tpot <= slo.tpot_s
 
 
 def load_imbalance(samples: Sequence[LoadSample], window_s: float) -> tuple[float, float]:
@@ -174,6 +169,7 @@ def summarise(
     token_cost_scale: float = 1.0,
 ) -> Summary:
     k = token_cost_scale
+    scaled_slo = slo.token_scaled(k)
     ok = [r for r in records if r.outcome.ok]
     if records:
         start = min(r.sent_s for r in records)
@@ -187,7 +183,7 @@ def summarise(
         return k / n if n else float("nan")
 
     def within(accounting: Accounting) -> tuple[list[tuple[bool, bool]], float, float]:
-        flags = [meets_slo(r, slo, time_scale, accounting, k) for r in records]
+        flags = [meets_slo(r, scaled_slo, time_scale, accounting) for r in records]
         tokens = k * sum(r.outcome.output_tokens for r, (a, b) in zip(records, flags, strict=True) if a and b)
         return flags, tokens / model_s if n else float("nan"), frac(sum(1 for a, b in flags if a and b))
 

@@ -202,15 +202,15 @@ def picker_parameters(preset_name: str, token_cost_scale: float) -> dict[str, ob
     from smetric.policy import DecodeStepModel
 
     preset = get_preset(preset_name)
-    cost, slo = preset.cost_model, preset.slo
-    step = DecodeStepModel.from_preset_name(preset.name)
+    cost, slo = preset.cost_model.token_scaled(k), preset.slo.token_scaled(k)
+    step = DecodeStepModel.from_preset_name(preset.name).token_scaled(k)
     return {
         "preset": preset.name,
-        "costModel": {"cLinS": cost.c_lin_s * k, "cAttS": cost.c_att_s * k * k},
-        "decodeStep": {"baseS": step.base_s * k, "perKvTokenS": step.per_kv_token_s * k * k},
+        "costModel": {"cLinS": cost.c_lin_s, "cAttS": cost.c_att_s},
+        "decodeStep": {"baseS": step.base_s, "perKvTokenS": step.per_kv_token_s},
         "ttftSloBaseS": slo.ttft_base_s,
-        "ttftSloPerKTokS": slo.ttft_per_ktok_s * k,
-        "tpotSloS": slo.tpot_s * k,
+        "ttftSloPerKTokS": slo.ttft_per_ktok_s,
+        "tpotSloS": slo.tpot_s,
     }
 
 

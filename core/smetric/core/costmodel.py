@@ -34,6 +34,11 @@ class CostModel:
         end = start_tokens + chunk_tokens
         return self.cost(end - start_tokens, end)
 
+    def token_scaled(self, k: float) -> CostModel:
+        """The same costs per token standing for ``k`` tokens: ``cost'(n, L) = cost(k n, k L)``,
+        i.e. ``c_lin k`` and ``c_att k^2`` (the cost-preserving token scale, smetric.engine.roofline)."""
+        return CostModel(c_lin_s=self.c_lin_s * k, c_att_s=self.c_att_s * k * k)
+
     @property
     def l_eq_tokens(self) -> float:
         return self.c_lin_s / self.c_att_s if self.c_att_s > 0 else float("inf")

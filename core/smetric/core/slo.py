@@ -18,6 +18,11 @@ class SloConfig:
     def ttft_slo_s(self, prompt_tokens: int) -> float:
         return self.ttft_base_s + self.ttft_per_ktok_s * prompt_tokens / 1000.0
 
+    def token_scaled(self, k: float) -> SloConfig:
+        """The same SLOs per token standing for ``k`` tokens: TTFT per (scaled) kilotoken and TPOT
+        per (scaled) output token ``k`` times longer (the cost-preserving token scale)."""
+        return SloConfig(self.ttft_base_s, self.ttft_per_ktok_s * k, self.tpot_s * k)
+
     def with_overrides(self, ttft_s: float | None = None, tpot_s: float | None = None) -> SloConfig:
         """Per-request SLO headers (``x-slo-ttft-ms`` fixes TTFT; ``x-slo-tpot-ms`` fixes TPOT)."""
         return SloConfig(

@@ -30,6 +30,11 @@ class DecodeStepModel:
     base_s: float
     per_kv_token_s: float
 
+    def token_scaled(self, k: float) -> DecodeStepModel:
+        """One step per token standing for ``k`` tokens: ``k`` real steps over ``k`` times the KV,
+        i.e. ``base k`` and ``per_kv_token k^2`` (the cost-preserving token scale)."""
+        return DecodeStepModel(base_s=self.base_s * k, per_kv_token_s=self.per_kv_token_s * k * k)
+
     @staticmethod
     def from_preset_name(name: str) -> DecodeStepModel:
         p = get_preset(name)  # a base preset or a variant (kv=fp8, tp=2, ...)

@@ -67,7 +67,8 @@ class StepModel:
         """This model with each token standing for ``k`` modelled tokens (``k >= 1``)."""
         if not k >= 1.0:
             raise ValueError(f"token_cost_scale must be >= 1, got {k}")
-        return replace(self, token_cost_scale=float(k))
+        rescale = k / self.token_cost_scale  # the cost model carries the current scale
+        return replace(self, token_cost_scale=float(k), cost_model=self.cost_model.token_scaled(rescale))
 
     @staticmethod
     def from_preset(preset: InstancePreset) -> StepModel:
@@ -159,10 +160,9 @@ class StepModel:
         return self.overhead_s + comm + max(mem, compute)
 
     def chunk_s(self, start_tokens: int, chunk_tokens: int) -> float:
-        """Cost-model compute time of prefilling ``[start, start+chunk)`` (modelled tokens: ``k``
-        times the range)."""
-        k = self.token_cost_scale
-        return self.cost_model.chunk_cost(start_tokens * k, chunk_tokens * k)
+        """Cost-model compute time of prefilling ``[start, start+chunk)`` (with a token scale the
+        cost model is the scaled one: the compute of the ``k`` times longer range)."""
+        return self.cost_model.chunk_cost(start_tokens, chunk_tokens)
 
     def decode_stretch_s(self, n_decodes: int, context_tokens: float, n_steps: int) -> float:
         """Total time of ``n_steps`` pure-decode steps; every step adds ``n_decodes`` context tokens.
