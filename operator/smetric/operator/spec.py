@@ -244,7 +244,7 @@ class PolicyParameters(_Spec):
 
 class RouterSpec(_Spec):
     # None = the pool's default: llmd-slo with a global KV tier, lmetric without one
-    # (smetric.policy.registry.default_policy; SMetricPoolSpec.policy resolves it)
+    # (smetric.policy.registry.default_policy; SMetricPoolSpec.routing_policy resolves it)
     policy: str | None = None
     parameters: PolicyParameters = PolicyParameters()
     prefix_index: Literal["precise", "approximate"] = "approximate"
