@@ -4,213 +4,26 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
-from typing import Any
 
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
+from operator_render_support import (
+    POOL,
+    VARIANTS,
+    by_name,
+    container,
+    env,
+    flag,
+    render,
+    spec,
+    validate,
+)
 
 from smetric.core.names import ROLE_BOTH, ROLE_DECODE, ROLE_LABEL, ROLE_PREFILL
-from smetric.core.pickerflags import build_parser
-from smetric.operator.meta import SPEC_HASH_ANNOTATION, PoolRef, spec_hash
-from smetric.operator.render import render_children, render_resource
+from smetric.operator.meta import SPEC_HASH_ANNOTATION, spec_hash
+from smetric.operator.render import render_resource
 from smetric.operator.render_kv import lmcache_config_text
 from smetric.operator.spec import parse_spec
-from smetric.policy.params import SMetricParams
-
-ROOT = Path(__file__).resolve().parents[2]
-K8S_VERSION = "1.33.0"
-POOL = PoolRef(name="p", namespace="ns", uid="0c0ffee0-0000-4000-8000-000000000001")
-
-# Minimal schemas for the CRD kinds kubernetes-validate does not know, from protocols.md's facts
-# about InferencePool v1 and the Gateway API HTTPRoute v1 fields the renderer uses.
-_STR = {"type": "string", "minLength": 1}
-INFERENCE_POOL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "inference.networking.k8s.io/v1"},
-        "kind": {"const": "InferencePool"},
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["selector", "targetPorts", "endpointPickerRef"],
-            "properties": {
-                "selector": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["matchLabels"],
-                    "properties": {
-                        "matchLabels": {
-                            "type": "object",
-                            "minProperties": 1,
-                            "maxProperties": 64,
-                            "additionalProperties": {"type": "string"},
-                        }
-                    },
-                },
-                "targetPorts": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": 8,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["number"],
-                        "properties": {"number": {"type": "integer", "minimum": 1, "maximum": 65535}},
-                    },
-                },
-                "appProtocol": {"enum": ["http", "kubernetes.io/h2c"]},
-                "endpointPickerRef": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["name", "port"],
-                    "properties": {
-                        "group": {"const": ""},
-                        "kind": {"const": "Service"},
-                        "name": _STR,
-                        "port": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "required": ["number"],
-                            "properties": {"number": {"type": "integer", "minimum": 1, "maximum": 65535}},
-                        },
-                        "failureMode": {"enum": ["FailOpen", "FailClose"]},
-                    },
-                },
-            },
-        },
-    },
-}
-HTTP_ROUTE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "gateway.networking.k8s.io/v1"},
-        "kind": {"const": "HTTPRoute"},
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["parentRefs", "rules"],
-            "properties": {
-                "parentRefs": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["name"],
-                        "properties": {
-                            "group": {"const": "gateway.networking.k8s.io"},
-                            "kind": {"const": "Gateway"},
-                            "name": _STR,
-                            "namespace": _STR,
-                        },
-                    },
-                },
-                "hostnames": {"type": "array", "items": _STR},
-                "rules": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "matches": {"type": "array"},
-                            "timeouts": {"type": "object"},
-                            "backendRefs": {
-                                "type": "array",
-                                "minItems": 1,
-                                "items": {
-                                    "type": "object",
-                                    "additionalProperties": False,
-                                    "required": ["group", "kind", "name"],
-                                    "properties": {
-                                        "group": {"const": "inference.networking.k8s.io"},
-                                        "kind": {"const": "InferencePool"},
-                                        "name": _STR,
-                                    },
-                                },
-                            },
-                        },
-                    },
-                },
-            },
-        },
-    },
-}
-
-
-def validate(manifest: dict[str, Any]) -> None:
-    kind = manifest["kind"]
-    if kind == "InferencePool":
-        jsonschema.validate(manifest, INFERENCE_POOL_SCHEMA)
-    elif kind == "HTTPRoute":
-        jsonschema.validate(manifest, HTTP_ROUTE_SCHEMA)
-    else:
-        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
-
-
-def spec(**over: Any) -> dict[str, Any]:
-    raw: dict[str, Any] = {
-        "model": {"name": "Qwen/Qwen3-Coder-30B-A3B-Instruct"},
-        "topology": {"replicas": 4},
-    }
-    raw.update(over)
-    return raw
-
-
-def render(raw: dict[str, Any]) -> list[dict[str, Any]]:
-    return render_children(POOL, parse_spec(raw))
-
-
-def by_name(children: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    found = [c for c in children if c["kind"] == kind and c["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name} rendered {len(found)} times"
-    return found[0]
-
-
-def container(deployment: dict[str, Any], name: str = "vllm") -> dict[str, Any]:
-    pod = deployment["spec"]["template"]["spec"]
-    (c,) = [c for c in pod["containers"] + pod.get("initContainers", []) if c["name"] == name]
-    return c
-
-
-def env(c: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
-
-
-def flag(args: list[str], name: str) -> str:
-    return args[args.index(name) + 1]
-
-
-VARIANTS: dict[str, dict[str, Any]] = {
-    "colocated": spec(),
-    "colocated-global-kv-rdma": spec(
-        globalKV={"enabled": True, "protocol": "rdma", "deviceNames": ["mlx5_0"]},
-        gpus={"countPerPod": 2, "rdma": {"resourceName": "rdma/ib"}},
-        gateway={"parentRef": {"name": "gw"}, "hostnames": ["llm.example.com"]},
-    ),
-    "disaggregated-nixl": spec(
-        topology={"mode": "disaggregated", "prefill": {"replicas": 2}, "decode": {"replicas": 3}}
-    ),
-    "disaggregated-mooncake-global-kv": spec(
-        topology={
-            "mode": "disaggregated",
-            "prefill": {"replicas": 1},
-            "decode": {"replicas": 1},
-            "pdConnector": "mooncake",
-        },
-        globalKV={"enabled": True},
-        router={"prefixIndex": "precise", "failureMode": "FailOpen", "resources": {"requests": {"cpu": "2"}}},
-    ),
-    "cpu-emulator": spec(
-        model={"name": "emu", "command": ["smetric", "emulate"], "extraArgs": ["--port=8000"]},
-        gpus={"countPerPod": 0, "products": []},
-    ),
-}
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -423,106 +236,6 @@ def test_disaggregated_mooncake_with_global_kv_uses_multiconnector() -> None:
     assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailOpen"
 
 
-def test_picker_args_parse_with_the_pickers_own_parser() -> None:
-    children = render(VARIANTS["disaggregated-mooncake-global-kv"])
-    dep = by_name(children, "Deployment", "p-epp")
-    epp = container(dep, "epp")
-    parsed = build_parser().parse_args(epp["args"])
-    assert parsed.grpc_port == 9002 and parsed.grpc_health_port == 9003 and parsed.metrics_port == 9090
-    assert parsed.config == "/etc/smetric/config.yaml"
-    assert parsed.pool_name == "p" and parsed.pool_namespace == "ns"
-    assert parsed.prefix_index == "precise" and parsed.tokenizer == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
-    assert parsed.hash_seed == "0" and parsed.block_size == 16 and parsed.kv_events_port == 5557
-    # issue 16 item 3: upstream service names; liveness never depends on the pool's engines
-    assert epp["readinessProbe"]["grpc"] == {"port": 9003, "service": "readiness"}
-    assert epp["livenessProbe"]["grpc"] == {"port": 9003, "service": "liveness"}
-    assert epp["startupProbe"]["grpc"] == {"port": 9003, "service": "liveness"}
-    assert parsed.secure_serving is True
-    assert epp["resources"]["requests"] == {"cpu": "2"}
-    assert env(epp)["PYTHONHASHSEED"] == "0"
-    pod = dep["spec"]["template"]["spec"]
-    assert pod["serviceAccountName"] == "p-epp"
-    assert pod["volumes"][0] == {"name": "config", "configMap": {"name": "p-epp-config"}}
-    svc = by_name(children, "Service", "p-epp")
-    grpc = next(p for p in svc["spec"]["ports"] if p["port"] == 9002)
-    assert grpc["appProtocol"] == "http2"  # TLS by default (issue 16 item 5)
-    role = by_name(children, "Role", "p-epp")
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-        {
-            "apiGroups": ["inference.networking.k8s.io"],
-            "resources": ["inferencepools"],
-            "verbs": ["get", "list", "watch"],
-        },
-    ]
-    assert "tokenizer" not in " ".join(
-        container(by_name(render(spec()), "Deployment", "p-epp"), "epp")["args"]
-    )
-
-
-def test_policy_config_map() -> None:
-    raw = spec(
-        router={
-            "policy": "lmetric",
-            "parameters": {
-                "slack": 2.0,
-                "hitRatio": 0.3,
-                "tpotSloS": 0.033,
-                "costModel": {"cLinS": 1e-4, "cAttS": 2e-8},
-            },
-        }
-    )
-    children = render(raw)
-    config = yaml.safe_load(by_name(children, "ConfigMap", "p-epp-config")["data"]["config.yaml"])
-    assert config == {
-        "policy": {
-            "name": "lmetric",
-            "parameters": {
-                "slack": 2.0,
-                "hitRatio": 0.3,
-                "mode": "colocated",
-                "ttftSloBaseS": 1.0,
-                "ttftSloPerKTokS": 0.0625,
-                "tpotSloS": 0.033,
-                "blockTokens": 16,
-                "costModel": {"cLinS": 1e-4, "cAttS": 2e-8},
-            },
-        },
-        "pdDisaggregation": {"enabled": False},
-    }
-    from smetric.epp.config import parse_config, policy_params
-
-    params = policy_params(parse_config(config))
-    assert params.cost_model.c_lin_s == 1e-4 and params.cost_model.c_att_s == 2e-8
-    # A policy change rolls the picker pods (config hash in the pod template) ...
-    before = by_name(render(spec()), "Deployment", "p-epp")["spec"]["template"]["metadata"]["annotations"]
-    after = by_name(children, "Deployment", "p-epp")["spec"]["template"]["metadata"]["annotations"]
-    assert before != after
-
-
-def test_inference_pool() -> None:
-    pool = by_name(render(spec()), "InferencePool", "p")
-    assert pool["spec"] == {
-        "selector": {"matchLabels": {"smetric.io/pool": "p", "app.kubernetes.io/component": "model-server"}},
-        "targetPorts": [{"number": 8000}],
-        "appProtocol": "http",
-        "endpointPickerRef": {
-            "group": "",
-            "kind": "Service",
-            "name": "p-epp",
-            "port": {"number": 9002},
-            "failureMode": "FailClose",
-        },
-    }
-    # The pool selects every model-server pod, whatever its role.
-    for variant in ("colocated", "disaggregated-nixl"):
-        for child in render(VARIANTS[variant]):
-            labels = child["metadata"]["labels"]
-            if labels["app.kubernetes.io/component"] == "model-server" and child["kind"] == "Deployment":
-                template_labels = child["spec"]["template"]["metadata"]["labels"]
-                assert pool["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
-
-
 def test_custom_command_cpu_only() -> None:
     children = render(VARIANTS["cpu-emulator"])
     dep = by_name(children, "Deployment", "p-prefill-decode")
@@ -575,37 +288,3 @@ def test_shell_quoting_survives_model_names() -> None:
     assert vllm["args"][2] == "org/model with space"
     assert "org/model" not in vllm["command"][2]
     assert shlex.split(shlex.join(vllm["args"]))[2] == "org/model with space"
-
-
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_policy_config_is_accepted_by_the_picker(variant: str) -> None:
-    """Contract with the picker: its own config parser and the policies' parameter parser accept it."""
-    from smetric.epp.config import parse_config, policy_params
-
-    (config_map,) = [c for c in render(VARIANTS[variant]) if c["kind"] == "ConfigMap"]
-    cfg = parse_config(yaml.safe_load(config_map["data"]["config.yaml"]), "rendered")
-    params = policy_params(cfg)
-    # the pool's default policy (registry.default_policy): llmd-slo with a global KV tier, lmetric without
-    global_tier = parse_spec(VARIANTS[variant]).global_kv.enabled
-    assert cfg.policy.name == ("llmd-slo" if global_tier else "lmetric")
-    assert params.mode == ("disaggregated" if variant.startswith("disaggregated") else "colocated")
-    own = params.get(SMetricParams)  # defaults: the rendered config sets no policy-owned key
-    assert own.hit_ratio == 0.5 and own.slack == 1.0
-
-
-def test_global_fetch_parameter_reaches_the_picker_config_only_with_a_global_tier() -> None:
-    from smetric.operator.render_picker import policy_config
-    from smetric.operator.spec import SMetricPoolSpec
-    from smetric.policy import params_from_mapping
-
-    base = {
-        "model": {"name": "Qwen/Qwen3-Coder-30B-A3B-Instruct"},
-        "topology": {"mode": "colocated", "replicas": 2},
-        "router": {"parameters": {"globalFetchSPerToken": 3.93e-6}},
-    }
-    with_tier = SMetricPoolSpec.model_validate({**base, "globalKV": {"enabled": True}})
-    params = policy_config(with_tier)["policy"]["parameters"]
-    assert params["globalFetchSPerToken"] == 3.93e-6
-    assert params_from_mapping(params).global_fetch_s_per_token == 3.93e-6
-    without = SMetricPoolSpec.model_validate({**base, "globalKV": {"enabled": False}})
-    assert "globalFetchSPerToken" not in policy_config(without)["policy"]["parameters"]
