@@ -55,7 +55,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from picker_latency import agent_body, spawn, summary_ms, timed_post
+from latency_harness import agent_body, spawn, summary_ms, timed_post
 from smetric.bench.procs import wait_http_ok
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.health import wait_serving
