@@ -11,7 +11,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from test_operator_render import (
+from operator_render_support import (
     HTTP_ROUTE_SCHEMA,
     INFERENCE_POOL_SCHEMA,
     K8S_VERSION,
