@@ -29,8 +29,8 @@ from smetric.policy.config import CONTEXT_KEYS
 from smetric.policy.registry import REGISTRY, Registry
 from smetric.policy.tiered_params import TieredParams
 from smetric.sim import regimes as rg
+from smetric.sim.config import SimConfig
 from smetric.sim.driver import run_and_write
-from smetric.sim.simulator import SimConfig
 from smetric.sim.sweep import (
     BASE_FAMILIES_PER_S_PER_32,
     KNEE_DROP,

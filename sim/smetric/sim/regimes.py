@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from smetric.policy.registry import BASELINE_POLICIES
-from smetric.sim.simulator import SimConfig
+from smetric.sim.config import SimConfig
 from smetric.sim.stats import verdict
 
 LINE_RATE = "line-rate"

@@ -18,152 +18,27 @@ token plus ``(output - 1) * TPOT SLO`` (the decode pool assumed to meet its SLO)
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from smetric.core.presets import InstancePreset, get_preset, variant_name
+from smetric.core.presets import InstancePreset, get_preset
 from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
-from smetric.engine.global_tier import GlobalPath, instances_per_node
+from smetric.engine.global_tier import instances_per_node
 from smetric.policy import DecodeStepModel, PolicyParams, Router, fetch_s_per_token, make_policy
-from smetric.policy.config import CONTEXT_KEYS, params_from_mapping
-from smetric.policy.params import ParamsModel
 from smetric.policy.registry import uses_tier_view
 from smetric.policy.tiered_params import SMetricTieredParams
 from smetric.sim.calibrate import profiled_cost_model
+from smetric.sim.config import SimConfig
 from smetric.sim.metrics import LoadTracker, summarise
 from smetric.sim.tier_view import TierView
-from smetric.sim.view import ROUTER_VIEWS, make_router_view
+from smetric.sim.view import make_router_view
 from smetric.sim.workload import PreparedWorkload
 
 _ARRIVAL, _INSTANCE = 0, 1
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """Cluster and router settings of a run (policy and rate are per run)."""
-
-    instances: int = 32
-    mode: str = "colocated"
-    preset: str = "qwen3-30b-h20"
-    global_tier: str = "full"
-    refresh_s: float = 0.05
-    window_s: float = 30.0
-    nic_gbit_s: float = 200.0
-    # Calibrated global path (docs/simulator.md "Global tier", sources there). Per-GPU load
-    # throughput LMCache + Mooncake achieve (None = no per-GPU limit: NIC line rate); source-side
-    # bandwidth per store node (None = unlimited); lookup latency per admitted request; whether
-    # computed KV written to the tier occupies the links; sync = a load stalls the whole batch.
-    global_load_gbit_s: float | None = 60.0
-    global_store_gbit_s: float | None = 200.0
-    global_lookup_s: float = 0.002
-    global_write_back: bool = True
-    global_load_mode: str = "sync"
-    # Where a written block's replica lives and how a same-node load is timed
-    # (smetric.engine.global_tier, docs/simulator.md "Node-local path"): "spread" = every load
-    # over the NIC (LMCache + Mooncake defaults); "node" = writer node's segment, same-node loads
-    # host->GPU over PCIe at global_node_local_gbit_s per GPU.
-    global_placement: str = "spread"
-    global_node_local_gbit_s: float = 176.8
-    # Deployment variant of ``preset`` (smetric.core.presets.variant_name): KV cache dtype
-    # (bf16 | fp8), tensor-parallel GPUs per instance (None = the preset's), GPU kind
-    # (h20 | h20-3e | h200, None = the preset's) and HBM per GPU override in GB.
-    kv_dtype: str = "bf16"
-    tp: int | None = None
-    gpu: str | None = None
-    hbm_gb: float | None = None
-    max_context: int | None = None  # e.g. 1,048,576 with YaRN (Qwen3-Coder model card)
-    # SMetric's SLO check credits the global tier (a migrated session is reloaded over the NIC,
-    # paper §4.2); off = algorithms.md's literal local-hit-only check. Ignored without a tier.
-    global_aware_slo: bool = True
-    warmup_s: float = 3600.0
-    measure_s: float = 3600.0
-    seed: int = 0
-    # router state: "deployed" = the picker's router core with a cost model fitted from profiled
-    # prefills and online prefill rates; "oracle" = engine cost model, speed 1.0 (sim/view.py)
-    router_view: str = "deployed"
-    legacy_ledger: bool = False  # reproduce the pre-fix phantom-load ledger charge (issue 9)
-    # The policy-owned parameters as the picker's config file holds them (``policy.parameters``:
-    # ``slack``, ``hitRatio``, ``tiered``, ...), canonical JSON; "{}" = every policy's defaults
-    # (smetric.policy.config). Context keys (mode, SLO, cost model, block size) come from the
-    # simulated cluster, not from here.
-    policy_parameters: str = "{}"
-    # "stationary": families also start before t = 0 (request rate stationary from t = 0);
-    # "cold": every family starts at t >= 0 (the request rate climbs for hours) -- workload.py
-    arrivals: str = "stationary"
-
-    def __post_init__(self) -> None:
-        if self.router_view not in ROUTER_VIEWS:
-            raise ValueError(
-                f"router_view must be one of {', '.join(ROUTER_VIEWS)}, got {self.router_view!r}"
-            )
-        if self.arrivals not in ("stationary", "cold"):
-            raise ValueError(f"arrivals must be stationary or cold, got {self.arrivals!r}")
-        if not (self.warmup_s >= 0 and self.measure_s > 0):
-            raise ValueError("warmup_s must be >= 0 and measure_s > 0")
-        if self.instances < 1:
-            raise ValueError("instances must be >= 1")
-        if self.mode not in ("colocated", "disaggregated"):
-            raise ValueError(f"mode must be colocated or disaggregated, got {self.mode!r}")
-        get_preset(self.preset_name)
-        self.global_path  # noqa: B018 -- validates the global-path fields
-        self.own_params  # noqa: B018 -- validates policy_parameters
-
-    def with_params(self, **keys: object) -> SimConfig:
-        """This config with ``keys`` (YAML keys, e.g. ``slack=2.0`` or ``tiered={...}``) set in
-        :attr:`policy_parameters`."""
-        merged = {**json.loads(self.policy_parameters), **keys}
-        return replace(self, policy_parameters=json.dumps(merged, sort_keys=True))
-
-    @property
-    def own_params(self) -> tuple[ParamsModel, ...]:
-        """The policy-owned ``Params`` instances of :attr:`policy_parameters`."""
-        try:
-            mapping = json.loads(self.policy_parameters)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"policy_parameters is not JSON: {exc}") from None
-        if not isinstance(mapping, dict):
-            raise ValueError("policy_parameters must be a JSON object")
-        context = sorted(k for k in mapping if k in CONTEXT_KEYS)
-        if context:
-            raise ValueError(
-                f"policy_parameters holds context keys {context}: the simulated cluster sets them"
-            )
-        return params_from_mapping(mapping).own
-
-    @property
-    def preset_name(self) -> str:
-        """The preset with this run's deployment options, e.g. ``qwen3-30b-h20/kv=fp8/tp=2``."""
-        return variant_name(
-            self.preset,
-            kv_dtype=self.kv_dtype,
-            tp=self.tp,
-            gpu=self.gpu,
-            hbm_gb=self.hbm_gb,
-            max_context=self.max_context,
-        )
-
-    @property
-    def global_path(self) -> GlobalPath:
-        return GlobalPath(
-            self.global_load_gbit_s,
-            self.global_store_gbit_s,
-            self.global_lookup_s,
-            self.global_write_back,
-            self.global_load_mode,
-            self.global_placement,
-            self.global_node_local_gbit_s,
-        )
-
-    def global_load_link_gbit_s(self, preset: InstancePreset) -> float:
-        """The rate one instance loads at when alone: per-GPU rate x GPUs, capped by the NIC."""
-        if self.global_load_gbit_s is None:
-            return self.nic_gbit_s
-        return min(self.nic_gbit_s, self.global_load_gbit_s * preset.n_gpus)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from smetric.core.presets import get_preset
-from smetric.sim.simulator import SimConfig, simulate
+from smetric.sim.config import SimConfig
+from smetric.sim.simulator import simulate
 from smetric.sim.stats import past_knee, peaks
 from smetric.sim.workload import PreparedWorkload, prepare
 from smetric.trace import load_agentic, subsample_families
