@@ -54,6 +54,18 @@ def build_picker(
     return picker
 
 
+# The gateway PINGs the picker's connection to detect a stopped picker (Envoy
+# ``connection_keepalive``, 1 s in the rendered configs). gRPC's server defaults accept a PING
+# without data at most every 5 minutes and close the connection with GOAWAY "too_many_pings" after
+# two early ones: a request whose engine is quiet for more than ~4 s (every long prefill) lost its
+# ext_proc stream and the client got a 500. Accept PINGs at any rate, with or without calls.
+KEEPALIVE_SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.http2.min_ping_interval_without_data_ms", 100),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+)
+
+
 class PickerServer:
     """The ext_proc server (h2c) and, on its own port, grpc.health.v1."""
 
@@ -82,7 +94,11 @@ class PickerServer:
 
     async def start(self) -> None:
         """Bind and serve; a port of 0 is replaced by the bound port. A taken port raises ``RuntimeError``."""
-        options = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", self.max_message_bytes)]
+        options = [
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            *KEEPALIVE_SERVER_OPTIONS,
+        ]
         server = grpc.aio.server(options=options)
         ep_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
         self.grpc_port = _bind(server, self.host, self.grpc_port, self.tls_key_pair)
