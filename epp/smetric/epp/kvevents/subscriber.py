@@ -6,6 +6,13 @@ reconnect, an engine restart that starts again at 0) is a gap: the endpoint's bl
 (:meth:`BlockStore.resync`) and ``on_gap(address)`` is called so the request path can count it.
 A malformed message is handled the same way. Blocks stored before the subscriber connected are not
 known (vLLM's optional replay socket is not used); the set fills as the engine stores blocks.
+
+A message larger than ``ZMQ_MAXMSGSIZE`` is a protocol error to libzmq: it closes the connection
+and, unlike after a network error, never reconnects that socket (the SUB would then wait forever
+with nothing reported). Each socket therefore carries a monitor; on ``ZMQ_EVENT_DISCONNECTED`` the
+subscriber reports a gap (the endpoint's blocks are reset and ``on_gap`` counts it), closes the
+socket and connects a fresh one after :data:`RECONNECT_DELAY_S`. ``KvEventSubscriber.reconnects``
+counts these.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
 from smetric.epp.contracts import EndpointInfo
 from smetric.epp.kvevents.events import KvEventDecodeError, decode_payload
@@ -26,15 +34,17 @@ log = logging.getLogger(__name__)
 
 GapCallback = Callable[[str], None]
 
-# Bounds (issue 12). A vLLM batch is one engine step's events: a 128k-token prompt stores ~8k
-# blocks of 16 tokens, ~0.4 MB of msgpack with its token ids; 4 MiB is 10x that (stated
-# assumption). A larger message makes ZMQ drop the connection (it reconnects; the next batch is a
-# sequence gap and the endpoint resyncs). The receive queue holds at most RCVHWM messages (SUB
-# drops past it: a gap again). The receive loop yields to the event loop after every message (a
-# ready socket never suspends; one 10k-hash batch costs ~10 ms to decode and apply), so a flood
-# delays the request path by one batch at most.
+# Bounds. A vLLM batch is one engine step's events: a 128k-token prompt stores ~8k blocks of 16
+# tokens, ~0.4 MB of msgpack with its token ids; 4 MiB is 10x that (stated assumption). A larger
+# message makes libzmq drop the connection; the monitor sees it and the subscriber reports a gap and
+# connects again (module docstring). The receive queue holds at most RCVHWM messages (SUB drops past
+# it: a gap again). The receive loop yields to the event loop after every message (a ready socket
+# never suspends), so a flood delays the request path by one batch at most.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 RCVHWM = 10_000
+# Pause before a dropped connection is replaced: a publisher that keeps sending oversized messages
+# costs one reconnect per pause at most (libzmq's own default reconnect interval is 100 ms).
+RECONNECT_DELAY_S = 0.1
 
 
 class SequenceTracker:
@@ -59,6 +69,7 @@ class KvEventSubscriber:
         self._seq = SequenceTracker()
         self.batches = 0
         self.gaps = 0
+        self.reconnects = 0
 
     def _gap(self, why: str) -> None:
         self.gaps += 1
@@ -66,6 +77,13 @@ class KvEventSubscriber:
         log.warning("kv events from %s: %s; block set reset until refilled", self.address, why)
         if self._on_gap is not None:
             self._on_gap(self.address)
+
+    def dropped(self) -> None:
+        """The connection closed (an oversized or malformed frame, or the publisher went away):
+        whatever was in flight is lost, so this is a gap; the next batch starts a new sequence."""
+        self.reconnects += 1
+        self._gap("connection dropped (a message over the size limit, bad framing, or the publisher left)")
+        self._seq.last = None
 
     def reset(self) -> None:
         """Forget the endpoint's blocks and the sequence (the next batch starts afresh)."""
@@ -112,20 +130,27 @@ class KvEventManager:
                 self._add(address, zmq_endpoint)
 
     def _add(self, address: str, zmq_endpoint: str) -> None:
+        sub = KvEventSubscriber(address, self._store, self._on_gap)
+        self._store.resync(address)
+        self.subscribers[address] = sub
+        task = asyncio.get_running_loop().create_task(
+            self._run(sub, zmq_endpoint), name=f"kv-events:{address}"
+        )
+        self._tasks[address] = (zmq_endpoint, task)
+        log.info("kv events: subscribed to %s for %s", zmq_endpoint, address)
+
+    def _connect(self, zmq_endpoint: str) -> tuple[zmq.asyncio.Socket, zmq.asyncio.Socket]:
+        """A SUB socket connected to ``zmq_endpoint`` and its monitor (disconnect events only)."""
         if self._ctx is None:
             self._ctx = zmq.asyncio.Context()
-        sub = KvEventSubscriber(address, self._store, self._on_gap)
         sock = self._ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, RCVHWM)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
+        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         sock.connect(zmq_endpoint)
-        self._store.resync(address)
-        self.subscribers[address] = sub
-        task = asyncio.get_running_loop().create_task(self._run(sub, sock), name=f"kv-events:{address}")
-        self._tasks[address] = (zmq_endpoint, task)
-        log.info("kv events: subscribed to %s for %s", zmq_endpoint, address)
+        return sock, monitor
 
     def _drop(self, address: str) -> None:
         _, task = self._tasks.pop(address)
@@ -136,19 +161,47 @@ class KvEventManager:
         self._store.remove(address)
         log.info("kv events: unsubscribed %s", address)
 
+    async def _run(self, sub: KvEventSubscriber, zmq_endpoint: str) -> None:
+        while True:
+            sock, monitor = self._connect(zmq_endpoint)
+            try:
+                await self._receive(sub, sock, monitor)
+            finally:
+                with contextlib.suppress(zmq.ZMQError):
+                    sock.disable_monitor()
+                monitor.close(linger=0)
+                sock.close(linger=0)
+            log.warning(
+                "kv events from %s: connection to %s dropped; reconnecting", sub.address, zmq_endpoint
+            )
+            sub.dropped()
+            await asyncio.sleep(RECONNECT_DELAY_S)
+
     @staticmethod
-    async def _run(sub: KvEventSubscriber, sock: zmq.asyncio.Socket) -> None:
-        try:
-            while True:
-                frames = await sock.recv_multipart()
-                await asyncio.sleep(0)  # a ready socket never suspends: let requests run
-                try:
-                    sub.handle(frames)
-                except Exception:  # a bug must not silence the endpoint's events for good
-                    log.exception("kv events from %s: unexpected error; resynchronising", sub.address)
-                    sub.reset()
-        finally:
-            sock.close(linger=0)
+    async def _receive(sub: KvEventSubscriber, sock: zmq.asyncio.Socket, monitor: zmq.asyncio.Socket) -> None:
+        """Apply batches until the monitor reports the connection dropped (then return)."""
+        poller = zmq.asyncio.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
+        while True:
+            ready = dict(await poller.poll())
+            if sock in ready:  # what arrived before a disconnect is applied before it is reported
+                while True:
+                    try:
+                        frames = await sock.recv_multipart(flags=zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    try:
+                        sub.handle(frames)
+                    except Exception:  # a bug must not silence the endpoint's events for good
+                        log.exception("kv events from %s: unexpected error; resynchronising", sub.address)
+                        sub.reset()
+                    await asyncio.sleep(0)  # a ready socket never suspends: let requests run
+                continue
+            if monitor in ready:
+                event = parse_monitor_message(await monitor.recv_multipart())
+                if event["event"] == zmq.EVENT_DISCONNECTED:
+                    return
 
     async def stop(self) -> None:
         for address in list(self._tasks):
