@@ -34,9 +34,9 @@ from smetric.bench.presets import FULL, QUICK, Preset
 from smetric.bench.procs import BenchError
 from smetric.bench.replay import RequestRecord, SendSpec
 from smetric.bench.report import PolicyResult, record_line
-from smetric.bench.rowreport import plot_rows, render_rows, rows_markdown, write_rows_json
+from smetric.bench.rowreport import plot_rows, render_rows, summary_markdown, write_rows_json
 from smetric.bench.runner import RunSettings, run_row
-from smetric.bench.stacks import ClusterSpec, Frontend, frontends
+from smetric.bench.stacks import ClusterSpec, Frontend, check_peer, frontends
 from smetric.bench.sweep import (
     KNEE_ATTAINMENT,
     Cell,
@@ -58,8 +58,9 @@ TRACE_FILE = "claude-code-agentic.jsonl.gz"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="smetric bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help="small preset (<= 3 min on 2 cores: 4 instances, smetric, lmetric, vllm-router, 2 seeds, "
-                   "no global KV tier, tokens x1/8, time x0.025; docs/bench.md says why)")  # fmt: skip
+                   help=f"small preset (<= 3 min on 2 cores: {QUICK.instances} instances, {QUICK.policies}, vllm-router, "
+                   f"{QUICK.seeds} seeds, global KV tier {QUICK.global_tier}, tokens x1/{1 / QUICK.token_scale:g} "
+                   f"(cost {QUICK.token_cost}), time x{QUICK.time_scale:g}; docs/bench.md says why)")  # fmt: skip
     p.add_argument("--instances", type=int, help=f"emulated instances (default {FULL.instances})")
     p.add_argument("--policies", help=f"comma-separated picker policies (default {FULL.policies}); '' = none")
     p.add_argument(
@@ -121,12 +122,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--compare-sim", action="store_true",
                    help="also run `smetric simulate` (same families, instances, policies) and compare rankings")  # fmt: skip
-    p.add_argument("--log-dir", type=Path, help="process logs (default: a temporary folder)")
+    p.add_argument("--log-dir", type=Path,
+                   help="keep the process logs here (default: a temporary folder, removed on exit unless a row failed)")  # fmt: skip
     p.add_argument("--json", type=Path, required=True, help="write results here")
     p.add_argument("--plot", type=Path, help="write a PNG figure here")
     p.add_argument("--markdown", type=Path, help="write the summary table here (Markdown)")
     p.add_argument("--records", type=Path, help="write every request's record here (JSON lines)")
     return p
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Fail before any work when an output cannot be written (or the figure cannot be drawn)."""
+    for flag, path in (("--json", args.json), ("--plot", args.plot), ("--markdown", args.markdown),
+                       ("--records", args.records)):  # fmt: skip
+        if path is None:
+            continue
+        existed = path.exists()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("ab"):
+                pass
+        except OSError as exc:
+            raise BenchError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+        if not existed:
+            path.unlink(missing_ok=True)
+    if args.plot is not None:
+        if args.plot.suffix.lower() != ".png":
+            raise BenchError(f"--plot {args.plot}: the figure is a PNG; name the file *.png")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise BenchError("--plot needs matplotlib: pip install matplotlib") from None
 
 
 def find_trace(explicit: Path | None) -> Path:
@@ -225,6 +251,8 @@ def resolve(args: argparse.Namespace) -> Preset:
     )
     if preset.instances < 1:
         raise BenchError("--instances must be >= 1")
+    for peer in preset.peers:
+        check_peer(peer)
     if not preset.time_scale > 0 or not 0 < preset.token_scale <= 1 or not preset.rate > 0:
         raise BenchError("--time-scale and --knee-start must be > 0 and --token-scale in (0, 1]")
     if not 1 <= preset.seeds <= 20 or preset.sessions < 0 or not preset.duration_s > 0:
@@ -431,6 +459,16 @@ class Bench:
         progress.update(task, description=f"{name} {result.status}")
         return result
 
+    def finish_logs(self, failed: bool) -> None:
+        """Remove the temporary log folder; keep it (and say where) when something failed."""
+        log_dir = getattr(self, "log_dir", None)
+        if log_dir is None or self.args.log_dir is not None:
+            return
+        if failed:
+            self.console.print(f"process logs kept in {log_dir} (a row failed)")
+        else:
+            shutil.rmtree(log_dir, ignore_errors=True)
+
     def _rows(self) -> list[Row]:
         return rows_of(self.cells, self.labels, self.knee, self.past)
 
@@ -443,7 +481,7 @@ class Bench:
                  f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}")  # fmt: skip
         render_rows(rows, self.console, title)
         if args.markdown is not None:
-            args.markdown.write_text(rows_markdown(rows))
+            args.markdown.write_text(summary_markdown(rows))
         if args.plot is not None:
             plot_title = (
                 f"smetric bench: EMULATED cluster, {self.preset.instances} x {args.preset}, time x{self.preset.time_scale:g}, "
@@ -458,6 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console() if sys.stdout.isatty() else Console(width=170)
     try:
         preset = resolve(args)
+        check_outputs(args)
     except BenchError as exc:
         console.print(f"[red]smetric bench:[/] {exc}")
         return 2
@@ -474,10 +513,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = asyncio.run(guarded())
     except BenchError as exc:
         console.print(f"[red]smetric bench:[/] {exc}")
+        bench.finish_logs(failed=True)
         return 1
     except (KeyboardInterrupt, asyncio.CancelledError):
         console.print("[yellow]smetric bench: interrupted; every started process was stopped[/]")
+        bench.finish_logs(failed=False)
         return 130
+    bench.finish_logs(failed=any(r.status not in ("ok",) for r in rows))
     if bench.meta.get("peer_missing"):
         console.print(f"[yellow]note: {bench.meta['peer_missing']}[/]")
     if args.compare_sim:

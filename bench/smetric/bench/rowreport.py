@@ -30,13 +30,56 @@ def _pct_pm(row: Row, name: str) -> str:
 
 
 def _ok_sent(row: Row) -> str:
-    return f"{int(row.mean('n_ok'))}/{int(row.mean('n_sent'))}"
+    """ok / sent / not sent (summed over seeds)."""
+    return f"{int(row.mean('n_ok'))}/{int(row.mean('n_sent'))}/{int(row.mean('n_not_sent'))}"
+
+
+def verdict(row: Row) -> str:
+    """One line on the row's paired TPS-within-SLO difference to the reference row."""
+    p = row.paired
+    if not p:
+        return ""
+    mean, half, ref = p["mean"], p.get("ci95"), p["vs"]
+    if half is None:
+        return f"{row.label} - {ref}: {mean:+.1f} TPS in SLO (one seed: no interval, no verdict)"
+    lo, hi = mean - half, mean + half
+    if lo > 0:
+        word = f"{row.label} is better than {ref}"
+    elif hi < 0:
+        word = f"{row.label} is worse than {ref}"
+    else:
+        word = f"no significant difference between {row.label} and {ref}"
+    return (
+        f"{word}: {mean:+.1f} TPS in SLO, 95 % CI [{lo:+.1f}, {hi:+.1f}] over {len(p['seeds'])} paired seeds"
+    )
+
+
+def verdict_lines(rows: Sequence[Row]) -> list[str]:
+    """Per rate: the best row by mean TPS within SLO, then each row's paired verdict."""
+    out: list[str] = []
+    for rate in sorted({r.rate for r in rows}):
+        mine = [r for r in rows if r.rate == rate and r.summary is not None]
+        if not mine:
+            continue
+        best = max(mine, key=lambda r: r.mean("tps_within_slo"))
+        out.append(f"rate {rate:g} ({mine[0].point}): highest mean TPS in SLO: {best.label}")
+        out += [f"  {v}" for v in map(verdict, mine) if v]
+    return out
+
+
+NOT_SENT = (
+    "not sent: each session is a closed loop (its next turn leaves when the previous answer is back, as an "
+    "agent's does), so turns still waiting for their predecessor when the window ends are never sent; a "
+    "slower cluster sends fewer. Rates compare routers by what they served within SLO, not by what was sent."
+)
 
 
 def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
     table = Table(title=title, header_style="bold", caption=CAPTION)
-    heads = ["rate", "point", "policy", "seeds", "TPS in SLO", "SLO att.", "all-scaled TPS / att.",
-             "TTFT p50/p90", "engine TTFT", "local hit", "router ms", "ok/sent"]  # fmt: skip
+    ref = next((r.paired["vs"] for r in rows if r.paired), "")
+    heads = ["rate", "point", "policy", "seeds", "TPS in SLO", f"Δ vs {ref} (95 % CI)" if ref else "Δ",
+             "SLO att.", "all-scaled TPS / att.", "TTFT p50/p90", "engine TTFT", "local hit", "router ms",
+             "ok/sent/not sent"]  # fmt: skip
     for i, h in enumerate(heads):
         table.add_column(h, justify="left" if 1 <= i <= 2 else "right", no_wrap=i == 2)
     last_rate = None
@@ -51,6 +94,7 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
         table.add_row(
             *head,
             _pm(r, "tps_within_slo", ".1f"),
+            _paired(r),
             _pct_pm(r, "slo_attainment"),
             f"{_fmt(r.mean('tps_within_slo_all_scaled'), '.1f')} / {_pct(r.mean('slo_attainment_all_scaled'))}",
             f"{_fmt(r.mean('ttft_p50_s'), '.2f')}/{_fmt(r.mean('ttft_p90_s'), '.2f')}s",
@@ -60,6 +104,9 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
             _ok_sent(r),
         )
     console.print(table)
+    for line in verdict_lines(rows):
+        console.print(line)
+    console.print(NOT_SENT, style="dim")
 
 
 CAPTION = (
@@ -71,7 +118,7 @@ CAPTION = (
 def rows_markdown(rows: Sequence[Row]) -> str:
     head = (
         "| rate | point | policy | router | seeds | TPS in SLO | Δ TPS vs first row, paired (95 % CI) | SLO att. | all-scaled TPS / att. "
-        "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms | ok / sent |"
+        "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms | ok / sent / not sent |"
     )
     lines = [head, "|" + "---|" * 16]
     for r in rows:
@@ -86,9 +133,15 @@ def rows_markdown(rows: Sequence[Row]) -> str:
             f"| {_fmt(r.mean('tpot_p50_s') * 1000, '.1f')} | {_fmt(r.mean('engine_ttft_mean_s'), '.2f')} "
             f"| {_pct(r.mean('local_hit_ratio'), ' ')} | {_pct(r.mean('usage_hit_ratio'), ' ')} "
             f"| {_fmt(r.mean('router_overhead_ms'), '.1f')} / {_fmt(r.mean('emulator_overhead_ms'), '.1f')} "
-            f"| {int(r.mean('n_ok'))} / {int(r.mean('n_sent'))} |"
+            f"| {int(r.mean('n_ok'))} / {int(r.mean('n_sent'))} / {int(r.mean('n_not_sent'))} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def summary_markdown(rows: Sequence[Row]) -> str:
+    """The table, the per-rate verdicts and what "not sent" means."""
+    notes = "".join(f"- {line.strip()}\n" for line in verdict_lines(rows))
+    return rows_markdown(rows) + (f"\n{notes}" if notes else "") + f"\n{NOT_SENT}\n"
 
 
 def _paired(row: Row) -> str:
@@ -114,7 +167,12 @@ PANELS: tuple[tuple[str, str, float, str], ...] = (
     ("tps_within_slo", "TPS within SLO (tok/s, model time)", 1.0, "higher is better"),
     ("slo_attainment", "SLO attainment (%)", 100.0, "higher is better"),
     ("ttft_p90_s", "TTFT p90 (model s)", 1.0, "lower is better"),
-    ("tps_within_slo_all_scaled", "TPS within SLO, all-scaled accounting", 1.0, "higher is better"),
+    (
+        "tps_within_slo_all_scaled",
+        "TPS within SLO, all-scaled: router time x 1/time scale",
+        1.0,
+        "higher is better; penalises router latency",
+    ),
 )
 
 
@@ -126,6 +184,12 @@ def _range(row: Row, name: str, scale: float) -> tuple[float, float]:
     return (min(vals), max(vals)) if vals else (mean, mean)
 
 
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
+
+
 def plot_rows(path: Path, rows: Sequence[Row], title: str, knee: float | None) -> None:
     """One panel per metric against the arrival rate, one line per front end (the mean over seeds),
     error bars = min..max over seeds; the legend sits below the panels, outside the data."""
@@ -135,7 +199,8 @@ def plot_rows(path: Path, rows: Sequence[Row], title: str, knee: float | None) -
     import matplotlib.pyplot as plt
 
     labels = list(dict.fromkeys(r.label for r in rows if r.summary is not None))
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.3 * len(PANELS), 4.6))
+    fig, grid = plt.subplots(2, 2, figsize=(11.0, 8.6))
+    axes = list(grid.flat)
     markers = "osD^vP*Xh<>"
     rates = sorted({r.rate for r in rows})
     # small horizontal offsets so the error bars of different rows at one rate do not hide each other
@@ -153,18 +218,22 @@ def plot_rows(path: Path, rows: Sequence[Row], title: str, knee: float | None) -
             ax.errorbar(xs, ys, yerr=es, marker=markers[i % len(markers)], capsize=3, label=lab,
                         linestyle="--" if lab.startswith("vllm-router") else "-")  # fmt: skip
         if name == "slo_attainment":
-            ax.axhline(90.0, color="grey", linewidth=0.8, linestyle=":")
+            ax.axhline(90.0, color="grey", linewidth=1.0, linestyle=":")
+            ax.annotate("90 %: the knee's threshold", (0.01, 90.0), xycoords=("axes fraction", "data"),
+                        xytext=(0, 3), textcoords="offset points", fontsize=10, color="dimgrey")  # fmt: skip
         if knee is not None:
-            ax.axvline(knee, color="grey", linewidth=0.8, linestyle="--")
-        ax.set_title(f"{heading}\n({better})", fontsize=9.5)
-        ax.set_xlabel("family arrivals per model second" + ("  (dashed: knee)" if knee else ""), fontsize=8.5)
-        ax.tick_params(labelsize=8)
+            ax.axvline(knee, color="grey", linewidth=1.0, linestyle="--")
+        ax.set_title(f"{heading}\n({better})", fontsize=12)
+        ax.set_xlabel(
+            "family arrivals per model second" + ("  (dashed line: knee)" if knee else ""), fontsize=11
+        )
+        ax.tick_params(labelsize=10)
         ax.grid(alpha=0.3)
     handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 5), fontsize=8.5, frameon=False)
-    fig.suptitle(title, fontsize=10.5)
-    rows_of_legend = math.ceil(max(len(names), 1) / 5)
-    fig.tight_layout(rect=(0.0, 0.06 * rows_of_legend + 0.02, 1.0, 1.0))
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 4), fontsize=11, frameon=False)
+    fig.suptitle(_wrap(title, 110), fontsize=11.5)
+    rows_of_legend = math.ceil(max(len(names), 1) / 4)
+    fig.tight_layout(rect=(0.0, 0.04 * rows_of_legend + 0.01, 1.0, 1.0))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -291,8 +291,14 @@ def frontends(
         PickerFrontend(p, envoy_binary, response_path=response_path, upstream=upstream) for p in policies
     ]
     for peer in peers:
-        name, _, only = peer.partition(":")
-        if name != "vllm-router":
-            raise BenchError(f"unknown peer router {peer!r}; supported: vllm-router[:cache_aware|:kv_aware]")
+        check_peer(peer)
+        only = peer.partition(":")[2]
         out += [VllmRouterFrontend(p) for p in ((only,) if only else PEER_POLICIES)]
     return out
+
+
+def check_peer(peer: str) -> None:
+    """``vllm-router`` or ``vllm-router:<policy>`` with a policy the bench knows how to run."""
+    name, _, only = peer.partition(":")
+    if name != "vllm-router" or (only and only not in PEER_POLICIES):
+        raise BenchError(f"unknown peer router {peer!r}; supported: vllm-router[:{'|:'.join(PEER_POLICIES)}]")
