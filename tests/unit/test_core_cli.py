@@ -43,3 +43,12 @@ def test_dispatch_runs_the_commands_main(capsys: pytest.CaptureFixture[str]) -> 
         rc = int(exc.code or 0)
     assert rc == 0
     assert "stats" in capsys.readouterr().out
+
+
+def test_help_shows_every_summary_whole() -> None:
+    """A long summary wraps under its command instead of being cut off."""
+    from smetric.core.cli import _usage, commands, summary
+
+    text = " ".join(_usage(commands()).split())
+    for ep in commands().values():
+        assert summary(ep) in text and "..." not in summary(ep)

@@ -1,10 +1,18 @@
-"""``smetric chaos --json OUT [--quick]``: start Envoy + the picker + emulated engines locally, run
-every fault of issue 12 against them (:mod:`smetric.bench.chaos_faults`), then a multi-turn
-streaming load, print one table (fault, expected, observed, pass) and exit 1 if any row failed.
+"""``smetric chaos --json OUT [--quick]``: break a local Envoy + picker + emulated engines one fault
+at a time, then run a multi-turn streaming load. It prints one table (fault, expected, observed, pass;
+the faults are in :mod:`smetric.bench.chaos_faults`) and exits 1 if any row failed.
 
 ``--quick`` (CI): fewer sessions and a 15 s load instead of 60 s. JSON: ``{"rows": [{fault,
-expected, observed, passed}], "load": {sent, failed, stuck, p50_s, p99_s, picker_rss_mb_start,
-picker_rss_mb_peak, picker_rss_mb_end}, "quick", "wall_s"}``.
+expected, observed, passed, guard}], "load": {sent, failed, stuck, p50_s, p99_s, picker_rss_mb_start,
+picker_rss_mb_peak, picker_rss_mb_end}, "quick", "wall_s", "guards_off"}``.
+
+``--guard-off NAME`` (repeatable): build the stack without that guard
+(:mod:`smetric.bench.chaos_guards`) and run only the faults that check it, no load; the exit
+status is 0 when every row naming a disabled guard FAILED (the rows can see their guard), else 1.
+``--only FAULT`` (repeatable) runs only the named fault functions.
+
+A new fault: a function ``(ChaosStack, quick) -> list[Row]`` in its own module, one entry in
+:data:`FAULTS` below; a new guard: one entry in :data:`GUARDS` (see docs/chaos.md).
 """
 
 from __future__ import annotations
@@ -19,11 +27,18 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from smetric.bench.chaos_faults import FAULTS, Row
+from smetric.bench import chaos_faults
+from smetric.bench.chaos_faults import Fault, Row
+from smetric.bench.chaos_guards import NO_GUARD, Guard, by_name
+from smetric.bench.chaos_guards import GUARDS as BASE_GUARDS
 from smetric.bench.chaos_stack import ChaosSettings, ChaosStack, HostileEngine, chat
 from smetric.bench.procs import BenchError, Supervisor
 
 STUCK_AFTER_S = 30.0  # a load request without an answer by then is "stuck"
+
+# The faults run, in order, and the guards they check; other modules add theirs here.
+FAULTS: tuple[Fault, ...] = (*chaos_faults.FAULTS,)
+GUARDS: tuple[Guard, ...] = (*BASE_GUARDS,)
 
 
 async def run_load(st: ChaosStack, sessions: int, duration_s: float) -> dict[str, float]:
@@ -81,38 +96,78 @@ def load_row(load: dict[str, float], sessions: int, duration_s: float) -> Row:
         f"{load['picker_rss_mb_start']:.0f}/{load['picker_rss_mb_peak']:.0f}/{load['picker_rss_mb_end']:.0f} MB "
         f"(start/peak/end, {growth:+.0f})",
         ok,
+        NO_GUARD,
     )
 
 
-async def run(quick: bool, work: Path) -> tuple[list[Row], dict[str, float]]:
-    settings = ChaosSettings()
+async def run(
+    quick: bool,
+    work: Path,
+    faults: Sequence[Fault] = FAULTS,
+    guards_off: tuple[Guard, ...] = (),
+    load: bool = True,
+) -> tuple[list[Row], dict[str, float]]:
+    """Start the stack (without ``guards_off``), run ``faults`` in order, then the load (if
+    ``load``). A fault that raises is one failed row naming the guards it was expected to check."""
+    settings = ChaosSettings(guards_off=guards_off)
     rows: list[Row] = []
+    figures: dict[str, float] = {}
     async with Supervisor(work / "logs") as sup:
         st = ChaosStack(sup, work, settings, HostileEngine())
         try:
             await st.start()
-            for fault in FAULTS:
+            for fault in faults:
                 t0 = time.monotonic()
                 try:
                     new = await fault(st, quick)
                 except BenchError:
                     raise
                 except Exception as exc:  # a fault that breaks the runner is a failed row, not a crash
-                    new = [Row(fault.__name__, "runs", f"raised {type(exc).__name__}: {exc}", False)]
+                    checked = [g.name for g in GUARDS if fault.__name__ in g.faults] or [NO_GUARD]
+                    new = [
+                        Row(fault.__name__, "runs", f"raised {type(exc).__name__}: {exc}", False, g)
+                        for g in checked
+                    ]
                 rows += new
                 print(f"  {fault.__name__}: {time.monotonic() - t0:.1f} s", file=sys.stderr)
-            sessions, duration_s = (16, 15.0) if quick else (100, 60.0)
-            await st.wait_fresh()
-            load = await run_load(st, sessions, duration_s)
-            rows.append(load_row(load, sessions, duration_s))
+            if load:
+                sessions, duration_s = (16, 15.0) if quick else (100, 60.0)
+                await st.wait_fresh()
+                figures = await run_load(st, sessions, duration_s)
+                rows.append(load_row(figures, sessions, duration_s))
         finally:
             await st.stop()
-    return rows, load
+    return rows, figures
+
+
+def faults_checking(guards: Sequence[Guard], only: Sequence[str] = ()) -> list[Fault]:
+    """The faults (in run order) whose rows check any of ``guards``, or those named in ``only``."""
+    wanted = {f for g in guards for f in g.faults} | set(only)
+    known = {f.__name__ for f in FAULTS}
+    missing = wanted - known
+    if missing:
+        raise ValueError(f"unknown fault(s) {sorted(missing)}; known: {sorted(known)}")
+    return [f for f in FAULTS if f.__name__ in wanted]
+
+
+def unguarded_failures(rows: Sequence[Row], guards: Sequence[Guard]) -> dict[str, list[str]]:
+    """For each disabled guard, what is wrong: no row names it, or rows naming it still passed."""
+    problems: dict[str, list[str]] = {}
+    for g in guards:
+        named = [r for r in rows if r.guard == g.name]
+        if not named:
+            problems[g.name] = ["no row names this guard"]
+        elif passed := [r.fault for r in named if r.passed]:
+            problems[g.name] = [f"still passes with the guard off: {f}" for f in passed]
+    return problems
 
 
 def table(rows: Sequence[Row]) -> str:
-    out = ["| fault | expected | observed | pass |", "|---|---|---|---|"]
-    out += [f"| {r.fault} | {r.expected} | {r.observed} | {'yes' if r.passed else '**NO**'} |" for r in rows]
+    out = ["| fault | guard | expected | observed | pass |", "|---|---|---|---|---|"]
+    out += [
+        f"| {r.fault} | {r.guard or '-'} | {r.expected} | {r.observed} | {'yes' if r.passed else '**NO**'} |"
+        for r in rows
+    ]
     return "\n".join(out)
 
 
@@ -121,13 +176,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", required=True, help="write rows and load figures here")
     p.add_argument("--quick", action="store_true", help="CI size: fewer sessions, 15 s load")
     p.add_argument("--work-dir", default="", help="logs and state (default: a temporary directory)")
+    p.add_argument(
+        "--guard-off",
+        action="append",
+        default=[],
+        metavar="GUARD",
+        help="build the stack without this guard and run only the faults checking it; pass = its rows fail",
+    )
+    p.add_argument("--only", action="append", default=[], metavar="FAULT", help="run only this fault")
+    p.add_argument("--list-guards", action="store_true", help="print the guards and their faults, then exit")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    table_of = by_name(GUARDS)
+    if a.list_guards:
+        for g in GUARDS:
+            print(f"{g.name}: {g.what} [faults: {', '.join(g.faults)}]")
+        return 0
+    unknown = [n for n in a.guard_off if n not in table_of]
+    if unknown:
+        print(f"smetric chaos: unknown guard(s) {unknown}; --list-guards shows them", file=sys.stderr)
+        return 2
+    off = tuple(table_of[n] for n in a.guard_off)
+    try:
+        faults = faults_checking(off, a.only) if off or a.only else list(FAULTS)
+    except ValueError as exc:
+        print(f"smetric chaos: {exc}", file=sys.stderr)
+        return 2
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="smetric-chaos-") as tmp:
         work = Path(a.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         try:
-            rows, load = asyncio.run(run(a.quick, work))
+            rows, load = asyncio.run(run(a.quick, work, faults, off, load=not (off or a.only)))
         except BenchError as exc:
             print(f"smetric chaos: {exc}", file=sys.stderr)
             return 2
@@ -136,9 +215,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load": load,
         "quick": a.quick,
         "wall_s": round(time.monotonic() - t0, 1),
+        "guards_off": [g.name for g in off],
     }
     Path(a.json).write_text(json.dumps(doc, indent=2))
     print(table(rows))
+    if off:
+        problems = unguarded_failures(rows, off)
+        for name, lines in problems.items():
+            print(f"guard {name!r}: " + "; ".join(lines))
+        print("every row of the disabled guard(s) failed" if not problems else "")
+        return 1 if problems else 0
     failed = [r.fault for r in rows if not r.passed]
     print(
         f"\n{len(rows) - len(failed)}/{len(rows)} rows passed in {doc['wall_s']} s"

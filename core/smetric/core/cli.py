@@ -14,12 +14,13 @@ import ast
 import importlib.util
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 
 GROUP = "smetric.commands"
 _COMMAND_PREFIX = re.compile(r"^``[^`]+``(?:\s*\([^)]*\))?:\s*")  # "``smetric x``: ", "``a`` (also ``b``): "
-_SUMMARY_CHARS = 76
+_WIDTH = 100  # the help's line width; a longer summary wraps under its command
 
 
 def commands() -> dict[str, EntryPoint]:
@@ -38,13 +39,22 @@ def summary(ep: EntryPoint) -> str:
     except (ImportError, OSError, SyntaxError, ValueError):
         return ""
     first = " ".join(doc.strip().split("\n\n", 1)[0].split())
-    first = _COMMAND_PREFIX.sub("", first).split(". ", 1)[0].rstrip(".")
-    return first if len(first) <= _SUMMARY_CHARS else first[: _SUMMARY_CHARS - 3] + "..."
+    return _COMMAND_PREFIX.sub("", first).split(". ", 1)[0].rstrip(".")
 
 
 def _usage(found: dict[str, EntryPoint]) -> str:
     lines = ["usage: smetric COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<10} {summary(ep)}" for name, ep in found.items()]
+    pad = " " * 13
+    lines += [
+        textwrap.fill(
+            summary(ep),
+            _WIDTH,
+            initial_indent=f"  {name:<10} ",
+            subsequent_indent=pad,
+            break_on_hyphens=False,
+        )
+        for name, ep in found.items()
+    ]
     if not found:
         lines.append("  (none installed: `pip install -e .` registers the smetric.commands entry points)")
     lines.append("\n`smetric COMMAND --help` shows a command's options.")
