@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
+from typing import NoReturn
 
 
 def parse_bool(text: str) -> bool:
@@ -136,44 +137,67 @@ FLAGS: tuple[Flag, ...] = (
     ),
 )
 
-# Upstream picker flags (GIE / llm-d-router ``cmd/epp``) accepted so the upstream inferencepool chart's
-# argument list starts this picker; they have no effect here (the picker scrapes vLLM's metric names
-# and has no leader election or tracing) and are logged once at start-up when set.
-UPSTREAM_IGNORED: tuple[Flag, ...] = (
+# Upstream picker flags (GIE ``cmd/epp/runner/runner.go`` v1.0.0, ``pkg/epp/server/options.go``
+# v1.5.0) with their upstream meaning here. The picker's own names above stay the primary ones;
+# these set the same things in upstream's units (Go durations such as ``50ms``).
+UPSTREAM_FLAGS: tuple[Flag, ...] = (
+    Flag("config-text", str, "", "the config as text, in lieu of --config-file (either format)"),
     Flag(
-        "ha-enable-leader-election", bool, False, "upstream HA flag (no leader election here: run 1 replica)"
+        "ha-enable-leader-election",
+        bool,
+        False,
+        "elect a leader through a coordination.k8s.io Lease; only the leader reports ready and routes "
+        "(Kubernetes mode only)",
     ),
-    Flag("tracing", bool, False, "upstream OpenTelemetry tracing switch (not implemented)"),
     Flag(
-        "metrics-endpoint-auth", bool, True, "upstream metrics auth switch (metrics here are unauthenticated)"
+        "metrics-endpoint-auth",
+        bool,
+        None,
+        "metrics need a bearer token that passes a TokenReview and a SubjectAccessReview (get "
+        "/metrics); default: on with --pool-name, off with --endpoints (true there is refused)",
     ),
-    Flag("enable-pprof", bool, False, "upstream Go profiling switch"),
-    Flag("zap-log-level", str, "", "upstream zap level (use --v or --log-level)"),
-    Flag("zap-devel", bool, False, "upstream zap development mode"),
-    Flag("zap-stacktrace-level", str, "", "upstream zap stack trace level"),
-    Flag("zap-time-encoding", str, "", "upstream zap time encoding"),
-    Flag("endpoint-selector", str, "", "upstream standalone mode (use --endpoints here)"),
-    Flag("endpoint-target-ports", str, "", "upstream standalone mode (use --endpoints here)"),
-    Flag("refresh-metrics-interval", str, "", "upstream scrape interval (use --refresh-interval-ms)"),
-    Flag("refresh-prometheus-metrics-interval", str, "", "upstream self-metrics interval"),
-    Flag("metrics-staleness-threshold", str, "", "upstream staleness (use --staleness-threshold-ms)"),
-    Flag("total-queued-requests-metric", str, "", "upstream metric name mapping (vLLM names are built in)"),
-    Flag("total-running-requests-metric", str, "", "upstream metric name mapping (vLLM names are built in)"),
+    Flag("health-checking", bool, False, "also serve grpc.health.v1 on the ext_proc port"),
     Flag(
-        "kv-cache-usage-percentage-metric", str, "", "upstream metric name mapping (vLLM names are built in)"
+        "disable-endpoint-subset-filter",
+        bool,
+        False,
+        "ignore the gateway's x-gateway-destination-endpoint-subset hint",
     ),
-    Flag("lora-info-metric", str, "", "upstream metric name mapping (no LoRA routing here)"),
-    Flag("cache-info-metric", str, "", "upstream metric name mapping (vLLM names are built in)"),
+    Flag("refresh-metrics-interval", str, "", "Go duration; when set, replaces --refresh-interval-ms"),
+    Flag("metrics-staleness-threshold", str, "", "Go duration; when set, replaces --staleness-threshold-ms"),
     Flag(
-        "model-server-metrics-port",
+        "refresh-prometheus-metrics-interval",
         str,
         "",
-        "upstream: metrics port of the model servers (the target port here)",
+        "Go duration: how often the pool gauges (ready pods, average queue and KV use) are refreshed "
+        "(default 1s)",
     ),
-    Flag("model-server-metrics-path", str, "", "upstream: metrics path of the model servers (/metrics here)"),
-    Flag("model-server-metrics-scheme", str, "", "upstream: metrics scheme of the model servers (http here)"),
-    Flag("model-server-metrics-https-insecure-skip-verify", bool, False, "upstream metrics TLS switch"),
-    Flag("enable-cert-reload", bool, False, "upstream certificate reload switch"),
+    Flag("zap-log-level", str, "", "debug | info | warn | error | an integer level; used when --v is unset"),
+    Flag("zap-devel", bool, False, "zap development mode: console encoding and debug level"),
+    # Accepted only with values that mean what this picker does; any other value is refused at
+    # start-up with the reason (smetric.epp.upstream.flags).
+    Flag("endpoint-selector", str, "", "upstream standalone mode; refused (use --endpoints)"),
+    Flag("endpoint-target-ports", str, "", "upstream standalone mode; refused (use --endpoints)"),
+    Flag("total-queued-requests-metric", str, "", "only vllm:num_requests_waiting is read"),
+    Flag("total-running-requests-metric", str, "", "only vllm:num_requests_running is read"),
+    Flag("kv-cache-usage-percentage-metric", str, "", "only vllm:kv_cache_usage_perc is read"),
+    Flag("lora-info-metric", str, "", "LoRA routing is not implemented; empty or vLLM's name"),
+    Flag("cache-info-metric", str, "", "only vllm:cache_config_info is read"),
+    Flag("model-server-metrics-port", str, "", "metrics are scraped on the target port; other ports refused"),
+    Flag("model-server-metrics-path", str, "", "only /metrics"),
+    Flag("model-server-metrics-scheme", str, "", "only http"),
+    Flag(
+        "model-server-metrics-https-insecure-skip-verify", bool, True, "only meaningful with https (refused)"
+    ),
+    Flag("enable-cert-reload", bool, False, "certificates are read once at start-up; true is refused"),
+)
+
+# Upstream diagnostics without an equivalent here: accepted, logged once at start-up when set.
+UPSTREAM_IGNORED: tuple[Flag, ...] = (
+    Flag("tracing", bool, False, "upstream OpenTelemetry tracing switch (not implemented)"),
+    Flag("enable-pprof", bool, False, "upstream Go profiling switch"),
+    Flag("zap-stacktrace-level", str, "", "upstream zap stack trace level"),
+    Flag("zap-time-encoding", str, "", "upstream zap time encoding"),
 )
 
 
@@ -188,18 +212,38 @@ def _add(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: Flag) 
         parser.add_argument(*names, dest=dest, type=flag.type, default=flag.default, help=flag.help)
 
 
+class _DefaultsOnce(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: ...)`` only to help texts that do not state their default themselves."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        return text if "default" in text else super()._get_help_string(action) or text
+
+
+class _ShortErrors(argparse.ArgumentParser):
+    """A usage error is one line that points at ``--help`` (the full usage is dozens of lines)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(prog: str = "smetric-epp") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _ShortErrors(
         prog=prog,
         description="SMetric endpoint picker (Envoy ext_proc)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_DefaultsOnce,
     )
     for flag in FLAGS:
         _add(parser, flag)
-    upstream = parser.add_argument_group("upstream picker flags accepted for compatibility (no effect)")
-    for flag in UPSTREAM_IGNORED:
-        if flag.name not in {f.name for f in FLAGS}:
+    own = {f.name for f in FLAGS}
+    upstream = parser.add_argument_group("upstream picker flags, with their upstream meaning")
+    for flag in UPSTREAM_FLAGS:
+        if flag.name not in own:
             _add(upstream, flag)
+    ignored = parser.add_argument_group("upstream picker flags accepted for compatibility (no effect)")
+    for flag in UPSTREAM_IGNORED:
+        if flag.name not in own:
+            _add(ignored, flag)
     return parser
 
 
@@ -215,7 +259,7 @@ def ignored_upstream_flags(args: argparse.Namespace) -> list[str]:
 
 def render_args(values: dict[str, object]) -> list[str]:
     """``{"pool-name": "p"} -> ["--pool-name=p"]``; unknown names raise ``KeyError``."""
-    known = {f.name for f in FLAGS} | {a for f in FLAGS for a in f.aliases}
+    known = {f.name for f in (*FLAGS, *UPSTREAM_FLAGS)} | {a for f in FLAGS for a in f.aliases}
     out: list[str] = []
     for name, value in values.items():
         if name not in known:
