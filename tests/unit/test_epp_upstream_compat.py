@@ -31,6 +31,23 @@ UPSTREAM_ARGS = [
 ]  # fmt: skip
 
 
+# GIE v1.0.0 config/charts/inferencepool/templates/epp-config.yaml, default-plugins.yaml.
+GIE_CHART_CONFIG = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+  - pluginRef: kv-cache-utilization-scorer
+  - pluginRef: prefix-cache-scorer
+"""
+
+
 def test_the_upstream_chart_argument_list_parses_onto_our_flags() -> None:
     args = build_parser().parse_args(
         [*UPSTREAM_ARGS, "--ha-enable-leader-election", "--secure-serving", "false"]
@@ -38,7 +55,8 @@ def test_the_upstream_chart_argument_list_parses_onto_our_flags() -> None:
     assert args.config == "CONFIG" and args.pool_name == "pool" and args.pool_namespace == "team-a"
     assert args.v == 1 and args.zap_encoder == "json" and args.secure_serving is False
     assert args.pool_group == "inference.networking.k8s.io"
-    assert ignored_upstream_flags(args) == ["ha-enable-leader-election", "metrics-endpoint-auth"]
+    assert args.ha_enable_leader_election is True and args.metrics_endpoint_auth is False
+    assert ignored_upstream_flags(args) == []  # --tracing=false is its default here
     defaults = build_parser().parse_args([])
     assert defaults.secure_serving is True  # TLS by default, as upstream
     # our own names stay as aliases, and the operator may render either spelling
@@ -89,10 +107,11 @@ async def _status(port: int, service: str) -> int:
 
 
 async def test_the_picker_starts_with_the_upstream_chart_arguments(tmp_path: Path) -> None:
-    """Kubernetes mode against an API server that is down: the picker starts, serves TLS on the
-    ext_proc port, liveness is SERVING and readiness NOT_SERVING (the pool has not synced)."""
+    """Kubernetes mode against an API server that is down: the picker starts on the chart's own
+    EndpointPickerConfig and flags, serves TLS on the ext_proc port, liveness is SERVING and
+    readiness NOT_SERVING (the pool has not synced)."""
     config = tmp_path / "config.yaml"
-    config.write_text("policy:\n  name: smetric\n")
+    config.write_text(GIE_CHART_CONFIG)
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -108,6 +127,11 @@ async def test_the_picker_starts_with_the_upstream_chart_arguments(tmp_path: Pat
         str(health_port),
         "--metrics-port",
         str(metrics_port),
+        "--health-checking",
+        "--disable-endpoint-subset-filter",
+        "true",
+        "--refresh-metrics-interval",
+        "50ms",
     ]
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     env.pop("KUBERNETES_SERVICE_HOST", None)

@@ -7,23 +7,32 @@ Shape (the operator renders exactly the ``policy`` block)::
       parameters: {slack: 1.0}    # context + policy-owned keys, parsed by smetric.policy.params_from_mapping
     pdDisaggregation:
       enabled: false
+      nonCachedTokens: null       # selective P/D: take the prefill hop only when the decode pod's
+                                  # uncached suffix is >= this many tokens (0: never; null: always)
     saturation:                   # when an endpoint counts as saturated (429 for sheddable requests)
       queueDepthThreshold: 5      # GIE saturation detector defaults
       kvCacheUtilThreshold: 0.8
     servedModels: []              # empty = accept any model (the engine answers 404 itself)
 
 An empty path gives the defaults: SMetric with the paper's parameters, colocated, no PD.
+
+The upstream picker's ``EndpointPickerConfig`` (``apiVersion: inference.networking.x-k8s.io/v1alpha1``,
+``plugins`` + ``schedulingProfiles``) is accepted too: :mod:`smetric.epp.upstream.translate` maps it
+to this format and returns warnings for what maps only approximately or not at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from smetric.epp.upstream.epc import EndpointPickerConfig, is_upstream
+from smetric.epp.upstream.translate import TranslateError, translate
 from smetric.policy.base import PolicyParams
 from smetric.policy.config import params_from_mapping
 from smetric.policy.registry import DEFAULT_POLICY, POLICY_NAMES
@@ -51,6 +60,7 @@ class PolicySection(_Strict):
 
 class PdSection(_Strict):
     enabled: bool = False
+    nonCachedTokens: int | None = Field(default=None, ge=0)
 
 
 class SaturationSection(_Strict):
@@ -73,19 +83,52 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_config(doc: object, source: str = "<config>") -> PickerConfig:
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    config: PickerConfig
+    warnings: tuple[str, ...] = ()  # what an upstream config maps only approximately
+    upstream: bool = False
+
+
+def read_config(doc: object, source: str = "<config>") -> LoadedConfig:
+    """Validate either format: the picker's own, or an upstream ``EndpointPickerConfig``."""
     if doc is None:
-        return PickerConfig()
+        return LoadedConfig(PickerConfig())
+    if not is_upstream(doc):
+        return LoadedConfig(_validate(doc, source))
+    try:
+        envelope = EndpointPickerConfig.model_validate(doc)
+        result = translate(envelope)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc)}") from None
+    except TranslateError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return LoadedConfig(_validate(result.doc, source), result.warnings, upstream=True)
+
+
+def _validate(doc: object, source: str) -> PickerConfig:
     try:
         return PickerConfig.model_validate(doc)
     except ValidationError as exc:
         raise ConfigError(f"{source}: {_describe(exc)}") from None
 
 
-def load_config(path: str | Path | None) -> PickerConfig:
-    """Read and validate a config file; ``None`` or ``""`` gives the defaults."""
+def parse_config(doc: object, source: str = "<config>") -> PickerConfig:
+    return read_config(doc, source).config
+
+
+def load_picker_config(path: str | Path | None, text: str = "") -> LoadedConfig:
+    """``--config-file`` or ``--config-text`` (upstream's pair; both set is an error, as upstream)."""
+    if path and text:
+        raise ConfigError("--config-file and --config-text are mutually exclusive; set one")
+    if text:
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--config-text: not valid YAML: {exc}") from None
+        return read_config(doc, "--config-text")
     if not path:
-        return PickerConfig()
+        return LoadedConfig(PickerConfig())
     p = Path(path)
     try:
         doc = yaml.safe_load(p.read_text())
@@ -93,7 +136,12 @@ def load_config(path: str | Path | None) -> PickerConfig:
         raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    return parse_config(doc, str(p))
+    return read_config(doc, str(p))
+
+
+def load_config(path: str | Path | None, text: str = "") -> PickerConfig:
+    """Read and validate a config file (or text); ``None`` or ``""`` gives the defaults."""
+    return load_picker_config(path, text).config
 
 
 def policy_params(cfg: PickerConfig) -> PolicyParams:

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from smetric.core.pickerflags import build_parser, ignored_upstream_flags
 from smetric.core.tokenizer import TokenizerLoadError
-from smetric.epp.config import ConfigError, load_config, policy_params
+from smetric.epp.config import ConfigError, PickerConfig, load_config, load_picker_config, policy_params
 from smetric.epp.obs.health import HealthReporter
 from smetric.epp.obs.logging import (
     configure_logging,
@@ -33,17 +33,19 @@ from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 from smetric.epp.server.snapshot import StateKeeper
 from smetric.epp.server.tls import TlsError, server_key_pair
 from smetric.epp.settings import PickerSettings
+from smetric.epp.upstream.flags import resolve as resolve_upstream
 
 log = logging.getLogger("smetric.epp")
 
 SHUTDOWN_GRACE_S = 10.0
 
 
-async def serve(settings: PickerSettings) -> int:
+async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> int:
     from smetric.epp.datastore import build_datastore
 
     s = settings
-    cfg = load_config(s.config)
+    if cfg is None:
+        cfg = load_config(s.config, s.config_text)
     params = policy_params(cfg)
     registry = CollectorRegistry()
     metrics = PickerMetrics(registry)
@@ -66,11 +68,14 @@ async def serve(settings: PickerSettings) -> int:
             body_budget_bytes=s.body_budget_bytes,
             max_inflight_decisions=s.max_inflight_decisions,
             decision_budget_s=s.decision_budget_s,
+            subset_filter=s.subset_filter,
         ),
         renderer=renderer,
     )
     datastore.on_removed(picker.on_endpoint_removed)  # a removed pod's learned speed goes with it
-    health = HealthReporter(datastore, metrics, datastore.is_stale, synced=datastore.synced)
+    health = HealthReporter(
+        datastore, metrics, datastore.is_stale, interval_s=s.pool_gauge_interval_s, synced=datastore.synced
+    )
     server = PickerServer(
         servicer,
         health,
@@ -79,6 +84,7 @@ async def serve(settings: PickerSettings) -> int:
         health_port=s.grpc_health_port,
         tls_key_pair=server_key_pair(s.secure_serving, s.cert_path),
         max_message_bytes=s.max_body_bytes + 1024 * 1024,  # BUFFERED: the whole body in one message
+        health_on_grpc_port=s.health_checking,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -161,15 +167,20 @@ def event_loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | N
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    level = level_from_verbosity(args.v) if args.v >= 0 else args.log_level
+    up = resolve_upstream(args)
+    level = level_from_verbosity(args.v) if args.v >= 0 else (up.log_level or args.log_level)
     try:
         configure_logging(level)
     except ValueError as exc:
         print(f"smetric-epp: {exc}", file=sys.stderr)
         return 2
-    if args.zap_encoder == "console":
+    if args.zap_encoder == "console" or args.zap_devel:
         use_console_encoder()
     set_decision_log(args.decision_log or level == "debug")
+    if up.errors:
+        for error in up.errors:
+            print(f"smetric-epp: {error}", file=sys.stderr)
+        return 2
     ignored = ignored_upstream_flags(args)
     if ignored:
         log.warning("upstream picker flags without effect here: %s", ", ".join(ignored))
@@ -193,18 +204,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     try:
-        load_config(args.config)  # fail fast, before any server starts
-    except ConfigError as exc:
-        print(f"smetric-epp: {exc}", file=sys.stderr)
-        return 2
-    try:
+        loaded = load_picker_config(args.config, args.config_text)  # fail fast, before any server starts
+        settings = PickerSettings.from_flags(args)
         loop_factory = event_loop_factory(args.event_loop)
-    except ValueError as exc:
+    except (ConfigError, ValueError) as exc:
         print(f"smetric-epp: {exc}", file=sys.stderr)
         return 2
+    for warning in loaded.warnings:
+        log.warning("config: %s", warning)
+    if not settings.metrics_auth:
+        log.info("metrics endpoint unauthenticated (--metrics-endpoint-auth=false or standalone mode)")
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            return runner.run(serve(PickerSettings.from_flags(args)))
+            return runner.run(serve(settings, loaded.config))
     except (ConfigError, ValueError, TlsError, TokenizerLoadError) as exc:
         print(f"smetric-epp: {exc}", file=sys.stderr)
         return 2

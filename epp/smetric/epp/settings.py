@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from smetric.core.pickerflags import build_parser
+from smetric.epp.upstream.flags import resolve as resolve_upstream
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +53,20 @@ class PickerSettings:
     state_interval_s: float
     snapshot_port: int
     peers: tuple[str, ...]
+    # upstream picker flags (smetric.epp.upstream.flags)
+    config_text: str = ""
+    leader_election: bool = False
+    metrics_auth: bool = False
+    health_checking: bool = False  # grpc.health.v1 on the ext_proc port too
+    subset_filter: bool = True  # honour x-gateway-destination-endpoint-subset
+    pool_gauge_interval_s: float = 1.0
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace) -> PickerSettings:
+        """Raises ``ValueError`` listing the refused upstream flags."""
+        up = resolve_upstream(args)
+        if up.errors:
+            raise ValueError("; ".join(up.errors))
         return cls(
             config=args.config,
             endpoints=args.endpoints,
@@ -66,8 +78,8 @@ class PickerSettings:
             hash_seed=args.hash_seed,
             hash_algo=args.hash_algo,
             block_size=args.block_size,
-            refresh_interval_s=args.refresh_interval_ms / 1000.0,
-            staleness_s=args.staleness_threshold_ms / 1000.0,
+            refresh_interval_s=up.refresh_interval_s or args.refresh_interval_ms / 1000.0,
+            staleness_s=up.staleness_s or args.staleness_threshold_ms / 1000.0,
             scrape_timeout_s=args.scrape_timeout_ms / 1000.0,
             scrape_max_bytes=args.scrape_max_bytes,
             max_body_bytes=args.max_body_bytes,
@@ -85,6 +97,12 @@ class PickerSettings:
             state_interval_s=args.state_interval_ms / 1000.0,
             snapshot_port=args.snapshot_port,
             peers=tuple(p.strip() for p in args.peers.split(",") if p.strip()),
+            config_text=args.config_text,
+            leader_election=args.ha_enable_leader_election,
+            metrics_auth=up.metrics_auth,
+            health_checking=args.health_checking,
+            subset_filter=not args.disable_endpoint_subset_filter,
+            pool_gauge_interval_s=up.pool_gauge_interval_s or 1.0,
         )
 
     @classmethod

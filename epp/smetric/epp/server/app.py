@@ -79,6 +79,7 @@ class PickerServer:
         health_port: int | None = 9003,
         tls_key_pair: tuple[bytes, bytes] | None = None,
         max_message_bytes: int = 17 * 1024 * 1024,
+        health_on_grpc_port: bool = False,
     ) -> None:
         """``max_message_bytes``: the largest ext_proc message accepted (Envoy sends a BUFFERED body
         as one message; FULL_DUPLEX_STREAMED chunks are much smaller); the health server takes 64 KiB."""
@@ -89,6 +90,7 @@ class PickerServer:
         self.host = host
         self.grpc_port = grpc_port
         self.health_port = health_port
+        self.health_on_grpc_port = health_on_grpc_port  # --health-checking: upstream serves both
         self._server: grpc.aio.Server | None = None
         self._health_server: grpc.aio.Server | None = None
 
@@ -101,6 +103,8 @@ class PickerServer:
         ]
         server = grpc.aio.server(options=options)
         ep_grpc.add_ExternalProcessorServicer_to_server(self.servicer, server)
+        if self.health is not None and self.health_on_grpc_port:
+            health_pb2_grpc.add_HealthServicer_to_server(self.health.servicer, server)
         self.grpc_port = _bind(server, self.host, self.grpc_port, self.tls_key_pair)
         if self.health is not None and self.health_port is not None:
             hs = grpc.aio.server(

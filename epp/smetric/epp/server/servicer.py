@@ -83,6 +83,7 @@ class ServicerSettings:
     # time from their headers to their decision; past either, 503 + retry-after at once.
     max_inflight_decisions: int = 512
     decision_budget_s: float = 10.0
+    subset_filter: bool = True  # honour the gateway's endpoint-subset hint (upstream's default)
 
 
 def _expire(st: StreamState, task: asyncio.Task[Any]) -> None:
@@ -277,7 +278,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
             raise RequestError(404, f"path {st.headers.path.split('?', 1)[0]!r} is not an inference API")
         self.admission.enter()  # Shed (503) when too many requests wait for a decision
         st.admitted_at = self.clock()
-        st.subset = msgs.subset_ips(m.metadata_context)
+        st.subset = msgs.subset_ips(m.metadata_context) if self.settings.subset_filter else None
         if m.request_headers.end_of_stream or st.req_mode not in (msgs.MODE_FULL_DUPLEX, msgs.MODE_BUFFERED):
             # No body will reach the picker (GET, or a body mode it does not take): route on headers.
             pick = self._decide(st, None)
