@@ -101,13 +101,18 @@ class BlockHasher:
         return self._root
 
     def block_hashes(
-        self, token_ids: Sequence[int], extra_keys: tuple[Any, ...] | None = None
+        self,
+        token_ids: Sequence[int],
+        extra_keys: tuple[Any, ...] | None = None,
+        parent: bytes | None = None,
     ) -> list[bytes]:
-        """Digests of every full block of ``token_ids`` (``len(token_ids) // block_size`` of them)."""
+        """Digests of every full block of ``token_ids`` (``len(token_ids) // block_size`` of them).
+        ``parent``: the digest of the block before ``token_ids`` (default: the root), so a long prompt
+        can be hashed piece by piece."""
         fn = self._hash_fn
         bs = self.block_size
         ids = tuple(token_ids)
-        parent = self._root
+        parent = self._root if parent is None else parent
         out: list[bytes] = []
         for start in range(0, len(ids) - bs + 1, bs):
             parent = fn((parent, ids[start : start + bs], extra_keys))

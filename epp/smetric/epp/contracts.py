@@ -63,6 +63,7 @@ class PromptKey:
     prompt_tokens: int
     token_ids: tuple[int, ...] = ()
     block_keys: tuple[int, ...] = ()  # the index's own chained block keys for this prompt
+    exact_tokens: bool = False  # prompt_tokens was counted by a tokenizer, not estimated
 
 
 class PrefixIndex(Protocol):

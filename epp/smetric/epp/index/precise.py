@@ -8,18 +8,43 @@ must be what the engine tokenizes: the request path renders chats with
 :meth:`smetric.core.tokenizer.Tokenizer.render_chat` (the model's chat template when a HF tokenizer
 with one is configured, else the raw concatenation of the message texts -- then hits are exact only
 for plain completions and are approximate for chats).
+
+Memory: a 15 MiB agent prompt is millions of tokens. A text longer than :data:`ENCODE_CHUNK_CHARS`
+is tokenized piece by piece and each piece's full blocks are hashed before the next piece is
+tokenized, so the token ids of the whole prompt never exist at once; the key keeps the block hashes
+and the token count (``exact_tokens``), not the ids. Pieces end before a space that follows a
+letter or digit: no pre-token crosses such a boundary for the fallback tokenizer, byte-level BPE
+(GPT-2 / Llama 3 / Qwen patterns attach a space to the word after it) or Metaspace, so the ids are
+those of the whole text; a tokenizer that merges across a space would make hits past the first
+boundary read low, never high. A text with no such space is tokenized whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from smetric.core.blockhash import BlockHasher
+from smetric.core.blockhash import BlockHasher, external_hash
 from smetric.core.tokenizer import Tokenizer
 from smetric.epp.contracts import PromptKey
 from smetric.epp.index.prefix import cached_prefix_blocks
 from smetric.epp.kvevents.store import BlockStore
+
+ENCODE_CHUNK_CHARS = 1 << 16  # a piece of a long prompt: its token ids are a few hundred KB at most
+_CUT = re.compile(r"(?<=[^\W_]) ")  # a space after a letter or digit: a pre-token boundary
+
+
+def encode_pieces(
+    tokenizer: Tokenizer, text: str, chunk_chars: int = ENCODE_CHUNK_CHARS
+) -> Iterator[list[int]]:
+    """The token ids of ``text`` in consecutive pieces of about ``chunk_chars`` characters."""
+    start, n = 0, len(text)
+    while start < n:
+        m = _CUT.search(text, start + chunk_chars) if n - start > chunk_chars else None
+        end = m.start() if m is not None else n
+        yield tokenizer.encode(text[start:end])
+        start = end
 
 
 class PreciseIndex:
@@ -53,12 +78,28 @@ class PreciseIndex:
         return self._store
 
     def key(self, prompt_text: str, token_ids: Sequence[int] | None = None) -> PromptKey:
-        ids = tuple(token_ids) if token_ids is not None else tuple(self._tokenizer.encode(prompt_text))
+        pieces = (
+            iter((list(token_ids),)) if token_ids is not None else encode_pieces(self._tokenizer, prompt_text)
+        )
+        bs = self._hasher.block_size
+        parent: bytes | None = None
+        carry: list[int] = []
+        keys: list[int] = []
+        tokens = 0
+        for ids in pieces:
+            tokens += len(ids)
+            ids = carry + ids if carry else ids
+            full = len(ids) - len(ids) % bs
+            new = self._hasher.block_hashes(ids[:full], parent=parent)
+            if new:
+                parent = new[-1]
+                keys += map(external_hash, new)
+            carry = ids[full:]
         return PromptKey(
             text=prompt_text,
-            prompt_tokens=len(ids),
-            token_ids=ids,
-            block_keys=tuple(self._hasher.external_hashes(ids)),
+            prompt_tokens=tokens,
+            block_keys=tuple(keys),
+            exact_tokens=True,
         )
 
     def key_messages(self, messages: Sequence[Mapping[str, Any]]) -> PromptKey:

@@ -165,7 +165,8 @@ class Picker:
             )
         if key is None:
             key = self.index.key(prompt_text, token_ids or None)
-        if key.token_ids and request.prompt_tokens > 0 and key.prompt_tokens != request.prompt_tokens:
+        exact = key.exact_tokens or bool(key.token_ids)
+        if exact and request.prompt_tokens > 0 and key.prompt_tokens != request.prompt_tokens:
             # A tokenizing (precise) index knows the real length: use it, and scale the chars/4
             # estimate of est_hit by the same factor so c[i] and est_hit share units.
             scale = key.prompt_tokens / request.prompt_tokens

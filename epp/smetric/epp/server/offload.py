@@ -12,6 +12,7 @@ global body budget (:class:`~smetric.epp.server.guard.BodyBudget`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,7 +25,9 @@ Keyer = Callable[[ParsedBody], tuple[str, PromptKey]]
 def _parse_and_key(body: bytes | bytearray, path: str, keyer: Keyer) -> tuple[ParsedBody, str, PromptKey]:
     parsed = parse_body(body, path)
     text, key = keyer(parsed)
-    return parsed, text, key
+    # The messages (the whole parsed JSON document of an agent body) served the key only: drop them
+    # here so a request waiting for its decision holds its texts and key, not the document.
+    return dataclasses.replace(parsed, messages=()), text, key
 
 
 class ParseOffload:
