@@ -168,11 +168,13 @@ def find_trace(explicit: Path | None) -> Path:
         repo.parent / "shared" / "traces" / TRACE_FILE,
         Path.cwd().parent / "shared" / "traces" / TRACE_FILE,
     ]
+    candidates = list(dict.fromkeys(c.resolve() for c in candidates))
     for c in candidates:
         if c.is_file():
             return c
     raise BenchError(
-        f"agentic trace not found (tried {', '.join(map(str, candidates))}); pass --trace or set $SMETRIC_TRACES"
+        f"agentic trace not found (tried {', '.join(map(str, candidates))}); pass --trace or set "
+        "$SMETRIC_TRACES (docs/traces.md: where the traces come from, and how to bring your own)"
     )
 
 

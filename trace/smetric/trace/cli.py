@@ -1,4 +1,5 @@
-"""``smetric trace stats PATH``: the paper's §3 trace statistics as a table and optional JSON."""
+"""``smetric trace stats PATH``: the paper's §3 trace statistics as a table and optional JSON;
+``smetric trace validate PATH``: check a trace of one's own before a run (docs/traces.md)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,35 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument(
         "--skip-malformed", action="store_true", help="skip and count malformed lines instead of failing"
     )
+    validate = sub.add_parser(
+        "validate", help="check a trace file: the first bad line, or one line on what it holds"
+    )
+    validate.add_argument("path", type=Path, help="trace file (.jsonl, .jsonl.gz or .csv)")
+    validate.add_argument("--format", choices=FORMATS, help="override format detection")
     return parser
+
+
+def validate(path: Path, fmt: str | None) -> int:
+    """0 and a one-line summary for a valid trace; 1 and ``path:line: why`` for the first bad line."""
+    try:
+        trace = load_trace(path, fmt, on_error="raise")
+    except (TraceFormatError, ValueError, OSError) as exc:
+        print(f"smetric trace validate: invalid: {exc}", file=sys.stderr)
+        return 1
+    reqs = trace.requests
+    sessions = len({r.session_id for r in reqs})
+    families = len({r.family_id for r in reqs})
+    bench = (
+        "usable by smetric bench and smetric simulate"
+        if trace.format == "agentic"
+        else "usable by smetric simulate (smetric bench replays the agentic format)"
+    )
+    print(
+        f"{path}: valid {trace.format} trace: {len(reqs)} requests, {sessions} sessions"
+        f"{' (inferred)' if trace.sessions_inferred else ''}, {families} families, "
+        f"{trace.block_tokens}-token blocks{'' if trace.has_hashes else ' (no hashes)'}; {bench}"
+    )
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help or a usage error: argparse already printed the message
         return exc.code if isinstance(exc.code, int) else 2
+    if args.command == "validate":
+        return validate(args.path, args.format)
     try:
         trace = load_trace(
             args.path,
