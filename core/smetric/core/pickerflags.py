@@ -90,7 +90,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("scrape-timeout-ms", int, 1000, "timeout of one /metrics scrape"),
     Flag("scrape-max-bytes", int, 4 * 1024 * 1024, "a larger /metrics page is refused (endpoint goes stale)"),
     Flag(
-        "state-file", str, "", "approximate index snapshot: written periodically and at exit, read at start"
+        "state-file", str, "", "prefix index snapshot: written periodically and at exit, read at start"
     ),
     Flag("state-interval-ms", int, 2000, "how often --state-file is written"),
     Flag("snapshot-port", int, 0, "serve GET /snapshot (the index) for peer replicas; 0 = off"),

@@ -128,13 +128,13 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
 
 
 def state_keeper(settings: PickerSettings, index: object) -> StateKeeper | None:
-    """``--state-file`` / ``--snapshot-port`` / ``--peers`` (approximate index only: the precise
-    index's truth is the engines' KV events)."""
+    """``--state-file`` / ``--snapshot-port`` / ``--peers``, for either prefix index."""
     from smetric.epp.index.approximate import ApproximateIndex
+    from smetric.epp.index.precise import PreciseIndex
 
     s = settings
     wanted = s.state_file or s.snapshot_port or s.peers
-    if not wanted or not isinstance(index, ApproximateIndex):
+    if not wanted or not isinstance(index, ApproximateIndex | PreciseIndex):
         return None
     return StateKeeper(index, s.state_file, s.state_interval_s, s.peers, s.snapshot_port, s.bind_address)
 

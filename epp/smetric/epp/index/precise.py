@@ -119,3 +119,14 @@ class PreciseIndex:
 
     def on_routed(self, key: PromptKey, address: str) -> None:
         """No-op: the engine's KV events, not routing decisions, are the truth here."""
+
+    # Restart snapshots (smetric.epp.server.snapshot): the block sets as the KV events left them. A
+    # snapshot may list blocks an engine evicted while the picker was down (hits read high for them
+    # until a gap resets that endpoint), so one older than this is not restored.
+    snapshot_max_age_s: float = 120.0
+
+    def export_state(self) -> dict[str, list[int]]:
+        return self._store.export_state()
+
+    def import_state(self, state: dict[str, list[int]]) -> None:
+        self._store.import_state(state)

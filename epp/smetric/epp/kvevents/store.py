@@ -13,6 +13,8 @@ from smetric.epp.kvevents.events import (
     is_local_tier,
 )
 
+_U64 = (1 << 64) - 1
+
 
 class BlockStore:
     """``address -> set of 64-bit block hashes`` on that endpoint's GPU tier.
@@ -106,3 +108,16 @@ class BlockStore:
 
     def size(self, address: str) -> int:
         return len(self._blocks.get(address, ()))
+
+    def export_state(self) -> dict[str, list[int]]:
+        """Per endpoint, its GPU block hashes least recently stored first (a restart's warm start).
+        Hashes are written as unsigned 64-bit integers (what vLLM publishes)."""
+        return {address: [h & _U64 for h in blocks] for address, blocks in self._blocks.items()}
+
+    def import_state(self, state: dict[str, list[int]]) -> None:
+        """Replace the per-endpoint sets with ``state`` (as :meth:`export_state` wrote it), each
+        trimmed to the endpoint's cap (most recent kept)."""
+        self._blocks = {}
+        for address, hashes in state.items():
+            keep = hashes[-self.max_blocks(address) :]
+            self._blocks[address] = dict.fromkeys(keep)

@@ -13,9 +13,12 @@ back, both optional:
 
 Format: JSON ``{"version": 1, "tokens_per_key": T, "saved_at": unix_s, "endpoints": {address:
 base64(uint64 little-endian keys, least recent first)}}``. A snapshot whose ``tokens_per_key``
-differs (another ``--block-size``) is ignored with a warning; so is an unreadable one. The precise
-index is not snapshotted: its truth is the engines' KV events (it refills from them), and a stale
-snapshot could report blocks the engine has since evicted.
+differs (another ``--block-size``) is ignored with a warning; so is an unreadable one.
+
+Both indexes are snapshotted: the approximate one's learned keys, the precise one's per-endpoint
+block sets as the KV events left them (a restarted picker with the precise index would otherwise
+know none of the blocks stored before it subscribed). A precise snapshot can list blocks an engine
+evicted while the picker was down, so one older than the index's ``snapshot_max_age_s`` is ignored.
 """
 
 from __future__ import annotations
@@ -27,20 +30,31 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 import numpy as np
 import orjson
 from aiohttp import web
 
-from smetric.epp.index.approximate import ApproximateIndex
-
 log = logging.getLogger(__name__)
+
+
+class SnapshotIndex(Protocol):
+    """What a snapshot reads and restores (both prefix indexes provide it)."""
+
+    @property
+    def tokens_per_key(self) -> int: ...
+
+    def export_state(self) -> dict[str, list[int]]: ...
+
+    def import_state(self, state: dict[str, list[int]]) -> None: ...
+
 
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024  # a peer's answer larger than this is refused
 
 
-def dump(index: ApproximateIndex) -> bytes:
+def dump(index: SnapshotIndex) -> bytes:
     endpoints = {
         address: base64.b64encode(np.asarray(keys, dtype="<u8").tobytes()).decode()
         for address, keys in index.export_state().items()
@@ -54,12 +68,17 @@ def dump(index: ApproximateIndex) -> bytes:
     return orjson.dumps(doc)
 
 
-def load(index: ApproximateIndex, data: bytes, source: str) -> bool:
+def load(index: SnapshotIndex, data: bytes, source: str) -> bool:
     """Replace ``index``'s state with the snapshot; ``False`` (and a warning) if it does not fit."""
     try:
         doc = orjson.loads(data)
         if doc.get("version") != 1 or doc.get("tokens_per_key") != index.tokens_per_key:
             log.warning("snapshot from %s does not match this picker's index: ignored", source)
+            return False
+        max_age_s = getattr(index, "snapshot_max_age_s", None)
+        age_s = time.time() - float(doc.get("saved_at", 0.0))
+        if max_age_s is not None and age_s > max_age_s:
+            log.warning("snapshot from %s is %.0f s old (limit %.0f s): ignored", source, age_s, max_age_s)
             return False
         state = {
             str(address): np.frombuffer(base64.b64decode(raw), dtype="<u8").tolist()
@@ -82,7 +101,7 @@ class StateKeeper:
 
     def __init__(
         self,
-        index: ApproximateIndex,
+        index: SnapshotIndex,
         path: str = "",
         interval_s: float = 2.0,
         peers: tuple[str, ...] = (),
