@@ -1,4 +1,4 @@
-"""Which policy the regime map supports as the default (issue 11): per policy, in how many regimes
+"""Which policy the regime map supports as the default: per policy, in how many regimes
 it is not clearly worse than the regime's best policy, and its mean relative peak.
 
 "Not clearly worse": the upper end of the paired 95 % t interval (over seeds) of

@@ -1,4 +1,4 @@
-"""Envoy + SMetric picker vs ``vllm-router``, side by side on the same backends (issue 14).
+"""Envoy + SMetric picker vs ``vllm-router``, side by side on the same backends.
 
     python bench/picker_side_by_side.py [--runs 5] [--requests 300] [--out side.json]
 

@@ -110,7 +110,7 @@ def main() -> None:
     ap.add_argument("--preset", default="qwen3-30b-h20")
     a = ap.parse_args()
     argv = ["--json", "/dev/null", "--quick", "--preset", a.preset, "--instances", str(a.instances)]
-    if not a.quick:  # the --quick preset before issue 15's regime fix: tokens x1/16 at their own cost, 60 s
+    if not a.quick:  # the older --quick preset: tokens x1/16 at their own cost, 60 s
         argv += ["--token-scale", "0.0625", "--duration", "60", "--token-cost", "scaled"]
     if a.token_scale is not None:
         argv += ["--token-scale", str(a.token_scale)]

@@ -1,6 +1,6 @@
 """Load sweep of ``smetric bench``: the knee search, and the mean and spread over seeds per row.
 
-Knee (issue 15): the first family arrival rate at which the *best* row's SLO attainment drops below
+Knee: the first family arrival rate at which the *best* row's SLO attainment drops below
 :data:`KNEE_ATTAINMENT`. Without ``--rates`` the bench walks a geometric ladder of rates
 (``start * factor**k``) with the first seed only: up while the best row still meets 90 %, down
 while it does not, until two neighbouring rungs bracket the knee (or ``max_probes`` rungs were
@@ -23,7 +23,7 @@ import numpy as np
 from smetric.bench.metrics import Summary
 from smetric.bench.report import PolicyResult
 
-KNEE_ATTAINMENT = 0.90  # issue 15: "the first rate where the best policy's SLO attainment drops below 90 %"
+KNEE_ATTAINMENT = 0.90  # the knee: the first rate where the best row's SLO attainment drops below this
 _COUNTS = ("n_sent", "n_ok", "n_failed", "n_not_sent", "n_server_timed")
 SPREAD_FIELDS = (
     "tps_within_slo",

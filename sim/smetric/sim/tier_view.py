@@ -1,4 +1,4 @@
-"""The two-tier facts the simulated router gives ``smetric-tiered`` (issue 11).
+"""The two-tier facts the simulated router gives ``smetric-tiered``.
 
 Only built for a policy that reads them (its registry entry's ``uses_tier_view``); other policies' runs are unchanged
 and pay nothing. Per decision it sets, on each endpoint snapshot:

@@ -12,8 +12,7 @@ Names read (all summed over the ``engine`` label -- one series per data-parallel
   ``sum(num_gpu_blocks) * block_size``) and ``prefix_caching_hash_algo``.
 
 A text without ``vllm:num_requests_running`` is not a vLLM engine: :class:`MetricsParseError`.
-So is a page with a NaN, infinite or negative value in one of the series read (issue 12: a NaN
-used to raise in ``round`` and log a traceback every scrape): the page is refused as a whole, the
+So is a page with a NaN, infinite or negative value in one of the series read (``round`` of a NaN raises): the page is refused as a whole, the
 last good metrics stay and age into staleness, and the scraper logs the failure once.
 
 Only the lines of the series read reach the Prometheus parser (:func:`wanted_lines`): an engine

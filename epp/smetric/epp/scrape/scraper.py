@@ -8,7 +8,7 @@ last good :class:`EngineMetrics` in place; it ages past ``--staleness-threshold-
 datastore reports the endpoint stale. Failures are logged once per state change (up -> down and
 down -> up), not per scrape.
 
-Bounds (issue 12): a scrape takes at most ``timeout_s`` (``--scrape-timeout-ms``) and reads at most
+Bounds: a scrape takes at most ``timeout_s`` (``--scrape-timeout-ms``) and reads at most
 ``max_page_bytes`` (``--scrape-max-bytes``; a larger page is refused without reading the rest), so
 a hostile or broken engine cannot stall the event loop or grow the picker's memory.
 """

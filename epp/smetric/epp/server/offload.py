@@ -1,4 +1,4 @@
-"""Request-body parsing off the event loop for large bodies (issue 12).
+"""Request-body parsing off the event loop for large bodies.
 
 Parsing a 15 MiB body takes tens of milliseconds of CPU; on the event loop it stalls every other
 stream, the health server's answers and the metric scrapes (a probe saw health stall 1.5 s and

@@ -1,4 +1,4 @@
-"""The picker's two-tier facts for ``smetric-tiered`` (issue 11): g[i], nodes, session footprint.
+"""The picker's two-tier facts for ``smetric-tiered``: g[i], nodes, session footprint.
 
 Built only when the configured policy reads them (its registry entry's ``uses_tier_view``); other policies pay nothing.
 
