@@ -5,10 +5,11 @@ https://docs.vllm.ai/en/v0.32.0/configuration/engine_args.html and ``vllm serve 
 ``--port``, ``--served-model-name``, ``--tensor-parallel-size``, ``--data-parallel-size``,
 ``--block-size``, ``--max-model-len``, ``--kv-cache-dtype``, ``--gpu-memory-utilization``,
 ``--enable-prefix-caching``, ``--kv-events-config``, ``--kv-transfer-config``. The routing sidecar's
-flags (``--port``, ``--vllm-port``, ``--data-parallel-size``, ``--kv-connector``, ``--secure-proxy``)
-are llm-d's pd-sidecar options (llm-d/llm-d-inference-scheduler ``cmd/pd-sidecar``, later
-``pkg/sidecar`` options: ``--connector`` deprecated for ``--kv-connector``, ``--secure-proxy``
-defaults to true, so the render passes false: the gateway and the picker speak plain HTTP to pods).
+flags (``--port``, ``--vllm-port``, ``--data-parallel-size``, ``--kv-connector``,
+``--mooncake-bootstrap-port``, ``--secure-proxy``) are llm-d's pd-sidecar options
+(llm-d/llm-d-inference-scheduler ``cmd/pd-sidecar``, later ``pkg/sidecar`` options, llm-d-router
+from v0.9.0: ``--secure-proxy`` defaults to true, so the render passes false: the gateway and the
+picker speak plain HTTP to pods); which connector each ``pdConnector`` uses: ``sidecar.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from smetric.core.names import ROLE_BOTH, ROLE_DECODE, ROLE_LABEL, ROLE_PREFILL
 from smetric.operator.meta import MODEL_SERVER, Manifest, PoolRef, metadata, selector_labels
 from smetric.operator.render_kv import LMCACHE_CONFIG_DIR, LMCACHE_CONFIG_FILE, lmcache_launcher
+from smetric.operator.sidecar import MOONCAKE_BOOTSTRAP_PORT, PD_PROTOCOLS, connector_args, sidecar_image
 from smetric.operator.spec import PodOverrides, SMetricPoolSpec, quantity_bytes
 
 ENGINE_PORT = 8000  # the endpoint port the InferencePool targets (sidecar port on decode pods)
@@ -79,11 +81,12 @@ def kv_transfer_config(spec: SMetricPoolSpec, role: Role) -> dict[str, Any] | No
     global_kv = spec.global_kv.enabled
     if spec.topology.mode == "colocated":
         return dict(_LMCACHE_CONNECTOR) if global_kv else None
-    if spec.topology.pd_connector == "nixl":
-        pd: dict[str, Any] = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
-    else:
+    connector = PD_PROTOCOLS[spec.topology.pd_connector].vllm
+    if connector == "NixlConnector":
+        pd: dict[str, Any] = {"kv_connector": connector, "kv_role": "kv_both"}
+    else:  # MooncakeConnector: the prefiller pushes, the decoder receives
         pd = {
-            "kv_connector": "MooncakeConnector",
+            "kv_connector": connector,
             "kv_role": "kv_producer" if role.name == ROLE_PREFILL else "kv_consumer",
         }
     if not global_kv:
@@ -168,6 +171,9 @@ def engine_env(spec: SMetricPoolSpec, role: Role | None = None) -> list[dict[str
         env.append({"name": "LMCACHE_CONFIG_FILE", "value": LMCACHE_CONFIG_FILE})
     if spec.topology.mode == "disaggregated" and spec.topology.pd_connector == "nixl":
         env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "value": "$(POD_IP)"})
+    if spec.topology.mode == "disaggregated" and spec.topology.pd_connector == "mooncake":
+        # the port the decode pods' sidecar asks the prefiller's bootstrap server for its engine id
+        env.append({"name": "VLLM_MOONCAKE_BOOTSTRAP_PORT", "value": str(MOONCAKE_BOOTSTRAP_PORT)})
     env += model_storage_env(spec)
     env += [*spec.model.env, *spec.engine.pod.env, *(role.pod.env if role else ())]
     return env
@@ -270,18 +276,20 @@ def sidecar_container(spec: SMetricPoolSpec, role: Role) -> dict[str, Any]:
 
     ``--secure-proxy=false``: the sidecar serves TLS by default, but the InferencePool endpoint
     (this port) is reached over plain HTTP by the gateway and scraped by the picker."""
-    sidecar = spec.topology.routing_sidecar
+    topo = spec.topology
+    sidecar = topo.routing_sidecar
     args = [
         f"--port={ENGINE_PORT}",
         f"--vllm-port={DECODE_VLLM_PORT}",
-        "--kv-connector=nixlv2",  # vLLM's kv_transfer_params protocol (NIXL and Mooncake connectors)
+        # the kv_transfer_params protocol of the engines' connector (smetric.operator.sidecar)
+        *connector_args(topo.pd_connector, sidecar.tag),
         "--secure-proxy=false",
     ]
     if role.data_parallel_size > 1:
         args.append(f"--data-parallel-size={role.data_parallel_size}")
     return {
         "name": "routing-sidecar",
-        "image": f"{sidecar.image}:{sidecar.tag}",
+        "image": sidecar_image(topo.pd_connector, sidecar.image, sidecar.tag),
         "restartPolicy": "Always",  # native sidecar (init container that keeps running)
         "args": args,
         "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],

