@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -17,22 +18,64 @@ from smetric.emulator.config import DEFAULT_MAX_TOKENS
 SERVER_TIMING_FIELD = "smetric_server_timing"
 
 _ERROR_TYPES: Mapping[int, str] = MappingProxyType(
-    {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}
+    {
+        400: "BadRequestError",
+        404: "NotFoundError",
+        429: "TooManyRequestsError",
+        503: "ServiceUnavailableError",
+    }
 )
 
 
 class ApiError(Exception):
-    """An error answered as OpenAI/vLLM's ``{"error": {...}}`` body with an HTTP status."""
+    """An error answered as OpenAI/vLLM's ``{"error": {...}}`` body with an HTTP status (the
+    Anthropic route wraps the same fields in its own shape); ``retry_after_s`` > 0 adds a
+    ``retry-after`` header."""
 
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(self, status: int, message: str, param: str | None = None, retry_after_s: int = 0) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
+        self.retry_after_s = retry_after_s
+
+    @property
+    def kind(self) -> str:
+        return _ERROR_TYPES.get(self.status, "InternalServerError")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after_s)} if self.retry_after_s > 0 else {}
 
     def body(self) -> dict[str, Any]:
-        kind = _ERROR_TYPES.get(self.status, "InternalServerError")
-        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.status}}
+        return {
+            "error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}
+        }
+
+
+class BodyError(ApiError):
+    """A body that does not decode or validate: vLLM's generic validation handler answers it in the
+    OpenAI error shape on every route (``serve/exception_handling/handlers/validation.py``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageFacts:
+    """A request's token counts as vLLM's output processor knows them: the whole prompt, the
+    generated tokens, the prompt tokens read from the prefix cache (local + global tier) and the
+    prompt tokens newly written to it (the full prompt blocks not hit: vLLM's
+    ``num_cache_creation_tokens``, ``v1/metrics/stats.py`` ``finalize``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cache_creation_tokens: int
+
+    @classmethod
+    def of(
+        cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int, block_size: int
+    ) -> UsageFacts:
+        created = max(0, prompt_tokens - prompt_tokens % block_size - cached_tokens)
+        return cls(prompt_tokens, completion_tokens, cached_tokens, created)
 
 
 class StreamOptions(BaseModel):

@@ -13,10 +13,11 @@ import orjson
 from aiohttp import web
 
 from smetric.emulator import sse
+from smetric.emulator.agent_api import AgentRoutes, error_response
 from smetric.emulator.faults import FaultState
 from smetric.emulator.instance import EmulatedInstance, RequestHandle
 from smetric.emulator.metrics import CONTENT_TYPE
-from smetric.emulator.prompt import PreparedRequest, Prompter
+from smetric.emulator.prompt import PreparedPrompt, PreparedRequest, Prompter
 from smetric.emulator.protocol import (
     SERVER_TIMING_FIELD,
     ApiError,
@@ -34,8 +35,7 @@ def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type=_JSON)
 
 
-def _error(exc: ApiError) -> web.Response:
-    return _json(exc.body(), exc.status)
+_error = error_response
 
 
 class InstanceServer:
@@ -55,12 +55,15 @@ class InstanceServer:
         self.model = model
         self.context_tokens = context_tokens
         self.faults: FaultState = instance.faults
-        self._executor = executor  # None = the loop's default thread pool
+        self.executor = executor  # None = the loop's default thread pool
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
+        agents = AgentRoutes(self)
+        app.router.add_post("/v1/messages", agents.messages)
+        app.router.add_post("/v1/responses", agents.responses)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
@@ -110,6 +113,14 @@ class InstanceServer:
         return _json(self.faults.as_dict())
 
     # ------------------------------------------------------------------ generation
+    def check_faults(self) -> None:
+        """Refuse a generation request at once when the instance is dead or told to error."""
+        if self.faults.dead:
+            raise ApiError(503, "engine is dead")
+        if self.faults.erroring:
+            f = self.faults
+            raise ApiError(f.status, f"injected fault: HTTP {f.status}", retry_after_s=f.retry_after_s)
+
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "chat")
 
@@ -135,32 +146,35 @@ class InstanceServer:
             prompt = self.prompter.chat([m.model_dump() for m in req.messages])
         else:
             prompt = self.prompter.completion(completion_input(req.prompt))
-        total = prompt.num_tokens + req.output_tokens
+        param = "messages" if isinstance(req, ChatRequest) else "prompt"
+        return self.prepare_prompt(prompt, req.output_tokens, param)
+
+    def prepare_prompt(self, prompt: PreparedPrompt, output_tokens: int, param: str) -> PreparedRequest:
+        """Check a rendered prompt against the context and the KV cache (400s), then tokens + hashes
+        of prompt + answer. Every API route ends here, so they share limits and block hashes."""
+        total = prompt.num_tokens + output_tokens
         if prompt.num_tokens == 0:
-            raise ApiError(
-                400, "the prompt is empty", "messages" if isinstance(req, ChatRequest) else "prompt"
-            )
+            raise ApiError(400, "the prompt is empty", param)
         if total > self.context_tokens:
             raise ApiError(
                 400,
                 f"This model's maximum context length is {self.context_tokens} tokens. However, you "
                 f"requested {total} tokens ({prompt.num_tokens} in the messages, "
-                f"{req.output_tokens} in the completion). Please reduce the length of the messages "
+                f"{output_tokens} in the completion). Please reduce the length of the messages "
                 "or completion.",
             )
-        self.instance.check_fits(prompt.num_tokens + req.output_tokens)
-        return self.prompter.request(prompt, req.output_tokens)
+        self.instance.check_fits(total)
+        return self.prompter.request(prompt, output_tokens)
 
     async def _generate(
         self, request: web.Request, kind: Literal["chat", "completion"]
     ) -> web.StreamResponse:
         received = asyncio.get_running_loop().time()
         try:
-            if self.faults.dead:
-                raise ApiError(503, "engine is dead")
+            self.check_faults()
             raw = await request.read()
             loop = asyncio.get_running_loop()
-            req, prepared = await loop.run_in_executor(self._executor, self._parse_and_prepare, kind, raw)
+            req, prepared = await loop.run_in_executor(self.executor, self._parse_and_prepare, kind, raw)
             request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
             handle = self.instance.submit(prepared, request_id, received)
         except ApiError as exc:
