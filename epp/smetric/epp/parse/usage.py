@@ -6,14 +6,49 @@ the Responses API (``input_tokens``, ``output_tokens``, ``input_tokens_details.c
 ``response.completed``) and Anthropic Messages (``input_tokens`` excludes cache reads, so the prompt
 is ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``; ``message_start`` then
 ``message_delta``). Unparseable data is ignored: usage is advisory, never an error.
+
+:func:`carries_output` tells the first token of a stream apart from opening events: vLLM's Responses
+stream sends ``response.created`` and ``response.in_progress`` at once, before the engine produced
+anything (``vllm/entrypoints/openai/responses/serving.py``, ``responses_stream_generator``), so its
+first body chunk is no first token.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+# SSE events a server sends before the model produced a token (vLLM's Responses stream opens with
+# the first two; ``queued`` and Anthropic's keep-alive ``ping`` carry no token either).
+OPENING_EVENTS = frozenset({b"response.created", b"response.in_progress", b"response.queued", b"ping"})
+_TYPE = re.compile(rb'"type"\s*:\s*"([^"]*)"')
+
+
+def carries_output(chunk: bytes) -> bool:
+    """``True`` when an SSE body chunk holds an event other than the opening ones (a token, the
+    end, an error): a block's name is its ``event:`` line, else the first ``"type"`` of its
+    ``data:`` (a chat chunk without one counts as output). A block with neither line is the rest of
+    an event split over chunks and is skipped."""
+    for block in chunk.replace(b"\r\n", b"\n").split(b"\n\n"):
+        name: bytes | None = None
+        has_data = False
+        for line in block.split(b"\n"):
+            if line.startswith(b"event:"):
+                name = line[6:].strip()
+                break
+            if line.startswith(b"data:"):
+                has_data = True
+                found = _TYPE.search(line)
+                name = found.group(1) if found else b""
+                break
+        if name is None and not has_data:
+            continue
+        if name not in OPENING_EVENTS:
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Protocol
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from smetric.epp.obs.metrics import PickerMetrics
-from smetric.epp.parse.usage import UsageReader
+from smetric.epp.parse.usage import UsageReader, carries_output
 from smetric.epp.server import messages as msgs
 from smetric.epp.server.hooks import ResponseHooks
 from smetric.epp.server.observer import ObserverMatcher
@@ -86,7 +86,8 @@ class ResponsePath:
         return (msgs.CONTINUE_RESPONSE_HEADERS,)
 
     def _response_body(self, st: StreamState, part: ep.HttpBody) -> Responses:
-        if st.first_byte_at is None:
+        # The first token: the first chunk, or for a stream the first with more than opening events.
+        if st.first_byte_at is None and (not st.resp_sse or carries_output(part.body)):
             st.first_byte_at = self.clock()
             self._prefill_done(st)
         if st.usage is not None:
