@@ -28,6 +28,7 @@ from smetric.epp.obs.logging import (
     use_console_encoder,
 )
 from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
+from smetric.epp.obs.metrics_server import KubeAuthorizer, MetricsServer
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 from smetric.epp.server.snapshot import StateKeeper
@@ -48,7 +49,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         cfg = load_config(s.config, s.config_text)
     params = policy_params(cfg)
     registry = CollectorRegistry()
-    metrics = PickerMetrics(registry)
+    metrics = PickerMetrics(registry, s.pool_name)
     datastore = build_datastore(s, KvEventGapCounter(metrics).on_gap)
     picker = build_picker(
         cfg, params, datastore, datastore.index, staleness_s=s.staleness_s, is_stale=datastore.is_stale
@@ -92,12 +93,16 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, toggle_decision_log)
     keeper = state_keeper(s, datastore.index)
+    metrics_server = authenticated_metrics(s, registry)
     await datastore.start()
     try:
         if keeper is not None:  # before serving: the first decisions are already warm
             await keeper.restore()
             await keeper.start()
-        start_http_server(s.metrics_port, addr=s.bind_address, registry=registry)
+        if metrics_server is None:
+            start_http_server(s.metrics_port, addr=s.bind_address, registry=registry)
+        else:
+            await metrics_server.start()
         await server.start()
         settle_gc()
         log.info(
@@ -124,7 +129,22 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         if keeper is not None:
             await keeper.stop()  # the final snapshot, after the last decision
         await datastore.stop()
+        if metrics_server is not None:
+            await metrics_server.stop()
+            if isinstance(metrics_server.authorizer, KubeAuthorizer):
+                await metrics_server.authorizer.close()
     return 0
+
+
+def authenticated_metrics(settings: PickerSettings, registry: CollectorRegistry) -> MetricsServer | None:
+    """``--metrics-endpoint-auth``: metrics behind a TokenReview + SubjectAccessReview (Kubernetes
+    mode); ``None``: the unauthenticated exporter (prometheus_client's, on its own thread)."""
+    if not settings.metrics_auth:
+        return None
+    from smetric.epp.discovery.kubernetes import default_api_client
+
+    authorizer = KubeAuthorizer(default_api_client)
+    return MetricsServer(registry, settings.bind_address, settings.metrics_port, authorizer)
 
 
 def state_keeper(settings: PickerSettings, index: object) -> StateKeeper | None:

@@ -69,6 +69,9 @@ def picker_args(pool: PoolRef, spec: SMetricPoolSpec) -> list[str]:
         "hash-seed": spec.router.hash_seed,
         "block-size": spec.model.block_size,
         "secure-serving": "true" if spec.router.secure_serving else "false",
+        # Its PodMonitor/ServiceMonitor scrape without a token, and the review APIs need a
+        # cluster-wide binding that a namespaced child cannot carry (docs/picker.md, metrics auth).
+        "metrics-endpoint-auth": "false",
     }
     if spec.router.secure_serving and spec.router.cert_secret_name:
         values["cert-path"] = TLS_DIR

@@ -53,6 +53,8 @@ class HealthReporter:
         endpoints = self._source.ready_endpoints()
         self._metrics.ready_endpoints.set(len(endpoints))
         self._metrics.stale_endpoints.set(sum(1 for e in endpoints if self._is_stale(e.address)))
+        fresh = [m for m in (self._source.metrics(e.address) for e in endpoints) if m is not None]
+        self._metrics.upstream.pool(len(endpoints), [m.kv_usage for m in fresh], [m.waiting for m in fresh])
         ready = self._synced() and not self._draining
         for name in READY_SERVICES:
             await self.servicer.set(name, SERVING if ready else NOT_SERVING)

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from smetric.epp.obs.upstream_metrics import UpstreamMetrics
+
 # 50 us .. 1 s: the decision itself is sub-millisecond; the tail shows GC / event-loop stalls.
 LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 
 
 class PickerMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, pool_name: str = "") -> None:
         self.registry = registry
+        self.upstream = UpstreamMetrics(registry, pool_name)  # upstream's series, beside these
         self.decisions = Counter(
             "smetric_epp_decisions",
             "Routing decisions by policy and reason (stick/migrate/balance/evicted)",

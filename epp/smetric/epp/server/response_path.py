@@ -125,6 +125,14 @@ class ResponsePath:
             ):
                 if value:
                     m.labels(kind=kind).inc(value)
+        if pick is not None:
+            self.metrics.upstream.finished(
+                st.ledger_id,
+                st.resp_status,
+                self.clock() - st.dispatched_at,
+                (usage.prompt_tokens or 0) if usage is not None else 0,
+                (usage.completion_tokens or 0) if usage is not None else 0,
+            )
         if pick is None or st.first_byte_at is None or not st.resp_sse or st.resp_status != 200:
             return
         ttft_s = st.first_byte_at - st.dispatched_at
@@ -148,6 +156,7 @@ class ResponsePath:
         if st.first_byte_at is not None or st.resp_status:
             self._complete(st)
         self._prefill_done(st)
+        self.metrics.upstream.finished(st.ledger_id, st.resp_status, None, 0, 0)  # no response: not running
         self.observers.done(st)
 
     # -- response observer (--response-path=observer) --------------------------------------------

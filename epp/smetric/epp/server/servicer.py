@@ -355,6 +355,9 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         m = self.metrics
         m.decision_latency.observe(time.perf_counter() - t0)
         m.decisions.labels(policy=pick.policy, reason=pick.reason).inc()
+        m.upstream.routed(
+            st.ledger_id, parsed.model if parsed else "", len(st.body), time.perf_counter() - t0
+        )
         m.endpoint_local_hit.labels(endpoint=pick.ledger_address).set(pick.local_hit_tokens)
         self._queued_gauge(pick.ledger_address)
         if decision_log.isEnabledFor(logging.INFO):  # --decision-log / SIGUSR1 (obs.logging)
@@ -408,6 +411,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
 
     def _refuse(self, st: StreamState, status: int, message: str) -> ep.ProcessingResponse:
         self.metrics.immediate_responses.labels(code=str(status)).inc()
+        self.metrics.upstream.refused(st.parsed.model if st.parsed is not None else "", status)
         if status >= 500:
             log.warning("refused request %s with %d: %s", st.request_id, status, message)
         else:

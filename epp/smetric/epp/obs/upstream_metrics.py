@@ -1,0 +1,166 @@
+"""Upstream's metric series, exported beside ``smetric_epp_*`` where the meaning is the same.
+
+Names, labels and buckets are those of GIE's ``pkg/epp/metrics/metrics.go``: v1.0.0 (the version
+``docs/deploy.md`` pins) names the per-model family ``inference_model_*``; v1.1.0 and later name it
+``inference_objective_*`` with the same series. Both families are exported, so dashboards of
+either version work. Exported:
+
+* per model (``model_name``; ``target_model_name`` = the same, no model rewriting here):
+  ``request_total``, ``request_error_total`` (``error_code`` = the HTTP status),
+  ``request_duration_seconds`` (request headers to the end of the response), ``request_sizes``
+  (body bytes), ``input_tokens`` / ``output_tokens`` (the engine's ``usage``),
+  ``normalized_time_per_output_token_seconds`` (duration / output tokens), ``running_requests``;
+* per pool (``name`` = the InferencePool): ``inference_pool_ready_pods``,
+  ``inference_pool_average_kv_cache_utilization``, ``inference_pool_average_queue_size``;
+* ``inference_extension_scheduler_e2e_duration_seconds`` (the routing decision),
+  ``inference_extension_info`` (``commit``, ``build_ref``).
+
+Not exported: ``response_sizes`` (the picker does not count response bytes),
+``inference_extension_plugin_duration_seconds`` (no plugin chain) and the
+``prefix_indexer_*`` series (upstream's own prefix index).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+FAMILIES = ("inference_model", "inference_objective")
+DURATION_BUCKETS = (
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60,
+    120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600,
+)  # fmt: skip
+SIZE_BUCKETS = tuple(float(2**k) for k in range(6, 31))  # 64 B .. 1 GiB
+INPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32778, 65536, 131072,
+                       262144, 524288, 1048576)  # fmt: skip
+OUTPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+NTPOT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+SCHEDULER_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
+MODEL_LABELS = ("model_name", "target_model_name")
+
+
+class _Family:
+    """One per-model family (``inference_model`` or ``inference_objective``)."""
+
+    def __init__(self, prefix: str, registry: CollectorRegistry) -> None:
+        r = registry
+        self.requests = Counter(f"{prefix}_request", "Requests per model", MODEL_LABELS, registry=r)
+        self.errors = Counter(
+            f"{prefix}_request_error", "Request errors per model", (*MODEL_LABELS, "error_code"), registry=r
+        )
+        self.duration = Histogram(
+            f"{prefix}_request_duration_seconds",
+            "Response latency per model",
+            MODEL_LABELS,
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.sizes = Histogram(
+            f"{prefix}_request_sizes", "Request size in bytes", MODEL_LABELS, buckets=SIZE_BUCKETS, registry=r
+        )
+        self.input_tokens = Histogram(
+            f"{prefix}_input_tokens",
+            "Input tokens per request",
+            MODEL_LABELS,
+            buckets=INPUT_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.output_tokens = Histogram(
+            f"{prefix}_output_tokens",
+            "Output tokens per request",
+            MODEL_LABELS,
+            buckets=OUTPUT_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.ntpot = Histogram(
+            f"{prefix}_normalized_time_per_output_token_seconds",
+            "Request latency divided by its output tokens",
+            MODEL_LABELS,
+            buckets=NTPOT_BUCKETS,
+            registry=r,
+        )
+        self.running = Gauge(
+            f"{prefix}_running_requests", "Running requests per model", ("model_name",), registry=r
+        )
+
+
+class UpstreamMetrics:
+    """The upstream series; the servicer calls :meth:`routed`, :meth:`refused`, :meth:`finished`."""
+
+    def __init__(self, registry: CollectorRegistry, pool_name: str) -> None:
+        self.pool_name = pool_name or "standalone"
+        self._families = tuple(_Family(prefix, registry) for prefix in FAMILIES)
+        self._running: dict[str, str] = {}  # request id -> model, until its stream or response ends
+        self.pool_ready = Gauge(
+            "inference_pool_ready_pods", "Ready pods in the pool", ("name",), registry=registry
+        )
+        self.pool_kv = Gauge(
+            "inference_pool_average_kv_cache_utilization",
+            "Average KV-cache utilization of the pool's ready pods",
+            ("name",),
+            registry=registry,
+        )
+        self.pool_queue = Gauge(
+            "inference_pool_average_queue_size",
+            "Average number of requests waiting in the pool's ready pods",
+            ("name",),
+            registry=registry,
+        )
+        self.scheduler = Histogram(
+            "inference_extension_scheduler_e2e_duration_seconds",
+            "Routing decision latency",
+            buckets=SCHEDULER_BUCKETS,
+            registry=registry,
+        )
+        info = Gauge(
+            "inference_extension_info", "Build information", ("commit", "build_ref"), registry=registry
+        )
+        info.labels(commit="", build_ref=_build_ref()).set(1)
+
+    def routed(self, request_id: str, model: str, body_bytes: int, decision_s: float) -> None:
+        self.scheduler.observe(decision_s)
+        for f in self._families:
+            f.requests.labels(model, model).inc()
+            f.sizes.labels(model, model).observe(body_bytes)
+            f.running.labels(model).inc()
+        self._running[request_id] = model
+
+    def refused(self, model: str, status: int) -> None:
+        for f in self._families:
+            f.errors.labels(model, model, str(status)).inc()
+
+    def finished(
+        self, request_id: str, status: int, duration_s: float | None, prompt_tokens: int, output_tokens: int
+    ) -> None:
+        """The response ended (``duration_s`` known) or the stream ended without one (``None``);
+        idempotent per request: the second call for the same id does nothing."""
+        model = self._running.pop(request_id, None)
+        if model is None:
+            return
+        for f in self._families:
+            f.running.labels(model).dec()
+            if duration_s is None:
+                continue
+            if status != 200:
+                f.errors.labels(model, model, str(status)).inc()
+                continue
+            f.duration.labels(model, model).observe(duration_s)
+            if prompt_tokens:
+                f.input_tokens.labels(model, model).observe(prompt_tokens)
+            if output_tokens:
+                f.output_tokens.labels(model, model).observe(output_tokens)
+                f.ntpot.labels(model, model).observe(duration_s / output_tokens)
+
+    def pool(self, ready: int, kv_usages: list[float], queues: list[int]) -> None:
+        name = self.pool_name
+        self.pool_ready.labels(name).set(ready)
+        self.pool_kv.labels(name).set(sum(kv_usages) / len(kv_usages) if kv_usages else 0.0)
+        self.pool_queue.labels(name).set(sum(queues) / len(queues) if queues else 0.0)
+
+
+def _build_ref() -> str:
+    try:
+        return version("smetric")
+    except PackageNotFoundError:
+        return ""
