@@ -34,6 +34,8 @@ up() {
   # 2. CRDs: Gateway API and Inference Extension (InferencePool v1).
   kubectl apply -f "$GATEWAY_API_CRDS"
   kubectl apply -f "$INFERENCE_POOL_CRDS"
+  # The pools' namespace, before the operator (its watchNamespaces Roles) and the samples use it.
+  kubectl create namespace smetric --dry-run=client -o yaml | kubectl apply -f -
   # 3. A gateway implementation with InferencePool support: kgateway.
   helm upgrade -i --create-namespace --namespace kgateway-system --version "$KGTW_VERSION" \
     kgateway-crds oci://cr.kgateway.dev/kgateway-dev/charts/kgateway-crds
@@ -46,7 +48,6 @@ up() {
     --set image.repository=smetric/smetric-operator --set image.tag="$TAG" --set image.pullPolicy=Never \
     --wait --timeout 180s
   # 5. Gateway + sample pool; wait for Ready (deployments ready and the route accepted).
-  kubectl create namespace smetric --dry-run=client -o yaml | kubectl apply -f -
   kubectl apply -f "$ROOT/manifests/samples/gateway.yaml"
   kubectl apply -f "$ROOT/manifests/samples/kind-emulator.yaml"
   kubectl -n smetric wait smetricpool/emu --for=jsonpath='{.status.phase}'=Ready --timeout=600s

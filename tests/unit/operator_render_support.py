@@ -1,13 +1,13 @@
-"""Shared by the renderer tests: minimal schemas of the CRD kinds kubernetes-validate does not
-know, ``validate``, the spec variants and small accessors of rendered objects."""
+"""Shared by the renderer tests: ``validate`` (Kubernetes schemas, and the pinned CRD schemas for
+the custom kinds), the spec variants and small accessors of rendered objects."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import kubernetes_validate
+from crd_schema import known_kinds, validate_crd
 
 from smetric.operator.meta import PoolRef
 from smetric.operator.render import render_children
@@ -17,133 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.33.0"
 POOL = PoolRef(name="p", namespace="ns", uid="0c0ffee0-0000-4000-8000-000000000001")
 
-# Minimal schemas for the CRD kinds kubernetes-validate does not know, from protocols.md's facts
-# about InferencePool v1 and the Gateway API HTTPRoute v1 fields the renderer uses.
-_STR = {"type": "string", "minLength": 1}
-INFERENCE_POOL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "inference.networking.k8s.io/v1"},
-        "kind": {"const": "InferencePool"},
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["selector", "targetPorts", "endpointPickerRef"],
-            "properties": {
-                "selector": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["matchLabels"],
-                    "properties": {
-                        "matchLabels": {
-                            "type": "object",
-                            "minProperties": 1,
-                            "maxProperties": 64,
-                            "additionalProperties": {"type": "string"},
-                        }
-                    },
-                },
-                "targetPorts": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": 8,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["number"],
-                        "properties": {"number": {"type": "integer", "minimum": 1, "maximum": 65535}},
-                    },
-                },
-                "appProtocol": {"enum": ["http", "kubernetes.io/h2c"]},
-                "endpointPickerRef": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["name", "port"],
-                    "properties": {
-                        "group": {"const": ""},
-                        "kind": {"const": "Service"},
-                        "name": _STR,
-                        "port": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "required": ["number"],
-                            "properties": {"number": {"type": "integer", "minimum": 1, "maximum": 65535}},
-                        },
-                        "failureMode": {"enum": ["FailOpen", "FailClose"]},
-                    },
-                },
-            },
-        },
-    },
-}
-HTTP_ROUTE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "gateway.networking.k8s.io/v1"},
-        "kind": {"const": "HTTPRoute"},
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["parentRefs", "rules"],
-            "properties": {
-                "parentRefs": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["name"],
-                        "properties": {
-                            "group": {"const": "gateway.networking.k8s.io"},
-                            "kind": {"const": "Gateway"},
-                            "name": _STR,
-                            "namespace": _STR,
-                        },
-                    },
-                },
-                "hostnames": {"type": "array", "items": _STR},
-                "rules": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "matches": {"type": "array"},
-                            "timeouts": {"type": "object"},
-                            "backendRefs": {
-                                "type": "array",
-                                "minItems": 1,
-                                "items": {
-                                    "type": "object",
-                                    "additionalProperties": False,
-                                    "required": ["group", "kind", "name"],
-                                    "properties": {
-                                        "group": {"const": "inference.networking.k8s.io"},
-                                        "kind": {"const": "InferencePool"},
-                                        "name": _STR,
-                                    },
-                                },
-                            },
-                        },
-                    },
-                },
-            },
-        },
-    },
-}
 
-
-def validate(manifest: dict[str, Any]) -> None:
-    kind = manifest["kind"]
-    if kind == "InferencePool":
-        jsonschema.validate(manifest, INFERENCE_POOL_SCHEMA)
-    elif kind == "HTTPRoute":
-        jsonschema.validate(manifest, HTTP_ROUTE_SCHEMA)
+def validate(manifest: dict[str, Any], k8s_version: str = K8S_VERSION) -> None:
+    """Custom resources against their pinned CRD schema (``crd_schema``), everything else against
+    the Kubernetes schemas of ``k8s_version`` (strict: unknown fields fail)."""
+    if manifest["kind"] in known_kinds():
+        validate_crd(manifest)
     else:
-        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+        kubernetes_validate.validate(manifest, k8s_version, strict=True)
 
 
 def spec(**over: Any) -> dict[str, Any]:

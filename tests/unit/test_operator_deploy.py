@@ -7,20 +7,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
+from crd_schema import validate_crd
 from operator_render_support import (
-    HTTP_ROUTE_SCHEMA,
-    INFERENCE_POOL_SCHEMA,
-    K8S_VERSION,
     by_name,
     container,
     env,
     flag,
     render,
     spec,
+    validate,
 )
 
 from smetric.core.pickerflags import build_parser
@@ -32,20 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted((ROOT / "manifests" / "samples").glob("*.yaml"))
 # Supported Kubernetes versions (native sidecars, grpc probes and CEL rules need >= 1.29).
 K8S_VERSIONS = ("1.30.0", "1.31.0", "1.32.0", "1.33.0")
-# Kinds kubernetes-validate has no schema for: checked for their identity fields only.
-FOREIGN_KINDS = {"DestinationRule", "HealthCheckPolicy", "GCPBackendPolicy", "PodMonitor", "ServiceMonitor"}
+# Provider kinds (Istio, GKE): rendered only for their gateway.provider.
+FOREIGN_KINDS = {"DestinationRule", "HealthCheckPolicy", "GCPBackendPolicy"}
 STORAGE = {"claimName": "models", "mountPath": "/models", "readOnly": True, "hfCache": True}
-
-
-def _validate(doc: dict[str, Any], version: str = K8S_VERSION) -> None:
-    if doc["kind"] == "InferencePool":
-        jsonschema.validate(doc, INFERENCE_POOL_SCHEMA)
-    elif doc["kind"] == "HTTPRoute":
-        jsonschema.validate(doc, HTTP_ROUTE_SCHEMA)
-    elif doc["kind"] in FOREIGN_KINDS:
-        assert doc["metadata"]["name"] and doc["spec"]
-    else:
-        kubernetes_validate.validate(doc, version, strict=True)
 
 
 def _render_file(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[list[dict[str, Any]], str]:
@@ -65,7 +51,7 @@ def test_samples_start_on_paper(sample: Path, capsys: pytest.CaptureFixture[str]
     docs, _ = _render_file(sample, capsys)
     for version in K8S_VERSIONS:
         for doc in docs:
-            _validate(doc, version)
+            validate(doc, version)
     for name, pod in _pods(docs):
         mounted = {v["name"] for v in pod.get("volumes", [])}
         for c in pod["containers"] + pod.get("initContainers", []):
@@ -217,7 +203,7 @@ def test_per_role_parallelism_and_pod_overrides() -> None:
         assert dep["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
         assert dep["spec"]["template"]["metadata"]["annotations"] == {"a": "b"}
     for child in children:
-        _validate(child)
+        validate(child)
     with pytest.raises(InvalidSpecError, match="tensorParallelSize=3 must divide gpusPerPod=4"):
         parse_spec(
             spec(
@@ -262,7 +248,7 @@ def test_service_monitor_scrapes_the_pickers_metrics_service() -> None:
     picker's PodMonitor is then not rendered: one scrape, not two)."""
     children = render(spec(observability={"podMonitor": True, "serviceMonitor": True}))
     for c in children:
-        _validate(c)
+        validate(c)
     (sm,) = [c for c in children if c["kind"] == "ServiceMonitor"]
     svc = by_name(children, "Service", "p-epp")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
@@ -298,7 +284,7 @@ def test_gateway_providers_and_model_header_matches() -> None:
     route = by_name(a, "HTTPRoute", "p")
     match = route["spec"]["rules"][0]["matches"][0]
     assert match["headers"] == [{"type": "Exact", "name": "X-Gateway-Model-Name", "value": "model-a"}]
-    jsonschema.validate(route, HTTP_ROUTE_SCHEMA)
+    validate_crd(route)
 
 
 def test_render_warns_when_the_context_limit_is_far_below_agent_traffic() -> None:
@@ -362,7 +348,14 @@ VLLM_FLAGS = {
     "--kv-transfer-config",
 }
 # llm-d pd-sidecar options (llm-d-inference-scheduler cmd/pd-sidecar, pkg/sidecar options).
-SIDECAR_FLAGS = {"--port", "--vllm-port", "--data-parallel-size", "--kv-connector", "--secure-proxy"}
+SIDECAR_FLAGS = {
+    "--port",
+    "--vllm-port",
+    "--data-parallel-size",
+    "--kv-connector",
+    "--mooncake-bootstrap-port",
+    "--secure-proxy",
+}
 # mooncake_master flags (protocols.md, Mooncake store deployment guide).
 MOONCAKE_FLAGS = {
     "--rpc_port",

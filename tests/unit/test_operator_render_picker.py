@@ -100,7 +100,6 @@ def test_inference_pool() -> None:
     assert pool["spec"] == {
         "selector": {"matchLabels": {"smetric.io/pool": "p", "app.kubernetes.io/component": "model-server"}},
         "targetPorts": [{"number": 8000}],
-        "appProtocol": "http",
         "endpointPickerRef": {
             "group": "",
             "kind": "Service",

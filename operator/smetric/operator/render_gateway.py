@@ -47,8 +47,9 @@ def inference_pool(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
         "metadata": metadata(pool, pool.name, ROUTING),
         "spec": {
             "selector": {"matchLabels": pool_selector(pool)},
+            # InferencePool v1 as of GIE v1.0.0 (docs/deploy.md pins it): no ``appProtocol``
+            # (added in v1.4.0; the model servers speak HTTP/1.1, that field's default anyway).
             "targetPorts": [{"number": ENGINE_PORT}],
-            "appProtocol": "http",
             "endpointPickerRef": {
                 "group": "",
                 "kind": "Service",
