@@ -72,8 +72,8 @@ SPEC: dict[str, Any] = {"model": {"name": "m"}, "topology": {"replicas": 2}}
 async def test_first_reconcile_applies_everything_then_nothing() -> None:
     api = FakeApi()
     first = await run(api, pool(SPEC))
-    # 8 core children + the engines' PodDisruptionBudget + 2 NetworkPolicies (picker, engines)
-    assert len(first.applied) == 11 and first.deleted == ()
+    # 8 core children + 2 PodDisruptionBudgets (engines, picker) + 2 NetworkPolicies (picker, engines)
+    assert len(first.applied) == 12 and first.deleted == ()
     assert first.status["phase"] == "Progressing"
     api.applied.clear()
     second = await run(api, pool(SPEC, status=dict(first.status)))
@@ -145,7 +145,7 @@ async def test_ready_when_deployments_report_ready() -> None:
     assert outcome.status["phase"] == "Ready"
     assert outcome.status["replicas"] == {
         "prefill-decode": {"ready": 2, "desired": 2},
-        "endpoint-picker": {"ready": 1, "desired": 1},
+        "endpoint-picker": {"ready": 2, "desired": 2},
     }
     assert outcome.status["readyReplicas"] == 2 and outcome.status["desiredReplicas"] == 2
 
@@ -207,7 +207,7 @@ async def test_a_refused_child_does_not_block_the_others() -> None:
     api = NoInferencePools()
     with pytest.raises(ChildApplyError, match="InferencePool/p"):
         await run(api, pool(SPEC))
-    assert "Deployment/p-prefill-decode" in api.applied and len(api.applied) == 10
+    assert "Deployment/p-prefill-decode" in api.applied and len(api.applied) == 11
     (status,) = api.statuses
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert status["phase"] == "Degraded" and degraded["reason"] == "ApplyFailed"

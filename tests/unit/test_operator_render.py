@@ -61,6 +61,7 @@ def test_colocated_engine_deployment() -> None:
             "Service",
             "Deployment",
             "PodDisruptionBudget",  # 4 replicas: maxUnavailable 1
+            "PodDisruptionBudget",  # the picker's 2 default replicas
             "NetworkPolicy",
             "NetworkPolicy",
             "InferencePool",

@@ -50,8 +50,9 @@ def test_picker_args_parse_with_the_pickers_own_parser() -> None:
             "verbs": ["get", "list", "watch"],
         },
     ]
+    custom = spec(model={"name": "emu", "command": ["smetric", "emulate"]})
     assert "tokenizer" not in " ".join(
-        container(by_name(render(spec()), "Deployment", "p-epp"), "epp")["args"]
+        container(by_name(render(custom), "Deployment", "p-epp"), "epp")["args"]
     )
 
 

@@ -149,6 +149,14 @@ BAD_SPECS: dict[str, tuple[dict[str, Any], str]] = {
         ),
         "topology.decode",
     ),
+    "approximate-index-on-several-pickers": (
+        minimal(router={"prefixIndex": "approximate", "replicas": 2}),
+        "router.replicas",
+    ),
+    "custom-engine-on-several-pickers": (  # a custom command defaults to the approximate index
+        minimal(model={"name": "emu", "command": ["smetric", "emulate"]}, router={"replicas": 3}),
+        "router.replicas",
+    ),
 }
 
 
@@ -207,6 +215,10 @@ def test_defaults() -> None:
     assert spec.gpus.products == ("NVIDIA-H20", "NVIDIA-H20-3e")
     assert spec.global_kv.master.rpc_port == 50051 and spec.global_kv.lmcache.chunk_size == 256
     assert spec.model.served == spec.model.name
+    # the rendered vLLM publishes KV events: precise index on 2 pickers; a custom engine: 1 approximate
+    assert (spec.prefix_index, spec.picker_replicas) == ("precise", 2)
+    custom = parse_spec(minimal(model={"name": "emu", "command": ["smetric", "emulate"]}))
+    assert (custom.prefix_index, custom.picker_replicas) == ("approximate", 1)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,12 @@
-"""The endpoint picker: policy ConfigMap, RBAC, Deployment and its h2c Service."""
+"""The endpoint picker: policy ConfigMap, RBAC, Deployment, its h2c Service and PodDisruptionBudget.
+
+Restarts: the picker writes its prefix index (either kind) to ``--state-file`` on an ``emptyDir``
+volume every ``--state-interval-ms`` and at SIGTERM, and reads it at start, so a restarted container
+(a crash, an OOM kill, a failed liveness probe) routes follow-up turns where its predecessor did.
+A new pod (a rollout, a drained node) starts without the file; with 2+ replicas and the precise
+index (the defaults) the other replicas hold the same KV-event view meanwhile. 2+ replicas get a
+PodDisruptionBudget (maxUnavailable 1) and a rolling update that starts the new pod first.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +34,8 @@ CONFIG_DIR = "/etc/smetric"
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 CONFIG_HASH_ANNOTATION = "smetric.io/config-hash"
 TLS_DIR = "/etc/smetric/tls"
+STATE_DIR = "/var/lib/smetric"  # emptyDir: outlives a container restart, not the pod
+STATE_FILE = f"{STATE_DIR}/prefix-index.json"
 HF_CACHE_DIR = "/var/cache/huggingface"  # writable hub cache when no model volume is mounted
 PICKER_UID = 65532  # the smetric-epp image's user (images/epp.Dockerfile)
 
@@ -64,7 +74,7 @@ def picker_args(pool: PoolRef, spec: SMetricPoolSpec) -> list[str]:
         "config": CONFIG_FILE,
         "pool-name": pool.name,
         "pool-namespace": pool.namespace,
-        "prefix-index": spec.router.prefix_index,
+        "prefix-index": spec.prefix_index,
         "kv-events-port": KV_EVENTS_PORT,
         "hash-seed": spec.router.hash_seed,
         "block-size": spec.model.block_size,
@@ -72,10 +82,11 @@ def picker_args(pool: PoolRef, spec: SMetricPoolSpec) -> list[str]:
         # Its PodMonitor/ServiceMonitor scrape without a token, and the review APIs need a
         # cluster-wide binding that a namespaced child cannot carry (docs/picker.md, metrics auth).
         "metrics-endpoint-auth": "false",
+        "state-file": STATE_FILE,
     }
     if spec.router.secure_serving and spec.router.cert_secret_name:
         values["cert-path"] = TLS_DIR
-    if spec.router.prefix_index == "precise":
+    if spec.prefix_index == "precise":
         # A model id resolves through HF_HOME (the mounted hub cache, offline) or the hub (network);
         # with a plain directory volume model.name is already the path of the weights and tokenizer.
         values["tokenizer"] = spec.model.name
@@ -127,16 +138,18 @@ def _volumes(
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": pool.child("epp-config")}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+        {"name": "state", "emptyDir": {"sizeLimit": "1Gi"}},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "state", "mountPath": STATE_DIR},
     ]
     env: list[dict[str, Any]] = []
     if spec.router.secure_serving and spec.router.cert_secret_name:
         volumes.append({"name": "tls", "secret": {"secretName": spec.router.cert_secret_name}})
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
-    if spec.router.prefix_index == "precise":
+    if spec.prefix_index == "precise":
         model = model_volume(spec)
         if model is not None:  # the tokenizer from the mounted weights (read-only, offline)
             volumes.append(
@@ -214,14 +227,36 @@ def _deployment(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
         "kind": "Deployment",
         "metadata": meta,
         "spec": {
-            "replicas": spec.router.replicas,
-            # One active picker at a time (its ledger and prefix index are per replica), as upstream.
-            "strategy": {"type": "Recreate"},
+            "replicas": spec.picker_replicas,
+            "strategy": _strategy(spec),
             "selector": {"matchLabels": selector_labels(pool, EPP)},
             # A policy change rolls the picker (the config is read at start-up).
             "template": {"metadata": template_meta, "spec": pod},
         },
     }
+
+
+def _strategy(spec: SMetricPoolSpec) -> dict[str, Any]:
+    """Several replicas: a rolling update that never has fewer ready pickers than replicas (the
+    gateway keeps reaching one while a pod is replaced). One replica: Recreate, as upstream -- one
+    active picker at a time, so no two ledgers see halves of the traffic during the rollout."""
+    if spec.picker_replicas < 2:
+        return {"type": "Recreate"}
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+
+
+def _disruption_budget(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
+    """maxUnavailable 1 with 2+ replicas: a node drain or eviction keeps a picker serving."""
+    if not spec.policies.pod_disruption_budget or spec.picker_replicas < 2:
+        return []
+    return [
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": metadata(pool, pool.epp_name, EPP),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(pool, EPP)}},
+        }
+    ]
 
 
 def _service(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
@@ -247,4 +282,10 @@ def _service(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
 
 
 def picker(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
-    return [_config_map(pool, spec), *_rbac(pool), _deployment(pool, spec), _service(pool, spec)]
+    return [
+        _config_map(pool, spec),
+        *_rbac(pool),
+        _deployment(pool, spec),
+        _service(pool, spec),
+        *_disruption_budget(pool, spec),
+    ]

@@ -245,9 +245,11 @@ class RouterSpec(_Spec):
     # (smetric.policy.registry.default_policy; SMetricPoolSpec.routing_policy resolves it)
     policy: str | None = None
     parameters: PolicyParameters = PolicyParameters()
-    prefix_index: Literal["precise", "approximate"] = "approximate"
+    # None = the pool's default (SMetricPoolSpec.prefix_index, .picker_replicas): the precise index
+    # on 2 replicas where the operator renders vLLM (it publishes KV events), else approximate on 1.
+    prefix_index: Literal["precise", "approximate"] | None = None
     image: str = EPP_IMAGE
-    replicas: int = Field(default=1, ge=0, le=16)
+    replicas: int | None = Field(default=None, ge=0, le=16)
     resources: dict[str, Any] = Field(
         default_factory=lambda: {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
     )
@@ -318,6 +320,20 @@ class SMetricPoolSpec(_Spec):
         ``llmd-slo`` with one (:func:`smetric.policy.registry.default_policy`)."""
         return self.router.policy or default_policy(self.global_kv.enabled)
 
+    @property
+    def prefix_index(self) -> str:
+        """``router.prefixIndex``, or ``precise`` when the engines are the rendered vLLM (its KV events
+        are configured) and ``approximate`` for a custom engine command."""
+        return self.router.prefix_index or ("approximate" if self.model.command else "precise")
+
+    @property
+    def picker_replicas(self) -> int:
+        """``router.replicas``, or 2 with the precise index (one picker may restart while the other
+        routes) and 1 with the approximate one (its replicas would not share what they learn)."""
+        if self.router.replicas is not None:
+            return self.router.replicas
+        return 2 if self.prefix_index == "precise" else 1
+
     @model_validator(mode="after")
     def _cross_field(self) -> SMetricPoolSpec:
         problems = cross_field_problems(self)
@@ -361,6 +377,12 @@ def cross_field_problems(spec: SMetricPoolSpec) -> list[str]:
         problem = sidecar_problem(topo.pd_connector, sidecar.image, sidecar.tag)
         if problem:
             problems.append(problem)
+    if spec.picker_replicas > 1 and spec.prefix_index == "approximate":
+        problems.append(
+            f"router.replicas={spec.picker_replicas} with the approximate prefix index: each replica learns "
+            "only from its own routing, so follow-up turns lose their engine (docs/picker.md); use "
+            "router.prefixIndex=precise or router.replicas=1"
+        )
     if spec.router.policy is not None and spec.router.policy not in POLICY_NAMES:
         problems.append(f"router.policy={spec.router.policy!r} is not one of {', '.join(POLICY_NAMES)}")
     if spec.global_kv.enabled and spec.global_kv.protocol == "rdma" and not spec.global_kv.device_names:
