@@ -112,7 +112,8 @@ def test_simulated_cluster_reads_same_node_replicas_over_pcie() -> None:
         tiers.append(cluster[0].global_tier)
         return cluster
 
-    cfg = SimConfig(instances=4, warmup_s=0.0, measure_s=600.0, seed=1)
+    # cold Poisson starts: every load follows a round-robin move (no prewarmed tier content)
+    cfg = SimConfig(instances=4, warmup_s=0.0, measure_s=600.0, seed=1, arrivals="cold")
     simulator.build_cluster = spy  # type: ignore[assignment]
     try:
         simulator.simulate(work, "round-robin", 0.05, cfg)

@@ -78,7 +78,8 @@ def test_simulating_the_file_equals_simulating_the_same_flags(tmp_path: Path) ->
     f = deployed_config(tmp_path, "smetric", {"slack": 0.01})
     from_file, _ = spec_of("--policy-config", str(f))
     from_flags, _ = spec_of("--policies", "smetric", "--slack", "0.01")
-    base = SimConfig(instances=4, warmup_s=0.0, measure_s=600.0, seed=3)
+    # Poisson family starts: 0.08 families/s of the synthetic trace load the 4 instances
+    base = SimConfig(instances=4, warmup_s=0.0, measure_s=600.0, seed=3, arrivals="stationary")
     w = work()
     a = simulate(w, "smetric", 0.08, base.with_params(**_mapping(from_file.sim)))
     b = simulate(w, "smetric", 0.08, base.with_params(**_mapping(from_flags.sim)))

@@ -63,12 +63,29 @@ def test_shared_ids_are_detected_and_kept_by_clones() -> None:
 
 
 def test_requests_over_the_limit_are_marked_dropped() -> None:
-    limit = max_request_tokens(P30)
-    assert limit == min(P30.model.max_context_tokens, P30.kv_capacity_tokens)
+    limit = max_request_tokens(P30, 64)
+    assert limit == min(P30.model.max_context_tokens, P30.kv_capacity_tokens // 64 * 64)
     reqs = [tr(0, "a", 0, limit, [[1, 2]]), tr(1, "b", 0, limit - 128, [[10, 11]])]
     w = prepare(Trace(name="t", block_tokens=64, requests=reqs), P30)
     assert w.dropped.tolist() == [True, False]
     assert w.n_dropped == 1
+
+
+def test_the_limit_is_whole_blocks_of_the_trace() -> None:
+    """217,680 tokens fit the pool's token capacity but need 3,402 blocks of 64 where one H20 holds
+    3,401 (217,664 tokens): such a request is dropped up front, one of 217,664 is not."""
+    assert P30.kv_capacity_tokens == 217_680
+    assert max_request_tokens(P30, 64) == 3_401 * 64 == 217_664
+    assert max_request_tokens(P30) == 217_680  # the preset's own 16-token blocks divide it
+    reqs = [  # tr() adds 128 output tokens
+        tr(0, "a", 0, 217_680 - 128, [[1, 2]]),
+        tr(1, "b", 0, 217_664 - 128, [[10, 11]]),
+    ]
+    w = prepare(Trace(name="t", block_tokens=64, requests=reqs), P30)
+    assert w.max_tokens == 217_664
+    assert w.dropped.tolist() == [True, False]
+    with pytest.raises(ValueError):
+        max_request_tokens(P30, 0)
 
 
 def test_family_arrivals_are_seeded_poisson_and_cycle_through_clones() -> None:

@@ -1,13 +1,18 @@
-"""Workload arrivals: seeded Poisson family starts, closed-loop rule, family subsampling."""
+"""Workload arrivals: steady agents, seeded Poisson family starts, closed-loop rule, family subsampling."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.workload import (
+    SteadyAgents,
+    agents_for_rate,
     closed_loop_send_time,
+    family_durations_s,
     family_start_times,
     recorded_family_start_times,
     subsample_families,
@@ -88,3 +93,84 @@ def test_subsample_keeps_whole_families_and_relinks() -> None:
     assert len(subsample_families(trace, fraction=0.01, seed=1)) == 3  # at least one family
     with pytest.raises(ValueError, match="fraction"):
         subsample_families(trace, fraction=0.0, seed=1)
+
+
+def test_agents_for_rate_is_littles_law() -> None:
+    assert agents_for_rate(0.01, 10_341.4) == 103
+    assert agents_for_rate(1e-6, 10.0) == 1  # at least one agent
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            agents_for_rate(bad, 10.0)
+    with pytest.raises(ValueError):
+        agents_for_rate(1.0, -1.0)
+
+
+def test_family_durations_include_the_last_answer() -> None:
+    t = make_trace(2)
+    assert family_durations_s(t) == {"f0": 3.0, "f1": 3.0}  # latency not recorded: offsets only
+    r = dataclasses.replace(t.requests[2], recorded_latency_s=2.5)
+    t2 = Trace(name="t", block_tokens=64, requests=[*t.requests[:2], r, *t.requests[3:]])
+    assert family_durations_s(t2)["f0"] == 5.5
+
+
+def test_agents_are_seeded_and_each_has_its_own_stream() -> None:
+    d = [10.0, 20.0, 30.0, 40.0]
+    a, b = SteadyAgents(d, 5, seed=1), SteadyAgents(d, 5, seed=1)
+    assert a.initial(100.0) == b.initial(100.0)
+    assert SteadyAgents(d, 5, seed=1).initial(100.0) != SteadyAgents(d, 5, seed=2).initial(100.0)
+    # agent 3's families do not depend on how often the others moved on
+    a_seq = [a.next_family(3) for _ in range(20)]
+    for _ in range(7):
+        b.next_family(0)
+    assert [b.next_family(3) for _ in range(20)] == a_seq
+    for s in SteadyAgents(d, 50, seed=3).initial(100.0):
+        assert 0.0 <= s.enter_s < 100.0
+        assert s.enter_s - d[s.family] <= s.start_s <= s.enter_s
+    with pytest.raises(ValueError):
+        SteadyAgents(d, 0, seed=0)
+    with pytest.raises(ValueError):
+        SteadyAgents([], 3, seed=0)
+    with pytest.raises(ValueError):
+        SteadyAgents([1.0, -1.0], 3, seed=0)
+    with pytest.raises(ValueError):
+        SteadyAgents(d, 3, seed=0).initial(-1.0)
+
+
+def test_the_family_in_progress_is_length_biased_with_a_uniform_age() -> None:
+    starts = SteadyAgents([1.0, 9.0], 4_000, seed=0).initial()
+    in_long = np.mean([s.family == 1 for s in starts])
+    assert 0.87 < in_long < 0.93  # 9 / (1 + 9)
+    ages = np.array([-s.start_s / (1.0, 9.0)[s.family] for s in starts])
+    assert 0.47 < ages.mean() < 0.53 and ages.min() >= 0.0 and ages.max() <= 1.0
+
+
+def _renewal_sends(
+    durations: list[float], offsets: list[np.ndarray], agents: SteadyAgents, horizon: float, fresh: bool
+) -> np.ndarray:
+    """Open-loop send times in [0, horizon) of agents working through families back to back."""
+    out: list[np.ndarray] = []
+    for s in agents.initial():
+        f, start = s.family, 0.0 if fresh else s.start_s
+        while start < horizon:
+            t = start + offsets[f]
+            out.append(t[(t >= 0) & (t < horizon)])
+            start += durations[f]
+            f = agents.next_family(s.agent)
+    return np.concatenate(out)
+
+
+def test_agents_offer_a_steady_request_rate_from_t0() -> None:
+    """The drift bound of the generator: families of 10 s to 2,000 s whose requests crowd their
+    beginning; 2,000 agents; requests sent in the last quarter vs the first within 10 %. Agents
+    that all begin a fresh family at t = 0 (no steady start) drift by far more."""
+    rng = np.random.default_rng(5)
+    durations = list(np.exp(rng.uniform(np.log(10.0), np.log(2_000.0), size=40)))
+    offsets = [d * (np.arange(20) / 20.0) ** 2 for d in durations]  # front-loaded
+
+    def drift(fresh: bool) -> float:
+        t = _renewal_sends(durations, offsets, SteadyAgents(durations, 2_000, seed=1), 4_000.0, fresh)
+        first, last = ((t >= 0) & (t < 1_000)).sum(), ((t >= 3_000) & (t < 4_000)).sum()
+        return float(last / first - 1.0)
+
+    assert abs(drift(fresh=False)) <= 0.10
+    assert abs(drift(fresh=True)) > 0.10

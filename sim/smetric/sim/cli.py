@@ -29,7 +29,7 @@ from smetric.policy.config import CONTEXT_KEYS
 from smetric.policy.registry import REGISTRY, Registry
 from smetric.policy.tiered_params import TieredParams
 from smetric.sim import regimes as rg
-from smetric.sim.config import SimConfig
+from smetric.sim.config import ARRIVALS, SimConfig
 from smetric.sim.driver import run_and_write
 from smetric.sim.sweep import (
     BASE_FAMILIES_PER_S_PER_32,
@@ -104,10 +104,12 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="one seed only (same as --seeds N)")
     p.add_argument(
         "--arrivals",
-        choices=("stationary", "cold"),
-        default="stationary",
-        help="stationary: families also start before t=0 so the request rate is flat from t=0; "
-        "cold: all start at t>=0 (the rate climbs ~26%% over a 1 h window) -- docs/simulator.md",
+        choices=ARRIVALS,
+        default="agents",
+        help="agents: round(rate x mean family duration) concurrent agents, in steady state from t=0, "
+        "each starting a new family when its last ends (the load cannot outgrow them past the knee); "
+        "stationary: Poisson family starts, also before t=0; cold: Poisson starts at t>=0 only "
+        "(the rate climbs ~26%% over a 1 h window) -- docs/simulator.md",
     )
     p.add_argument(
         "--no-extend-past-knee",

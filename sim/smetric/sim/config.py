@@ -13,6 +13,8 @@ from smetric.policy.config import CONTEXT_KEYS, params_from_mapping
 from smetric.policy.params import ParamsModel
 from smetric.sim.view import ROUTER_VIEWS
 
+ARRIVALS = ("agents", "stationary", "cold")
+
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
@@ -63,17 +65,26 @@ class SimConfig:
     # (smetric.policy.config). Context keys (mode, SLO, cost model, block size) come from the
     # simulated cluster, not from here.
     policy_parameters: str = "{}"
-    # "stationary": families also start before t = 0 (request rate stationary from t = 0);
-    # "cold": every family starts at t >= 0 (the request rate climbs for hours) -- workload.py
-    arrivals: str = "stationary"
+    # "agents": a fixed population of concurrent agents in steady state from t = 0, each starting
+    # a new family when its last one ends; "stationary": Poisson family starts, also before t = 0;
+    # "cold": Poisson family starts at t >= 0 only (the request rate climbs for hours) -- workload.py
+    arrivals: str = "agents"
+    # agents join at uniform times in [0, agent_entry_s) (None = half the warm-up), so their
+    # uncached first prefills do not all land at t = 0 (smetric.trace.SteadyAgents)
+    agent_entry_s: float | None = None
+    # write the KV of the joined sessions' earlier turns to the global tier before t = 0 (its
+    # steady state; Simulator.prewarm_tier); off = every joined session starts uncached
+    prewarm_global_tier: bool = True
 
     def __post_init__(self) -> None:
         if self.router_view not in ROUTER_VIEWS:
             raise ValueError(
                 f"router_view must be one of {', '.join(ROUTER_VIEWS)}, got {self.router_view!r}"
             )
-        if self.arrivals not in ("stationary", "cold"):
-            raise ValueError(f"arrivals must be stationary or cold, got {self.arrivals!r}")
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {self.arrivals!r}")
+        if self.agent_entry_s is not None and not (0 <= self.agent_entry_s <= self.warmup_s):
+            raise ValueError("agent_entry_s must be in [0, warmup_s]: agents join before the window")
         if not (self.warmup_s >= 0 and self.measure_s > 0):
             raise ValueError("warmup_s must be >= 0 and measure_s > 0")
         if self.instances < 1:
@@ -105,6 +116,11 @@ class SimConfig:
                 f"policy_parameters holds context keys {context}: the simulated cluster sets them"
             )
         return params_from_mapping(mapping).own
+
+    @property
+    def agent_entry_window_s(self) -> float:
+        """Agents join in ``[0, this)``: ``agent_entry_s``, else half the warm-up."""
+        return self.warmup_s / 2 if self.agent_entry_s is None else self.agent_entry_s
 
     @property
     def preset_name(self) -> str:

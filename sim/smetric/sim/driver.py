@@ -144,6 +144,7 @@ def run_and_write(
             "requests": len(work),
             "families": work.n_families,
             "requests_over_limit_dropped": work.n_dropped,
+            "max_request_tokens": work.max_tokens,
             "notes": list(work.notes),
         },
         "results": rows,

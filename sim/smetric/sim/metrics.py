@@ -18,8 +18,11 @@ Definitions (paper §4.1, §5.2, §5.3):
   as the paper's §5.3 figure counts them).
 * ``arrival_rate_start_per_s`` / ``arrival_rate_end_per_s``: requests sent per second in the first
   and the last quarter of the window; ``arrival_drift`` = end / start - 1 (stationarity check of the
-  offered load: a workload ramp raises it, a closed loop falling behind lowers it; agentic sessions
-  send in bursts, so expect about +-10 % of noise per run at 16 instances).
+  offered load: a workload ramp raises it, a closed loop falling behind lowers it);
+  ``arrival_drift_ok`` = ``|arrival_drift| <=`` :data:`MAX_ARRIVAL_DRIFT` (a run outside it did not
+  see a steady load: its figures depend on the window's length).
+* ``requests_dropped``: requests answered with an error, over the length limit or refused by the
+  engine; ``requests_engine_rejected`` counts the latter (reason ``engine_rejected``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 from smetric.core.slo import SloConfig
+
+MAX_ARRIVAL_DRIFT = 0.10  # |arrival drift| above this flags a run whose offered load was not steady
 
 
 class LoadTracker:
@@ -114,8 +119,13 @@ def summarise(
     load_window_s: float,
     lo_s: float,
     hi_s: float,
+    rejected: npt.NDArray[np.bool_] | None = None,
 ) -> dict[str, float | int]:
-    """The summary numbers of one run (see the module docstring)."""
+    """The summary numbers of one run (see the module docstring). ``rejected``: requests the
+    engine refused (dropped too), none when not given."""
+    if rejected is None:
+        rejected = np.zeros_like(dropped)
+    dropped = dropped | rejected
     colocated = mode == "colocated"
     done_s = finish_s if colocated else first_s
     lo, hi = lo_s, hi_s
@@ -137,6 +147,7 @@ def summarise(
     quarter = span / 4.0
     rate_start = float(((send_s >= lo) & (send_s < lo + quarter)).sum()) / quarter
     rate_end = float(((send_s >= hi - quarter) & (send_s < hi)).sum()) / quarter
+    drift = rate_end / rate_start - 1.0 if rate_start > 0 else math.nan
     reused_local, reused_global = float(local[served].sum()), float(global_[served].sum())
     return {
         "tps_within_slo": float(o[ok].sum()) / span if colocated else math.nan,
@@ -145,7 +156,8 @@ def summarise(
         "requests_per_s": float(in_window.sum()) / span,
         "arrival_rate_start_per_s": rate_start,
         "arrival_rate_end_per_s": rate_end,
-        "arrival_drift": rate_end / rate_start - 1.0 if rate_start > 0 else math.nan,
+        "arrival_drift": drift,
+        "arrival_drift_ok": bool(abs(drift) <= MAX_ARRIVAL_DRIFT),
         "slo_attainment": float(ok.mean()) if ok.size else math.nan,
         "ttft_attainment": float(ttft_ok.mean()) if ttft_ok.size else math.nan,
         "ttft_p50_s": _pct(ttft, 50),
@@ -163,6 +175,8 @@ def summarise(
         "requests_served_in_window": int(served.sum()),
         "requests_dropped": int(dropped.sum()),
         "requests_dropped_in_window": int((dropped & in_window).sum()),
+        "requests_engine_rejected": int(rejected.sum()),
+        "requests_engine_rejected_in_window": int((rejected & in_window).sum()),
         "window_start_s": float(lo),
         "window_end_s": float(hi),
     }

@@ -9,6 +9,14 @@ Event loop (a single heap, time-ordered, ties by insertion order):
 * ``instance``: an instance's next internal state change (step end, decode-stretch end, load
   completion); a version number discards superseded entries.
 
+Rejections: a request the chosen instance cannot hold (more KV blocks than its pool) is counted
+as dropped with the reason ``engine_rejected`` and completes at once (an error answer); the run
+goes on. ``work.dropped`` already filters what no instance can hold, so this is a guard.
+
+Arrivals (``SimConfig.arrivals``, :mod:`smetric.sim.workload`): ``agents`` -- a fixed population
+of agents, each starting its next family when every session of its current one has ended;
+``stationary`` / ``cold`` -- Poisson family starts.
+
 Closed loop: a session's next request is sent at
 ``max(family_start + offset, completion + think_time)`` (:mod:`smetric.trace.workload`), where
 completion is the finish time (colocated) or, disaggregated (decode not simulated), the first
@@ -34,25 +42,13 @@ from smetric.policy.tiered_params import SMetricTieredParams
 from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.config import SimConfig
 from smetric.sim.metrics import LoadTracker, summarise
+from smetric.sim.requests import RequestRecord, RequestTable
 from smetric.sim.tier_view import TierView
 from smetric.sim.view import make_router_view
 from smetric.sim.workload import PreparedWorkload
+from smetric.trace import SteadyAgents, agents_for_rate
 
 _ARRIVAL, _INSTANCE = 0, 1
-
-
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """One sent request (kept only with ``keep_records=True``; for tests and analysis)."""
-
-    key: int  # clone * len(trace) + trace index
-    send_s: float
-    first_token_s: float
-    finish_s: float
-    instance: int  # -1 when dropped
-    dropped: bool
-    local_hit_tokens: int
-    global_hit_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,38 +113,6 @@ def build_cluster(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
     ]
 
 
-@dataclass(slots=True)
-class _Sent:
-    """One row of the request table: a sent request and what happened to it."""
-
-    key: int  # clone * len(trace) + trace index
-    send_s: float
-    first_token_s: float = math.nan
-    finish_s: float = math.nan
-    instance: int = -1  # -1 while not dispatched (or dropped)
-    local_hit_tokens: int = 0
-    global_hit_tokens: int = 0
-
-
-class RequestTable:
-    """The sent requests in send order, and by key (the engine events carry the key)."""
-
-    __slots__ = ("by_key", "rows")
-
-    def __init__(self) -> None:
-        self.rows: list[_Sent] = []
-        self.by_key: dict[int, _Sent] = {}
-
-    def add(self, key: int, send_s: float) -> _Sent:
-        row = _Sent(key, send_s)
-        self.rows.append(row)
-        self.by_key[key] = row
-        return row
-
-    def column(self, name: str, dtype: type) -> np.ndarray:
-        return np.array([getattr(r, name) for r in self.rows], dtype=dtype)
-
-
 class _Run:
     """One simulation run: the cluster, the router and its view, the event heap, the request table.
 
@@ -157,15 +121,20 @@ class _Run:
     """
 
     __slots__ = (
+        "agents",
         "cfg",
         "cluster",
         "colocated",
         "events",
+        "fam_agent",
+        "fam_left",
         "fam_start",
+        "fam_uses",
         "heap",
         "horizon",
         "loads",
         "n",
+        "n_agents",
         "n_fam",
         "preset",
         "reasons",
@@ -209,6 +178,11 @@ class _Run:
         self.table = RequestTable()
         self.reasons: dict[str, int] = {}
         self.fam_start: dict[int, float] = {}  # clone * F + family -> start time
+        self.agents: SteadyAgents | None = None
+        self.fam_agent: dict[int, int] = {}  # clone * F + family -> agent running it (agents mode)
+        self.fam_left: dict[int, int] = {}  # clone * F + family -> its sessions not yet ended
+        self.fam_uses = [0] * work.n_families  # starts so far per family (the next clone id)
+        self.n_agents = 0
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.version = [0] * len(cluster)
@@ -219,6 +193,15 @@ class _Run:
     def seed_arrivals(self, families_per_s: float) -> None:
         """Every family's first sends (the rest follow completions, :meth:`completed`)."""
         work, cfg, n, n_fam, horizon = self.work, self.cfg, self.n, self.n_fam, self.horizon
+        if cfg.arrivals == "agents":
+            self.n_agents = agents_for_rate(families_per_s, work.mean_family_duration_s)
+            self.agents = SteadyAgents(work.family_duration_s, self.n_agents, cfg.seed)
+            warm: list[tuple[float, int]] = []
+            for joined in self.agents.initial(cfg.agent_entry_window_s):
+                self.start_family(joined.agent, joined.family, joined.start_s, joined.enter_s, warm)
+            self.prewarm_tier(warm)
+            heapq.heapify(self.heap)
+            return
         lead_s = work.max_family_span_s if cfg.arrivals == "stationary" else 0.0
         for start, f, clone in work.family_arrivals(families_per_s, horizon, cfg.seed, lead_s):
             sends = work.first_sends(f, start)
@@ -229,6 +212,62 @@ class _Run:
                     self.seq += 1
                     self.heap.append((t_send, self.seq, _ARRIVAL, clone * n + i, clone * n_fam + f))
         heapq.heapify(self.heap)
+
+    def start_family(
+        self,
+        agent: int,
+        family: int,
+        start_s: float,
+        from_s: float | None = None,
+        warm: list[tuple[float, int]] | None = None,
+    ) -> None:
+        """Agent ``agent`` starts (its next clone of) ``family`` at ``start_s``: push the first
+        sends of its sessions due from ``from_s`` (default ``start_s``) on; a family with nothing
+        left to send ends at its recorded end and the agent moves on. ``warm`` collects
+        ``(recorded send time, key)`` of the last request each joined session sent before
+        ``from_s`` (:meth:`prewarm_tier`)."""
+        work, n_fam = self.work, self.n_fam
+        assert self.agents is not None
+        for _ in range(work.n_families + 1):  # a started family always sends; this bounds the loop
+            if start_s >= self.horizon:
+                return
+            clone = self.fam_uses[family]
+            self.fam_uses[family] += 1
+            fk = clone * n_fam + family
+            sends = work.first_sends(family, start_s, start_s if from_s is None else from_s)
+            if sends:
+                self.fam_start[fk] = start_s
+                self.fam_agent[fk] = agent
+                self.fam_left[fk] = len(sends)
+                for t_send, i in sends:
+                    p = int(work.prev[i])
+                    if warm is not None and p >= 0:
+                        warm.append((start_s + float(work.offset_s[p]), clone * self.n + p))
+                    if t_send < self.horizon:
+                        self.seq += 1
+                        heapq.heappush(self.heap, (t_send, self.seq, _ARRIVAL, clone * self.n + i, fk))
+                return
+            warm = None
+            # joined after its last send: the agent waits for its recorded end
+            start_s = max(start_s + work.family_duration_s[family], start_s + 1e-9, from_s or 0.0)
+            from_s = None
+            family = self.agents.next_family(agent)
+        raise RuntimeError(f"agent {agent}: no family sends a request")  # pragma: no cover
+
+    def prewarm_tier(self, warm: list[tuple[float, int]]) -> None:
+        """Steady state of the global tier for the sessions agents join mid-way: the KV their
+        earlier turns computed (prompt and answer of the last request before joining) is written,
+        oldest first, so a bounded tier keeps the most recent (LRU). No link time is charged: the
+        writes happened before ``t = 0``. The GPU tiers start empty (where a session's KV would
+        sit is the policy's choice); without a global tier nothing is written."""
+        tier = self.cluster[0].global_tier if self.cluster else None
+        if tier is None or not self.cfg.prewarm_global_tier:
+            return
+        work, n = self.work, self.n
+        for _, key in sorted(warm):
+            clone, i = divmod(key, n)
+            req = work.engine_request(i, clone)
+            tier.write(req.prompt_pieces + req.output_pieces)
 
     def run(self, progress: Callable[[float], None] | None) -> None:
         heap, version, cluster, view, horizon = self.heap, self.version, self.cluster, self.view, self.horizon
@@ -281,6 +320,11 @@ class _Run:
         if tier_view is not None:
             tier_view.dispatched(snaps[k], rview, t)
         inst = self.cluster[k]
+        if not inst.fits(req):  # more KV blocks than the pool: the engine refuses it
+            row.rejected = True
+            self.view.first_token(key, t, None)
+            self.completed(key, t)
+            return
         inst.submit(req, t)
         self.engine_events(inst.advance(t))
         self.track(k, t)
@@ -299,13 +343,25 @@ class _Run:
         work = self.work
         clone, i = divmod(key, self.n)
         j = int(work.next[i])
-        if j < 0:
-            return
         fk = clone * self.n_fam + work.family_index[i]
+        if j < 0:
+            self.session_ended(fk, t)
+            return
         t_send = max(self.fam_start[fk] + float(work.offset_s[j]), t + float(work.think_s[j]))
         if t_send < self.horizon:
             self.seq += 1
             heapq.heappush(self.heap, (t_send, self.seq, _ARRIVAL, clone * self.n + j, fk))
+
+    def session_ended(self, fk: int, t: float) -> None:
+        """A session of family ``fk`` has sent and finished its last request at ``t``; when it was
+        the family's last session, the family's agent starts its next family."""
+        if self.agents is None:
+            return
+        left = self.fam_left[fk] - 1
+        self.fam_left[fk] = left
+        if left == 0:
+            agent = self.fam_agent.pop(fk)
+            self.start_family(agent, self.agents.next_family(agent), t)
 
     def engine_events(self, evs: list[EngineEvent]) -> None:
         by_key = self.table.by_key
@@ -352,6 +408,7 @@ class _Run:
             local=table.column("local_hit_tokens", np.int64),
             global_=table.column("global_hit_tokens", np.int64),
             dropped=work.dropped[idx],
+            rejected=table.column("rejected", np.bool_),
             window_loads=self.loads.window_loads(max(end_s, self.horizon)),
             load_window_s=cfg.window_s,
             lo_s=cfg.warmup_s,
@@ -392,6 +449,7 @@ def simulate(
     run.seed_arrivals(families_per_s)
     run.run(progress)
     metrics = run.metrics()
+    metrics["agents"] = run.n_agents
     return RunResult(
         policy=policy,
         rate_multiplier=rate_multiplier,

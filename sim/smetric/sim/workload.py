@@ -3,23 +3,31 @@
 Arrivals (why not just "each trace family once"): the agentic trace has 560 session families that
 last from minutes to 122 hours and are paced by real think times. Even if all of them ran at
 once they would offer about 3.7 requests/s, far below what 32 instances serve, so starting the
-trace's families faster cannot load a 32-instance cluster. Instead, session families arrive as a
-Poisson process at ``rate`` families/s over ``[0, warmup + measure)``; the n-th arrival replays
-family ``perm[n % F]`` of the trace (a seeded permutation, redrawn every F arrivals) as *clone*
-``n // F``: clone ``k > 0`` gets its own block-id namespace (``id + k * id_span``) except for
-the shared system-prompt ids, so clones never share a session's KV but do share the system
-prompt. Each family keeps its recorded offsets, think times, turns and token counts.
+trace's families faster cannot load a 32-instance cluster. Instead families are replayed as
+*clones*: clone ``k > 0`` of a family gets its own block-id namespace (``id + k * id_span``)
+except for the shared system-prompt ids, so clones never share a session's KV but do share the
+system prompt. Each family keeps its recorded offsets, think times, turns and token counts.
 
-Stationary start (default): families last up to 122 hours, so families that start at ``t >= 0``
-alone make the request rate climb for the whole run (the expected request rate at ``t`` is
-``rate * E[requests of a family sent within t of its start]``: with a 1 h warm-up it rose by 26 %
-across a 1 h measurement window and was still 25 % below its stationary value at the end). The
-generator therefore also draws family starts in ``[-lead, 0)`` with ``lead`` = the longest family
-span (:attr:`PreparedWorkload.max_family_span_s`); such a family sends only its requests due at
-``t >= 0`` (its earlier turns are skipped, so their KV is not cached -- the warm-up absorbs that
-cold start). The request rate is then stationary from ``t = 0`` on (open-loop offsets; the closed
-loop only delays). ``arrivals="cold"`` restores the previous generator (all families start at
-``t >= 0``).
+Who starts families (``SimConfig.arrivals``):
+
+* ``agents`` (default): a fixed population of concurrent agents
+  (:class:`smetric.trace.SteadyAgents`), ``round(rate x mean family duration)`` of them (the
+  population that offers ``rate`` families/s at light load, by Little's law). Each agent starts a
+  new family the moment its previous one ends (every session's last request answered), and at
+  ``t = 0`` every agent is already inside a family, at a uniform point of a length-biased draw
+  (the renewal equilibrium), so the offered load is steady from ``t = 0`` and, past saturation,
+  the closed loop slows the agents instead of piling up families. The k-th start of a family is
+  its clone ``k``.
+* ``stationary``: families arrive as a Poisson process at ``rate`` families/s over ``[-lead,
+  horizon)`` with ``lead`` = the longest family span; the n-th arrival replays family
+  ``perm[n % F]`` (a seeded permutation, redrawn every F arrivals) as clone ``n // F``. The open
+  loop at the family level keeps adding families past saturation, so the sent rate drifts there.
+* ``cold``: as ``stationary`` with every family starting at ``t >= 0`` (the request rate climbs
+  for hours: families last up to 122 hours).
+
+A family that started before ``t = 0`` sends only its requests due at ``t >= 0``
+(:meth:`PreparedWorkload.first_sends`; its earlier turns are skipped, so their KV is not cached --
+the warm-up absorbs that cold start).
 
 Preparation (once per worker, independent of policy and rate):
 
@@ -30,9 +38,11 @@ Preparation (once per worker, independent of policy and rate):
   the blocks this request's answer fills on the instance that decodes it (the paper rewrites
   follow-ups so the cached answer is reused, §5.1; this is the same effect);
 * requests the model cannot serve are marked dropped: ``prompt + output`` above
-  ``min(model max context, KV capacity of one instance)`` (vLLM refuses a ``max_model_len`` that
-  does not fit the KV pool, so such a prompt is rejected). A dropped request completes instantly
-  at its send time (an error response) and its session continues.
+  ``min(model max context, KV capacity of one instance in whole blocks)`` (vLLM refuses a
+  ``max_model_len`` that does not fit the KV pool, so such a prompt is rejected; the pool holds
+  whole blocks, so a request that fits the token capacity but not its blocks is dropped too). A
+  dropped request completes instantly at its send time (an error response) and its session
+  continues.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ import numpy.typing as npt
 from smetric.core.presets import InstancePreset
 from smetric.core.views import RequestView
 from smetric.engine import EngineRequest, Piece, count_blocks, pieces_from_ranges, slice_blocks
-from smetric.trace import Trace
+from smetric.trace import Trace, family_durations_s
 
 _ARRIVAL_STREAM = 0xA441  # mixed into the seed: arrivals get a numpy Generator of their own
 
@@ -75,10 +85,16 @@ class PreparedWorkload:
     notes: tuple[str, ...]
     trace: Trace
     family_span_s: tuple[float, ...] = ()  # per family: largest request offset
+    family_duration_s: tuple[float, ...] = ()  # per family: latest offset + recorded latency
 
     @property
     def max_family_span_s(self) -> float:
         return max(self.family_span_s, default=0.0)
+
+    @property
+    def mean_family_duration_s(self) -> float:
+        d = self.family_duration_s
+        return sum(d) / len(d) if d else 0.0
 
     def __len__(self) -> int:
         return len(self.engine)
@@ -131,16 +147,16 @@ class PreparedWorkload:
                 perm = rng.permutation(f)
             out.append((t, int(perm[n % f]), n // f))
 
-    def first_sends(self, family: int, start_s: float) -> list[tuple[float, int]]:
+    def first_sends(self, family: int, start_s: float, from_s: float = 0.0) -> list[tuple[float, int]]:
         """``(send_s, trace index)`` of each session's first request of a family started at
-        ``start_s`` that is due at ``t >= 0`` (turns due before 0 are skipped; a session entirely
-        before 0 sends nothing)."""
+        ``start_s`` that is due at ``t >= from_s`` (turns due before are skipped; a session entirely
+        before ``from_s`` sends nothing)."""
         out: list[tuple[float, int]] = []
-        if self.family_span_s and start_s + self.family_span_s[family] < 0:
+        if self.family_span_s and start_s + self.family_span_s[family] < from_s:
             return out
         for i in self.family_first[family]:
             j = i
-            while j >= 0 and start_s + float(self.offset_s[j]) < 0:
+            while j >= 0 and start_s + float(self.offset_s[j]) < from_s:
                 j = int(self.next[j])
             if j >= 0:
                 out.append((start_s + float(self.offset_s[j]), j))
@@ -201,9 +217,15 @@ def _output_pieces(
     return tuple(slice_blocks(nxt, nb, next_est_hit_blocks))
 
 
-def max_request_tokens(preset: InstancePreset) -> int:
-    """Largest prompt + output one instance serves: model context, capped by its KV pool."""
-    return min(preset.model.max_context_tokens, preset.kv_capacity_tokens)
+def max_request_tokens(preset: InstancePreset, block_tokens: int | None = None) -> int:
+    """Largest prompt + output one instance serves: model context, capped by its KV pool in whole
+    blocks of ``block_tokens`` (the engine allocates ``ceil(tokens / block)`` blocks; None = the
+    preset's own block size)."""
+    bt = preset.block_size if block_tokens is None else block_tokens
+    if bt < 1:
+        raise ValueError(f"block_tokens must be >= 1, got {bt}")
+    pool = preset.kv_capacity_tokens // bt * bt
+    return min(preset.model.max_context_tokens, pool)
 
 
 def prepare(trace: Trace, preset: InstancePreset) -> PreparedWorkload:
@@ -216,7 +238,7 @@ def prepare(trace: Trace, preset: InstancePreset) -> PreparedWorkload:
     for r in reqs:
         if r.prev_index >= 0:
             nxt[r.prev_index] = r.index
-    limit = max_request_tokens(preset)
+    limit = max_request_tokens(preset, bt)
     engine: list[EngineRequest] = []
     views: list[RequestView] = []
     for i, r in enumerate(reqs):
@@ -242,6 +264,7 @@ def prepare(trace: Trace, preset: InstancePreset) -> PreparedWorkload:
     for r in reqs:
         k = fam_index[r.family_id]
         span[k] = max(span[k], r.offset_s)
+    durations = family_durations_s(trace)
     return PreparedWorkload(
         trace_name=trace.name,
         block_tokens=bt,
@@ -263,4 +286,5 @@ def prepare(trace: Trace, preset: InstancePreset) -> PreparedWorkload:
         notes=tuple(trace.notes),
         trace=trace,
         family_span_s=tuple(span),
+        family_duration_s=tuple(durations[f] for f in names),
     )

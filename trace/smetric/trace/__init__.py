@@ -5,7 +5,11 @@ from smetric.trace.errors import TraceFormatError
 from smetric.trace.formats import FORMATS, detect_format, load_trace
 from smetric.trace.model import Trace, TraceRequest
 from smetric.trace.workload import (
+    AgentStart,
+    SteadyAgents,
+    agents_for_rate,
     closed_loop_send_time,
+    family_durations_s,
     family_start_times,
     recorded_family_start_times,
     subsample_families,
@@ -13,11 +17,15 @@ from smetric.trace.workload import (
 
 __all__ = [
     "FORMATS",
+    "AgentStart",
+    "SteadyAgents",
     "Trace",
     "TraceFormatError",
     "TraceRequest",
+    "agents_for_rate",
     "closed_loop_send_time",
     "detect_format",
+    "family_durations_s",
     "family_start_times",
     "load_agentic",
     "load_trace",

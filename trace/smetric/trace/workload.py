@@ -4,8 +4,10 @@ A replay sends each request at
 
     send_time = max(family_start + offset_s, prev_completion + think_time_s)
 
-where ``family_start`` comes from :func:`family_start_times` (seeded Poisson arrivals) or
-:func:`recorded_family_start_times` (formats with a global clock), ``offset_s`` is the request's
+where ``family_start`` comes from :class:`SteadyAgents` (a fixed population of concurrent agents,
+each starting a new family when its last one ends, started in steady state), from
+:func:`family_start_times` (seeded Poisson arrivals) or :func:`recorded_family_start_times`
+(formats with a global clock), ``offset_s`` is the request's
 recorded offset within its family, and ``prev_completion`` is when the *simulated/benchmarked*
 completion of the same session's previous request (``prev_index``) happened (first turns: no
 second term). This closed loop is enforced by the consumer (simulator, bench), not here, because
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -25,6 +28,7 @@ from smetric.trace.model import Trace, TraceRequest
 # subsystem's Generator seeded with the same integer.
 _ARRIVALS_STREAM = 0x5E55
 _SUBSAMPLE_STREAM = 0xFA11
+_AGENTS_STREAM = 0xA6E7
 
 
 def family_order(trace: Trace) -> list[str]:
@@ -44,6 +48,96 @@ def family_start_times(trace: Trace, rate_per_s: float, seed: int) -> dict[str, 
     rng = np.random.default_rng([seed, _ARRIVALS_STREAM])
     starts = np.cumsum(rng.exponential(1.0 / rate_per_s, size=len(families)))
     return dict(zip(families, starts.tolist(), strict=True))
+
+
+def family_durations_s(trace: Trace) -> dict[str, float]:
+    """Each family's recorded duration, in :func:`family_order`: the latest ``offset + recorded
+    latency`` of its requests (the offset alone where the latency is not recorded)."""
+    out: dict[str, float] = {}
+    for r in trace.requests:
+        end = max(0.0, float(r.offset_s)) + max(0.0, float(r.recorded_latency_s or 0.0))
+        out[r.family_id] = max(out.get(r.family_id, 0.0), end)
+    return out
+
+
+def agents_for_rate(rate_per_s: float, mean_duration_s: float) -> int:
+    """Concurrent agents that offer ``rate_per_s`` families/s at light load (Little's law: families
+    in progress = rate x mean duration), at least one."""
+    if not (math.isfinite(rate_per_s) and rate_per_s > 0):
+        raise ValueError(f"rate_per_s must be a positive finite number, got {rate_per_s}")
+    if not (math.isfinite(mean_duration_s) and mean_duration_s >= 0):
+        raise ValueError(f"mean_duration_s must be a finite number >= 0, got {mean_duration_s}")
+    return max(1, round(rate_per_s * mean_duration_s))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgentStart:
+    """Where an agent joins: at ``enter_s`` it is inside ``family``, which started at
+    ``start_s <= enter_s`` (turns due before ``enter_s`` are not sent)."""
+
+    agent: int
+    family: int
+    start_s: float
+    enter_s: float = 0.0
+
+
+class SteadyAgents:
+    """``n_agents`` concurrent agents, each working through session families one after another.
+
+    The load knob of a provider's peak hour: a fixed population of users, each starting a new
+    family as soon as its previous one ends (its last request answered). The offered load cannot
+    outgrow the population, and past saturation the closed loop slows every agent instead of piling
+    up new families.
+
+    Steady state: each agent joins inside a family drawn with probability proportional to its
+    recorded duration, at a uniform point of it (the equilibrium of a renewal process: the family in
+    progress at a random instant is length-biased and its age is uniform), i.e. that family started
+    ``age`` before the agent joins. Agents join at uniform times in ``[0, entry_s)`` (0: all at
+    ``t = 0``): a joining agent's session has no cached KV yet, so joining all at once would open
+    the run with one uncached prefill per agent; spread over the warm-up, that cold start costs
+    little. Later families are drawn uniformly. Every agent has its own
+    Generator (``[seed, stream, agent]``), so an agent works through the same families whatever
+    the policy and however long its families take.
+    """
+
+    __slots__ = ("_durations", "_rngs", "n_agents", "seed")
+
+    def __init__(self, durations_s: Sequence[float], n_agents: int, seed: int) -> None:
+        if not durations_s:
+            raise ValueError("no families to draw from")
+        if n_agents < 1:
+            raise ValueError(f"n_agents must be >= 1, got {n_agents}")
+        d = np.asarray(durations_s, dtype=np.float64)
+        if not np.all(np.isfinite(d)) or (d < 0).any():
+            raise ValueError("family durations must be finite and >= 0")
+        self._durations = d
+        self.n_agents = n_agents
+        self.seed = seed
+        self._rngs = [np.random.default_rng([seed, _AGENTS_STREAM, a]) for a in range(n_agents)]
+
+    @property
+    def n_families(self) -> int:
+        return len(self._durations)
+
+    def initial(self, entry_s: float = 0.0) -> list[AgentStart]:
+        """Each agent's join time and family in progress then (call once, before
+        :meth:`next_family`)."""
+        if not (math.isfinite(entry_s) and entry_s >= 0):
+            raise ValueError(f"entry_s must be a finite number >= 0, got {entry_s}")
+        d = self._durations
+        total = float(d.sum())
+        weights = d / total if total > 0 else None
+        out: list[AgentStart] = []
+        for a, rng in enumerate(self._rngs):
+            f = int(rng.choice(len(d), p=weights))
+            age = float(rng.uniform(0.0, d[f]))
+            enter = float(rng.uniform(0.0, entry_s)) if entry_s > 0 else 0.0
+            out.append(AgentStart(a, f, enter - age, enter))
+        return out
+
+    def next_family(self, agent: int) -> int:
+        """The family ``agent`` starts when its current one ends."""
+        return int(self._rngs[agent].integers(len(self._durations)))
 
 
 def recorded_family_start_times(trace: Trace) -> dict[str, float]:
