@@ -37,6 +37,8 @@ def test_generated_schema_lists_every_policy_and_key(path: Path) -> None:
     slack = router["parameters"]["properties"]["slack"]
     assert slack["exclusiveMinimum"] is True and slack["minimum"] == 0
     assert "default" not in slack and "Default 1.0" in slack["description"]  # default only in the model
+    balance = router["parameters"]["properties"]["balanceEstimate"]  # a Literal field: string + enum
+    assert (balance["type"], balance["enum"]) == ("string", ["tier", "local"])
 
 
 def test_render_is_idempotent_and_replaces_only_the_region() -> None:

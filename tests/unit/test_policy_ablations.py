@@ -13,6 +13,7 @@ from smetric.core.costmodel import CostModel
 from smetric.core.slo import SloConfig
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import PolicyParams
+from smetric.policy.params import SMetricParams
 from smetric.policy.sessioncentric import SessionCentric
 from smetric.policy.smetric import SMetric
 from smetric.policy.smetric_basic import SMetricBasic
@@ -105,4 +106,9 @@ def test_slo_tokens_with_global_tier() -> None:
     eps = [ep("a"), ep("b", hit=99_500, q_tokens=30_000)]
     assert SMetricSloTokens(P).pick(long, eps).reason == "stick"
     params = replace(P, global_fetch_s_per_token=1e-6, slo=SloConfig(2.0, 0.0, 0.02))
-    assert SMetricSloTokens(params).pick(long, eps).reason == "migrate"
+    # the router core fills g = min(est_hit, L) when a global tier is configured
+    with_g = [replace(e, global_hit_tokens=99_000) for e in eps]
+    assert SMetricSloTokens(params).pick(long, with_g).reason == "migrate"
+    # the session form credits est_hit whatever g says
+    session = params.with_own(SMetricParams(meets_estimate="session"))
+    assert SMetricSloTokens(session).pick(long, eps).reason == "migrate"

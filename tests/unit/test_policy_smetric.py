@@ -248,13 +248,25 @@ def test_without_global_tier_nobody_meets_and_session_sticks() -> None:
     assert (d.target, d.reason) == (1, "stick")
 
 
+# the router core fills g = min(est_hit, L) on every snapshot when a global tier is configured
+GLOBAL_CASE_G = [replace(e, global_hit_tokens=99_000) for e in GLOBAL_CASE]
+
+
 def test_with_global_tier_the_session_migrates() -> None:
     # "a" loads 99k tokens at 1 us each (0.099 s) and computes 1k at 1 ms each (1.0 s): 1.099 s <= 2 s
     params = replace(P, global_fetch_s_per_token=1e-6, slo=SloConfig(2.0, 0.0, 0.02))
-    d = SMetric(params).pick(LONG, GLOBAL_CASE)
+    d = SMetric(params).pick(LONG, GLOBAL_CASE_G)
     assert (d.target, d.reason) == (0, "migrate")
+
+
+def test_session_form_credits_est_hit_without_g() -> None:
+    # meets_estimate=session reads est_hit, not the snapshot's g (the form before the tier estimate)
+    params = replace(P, global_fetch_s_per_token=1e-6, slo=SloConfig(2.0, 0.0, 0.02))
+    d = SMetric(params.with_own(SMetricParams(meets_estimate="session"))).pick(LONG, GLOBAL_CASE)
+    assert (d.target, d.reason) == (0, "migrate")
+    assert SMetric(params).pick(LONG, GLOBAL_CASE).reason == "stick"  # tier: g = 0 here, nobody meets
 
 
 def test_slow_global_tier_does_not_help() -> None:
     params = replace(P, global_fetch_s_per_token=1e-4, slo=SloConfig(2.0, 0.0, 0.02))  # 9.9 s load
-    assert SMetric(params).pick(LONG, GLOBAL_CASE).reason == "stick"
+    assert SMetric(params).pick(LONG, GLOBAL_CASE_G).reason == "stick"

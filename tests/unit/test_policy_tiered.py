@@ -18,6 +18,7 @@ from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy import known_policies, make_policy, params_from_mapping
 from smetric.policy.base import DecodeStepModel, PolicyParams
 from smetric.policy.footprint import FootprintTracker
+from smetric.policy.params import SMetricParams
 from smetric.policy.registry import BASELINE_POLICIES
 from smetric.policy.smetric import SMetric
 from smetric.policy.smetric_tiered import SMetricTiered, node_backlogs_s
@@ -177,7 +178,9 @@ def test_footprint_does_not_move_a_cached_session() -> None:
 def test_all_off_decides_exactly_as_smetric(mode: str, fetch: float | None) -> None:
     rng = random.Random(7)
     params = replace(P, mode=mode, global_fetch_s_per_token=fetch).with_own(  # type: ignore[arg-type]
-        SMetricTieredParams(tiered=ALL_OFF)
+        SMetricTieredParams(tiered=ALL_OFF),
+        # smetric's literal estimates: local-hit balance score, max(c, est_hit) meets
+        SMetricParams(balance_estimate="local", meets_estimate="session"),
     )
     a, b = SMetric(params), SMetricTiered(params)
     for _ in range(400):

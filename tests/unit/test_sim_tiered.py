@@ -55,7 +55,12 @@ def test_runs_deterministically_and_serves_every_request() -> None:
 
 def test_all_switches_off_reproduces_smetric_run_for_run() -> None:
     w = work()
-    off = CFG.with_params(tiered=TieredParams().without(*MECHANISMS).model_dump(by_alias=True))
+    off = CFG.with_params(
+        tiered=TieredParams().without(*MECHANISMS).model_dump(by_alias=True),
+        # smetric's literal estimates (local-hit balance score, max(c, est_hit) meets)
+        balanceEstimate="local",
+        meetsEstimate="session",
+    )
     a = simulate(w, "smetric", 0.08, off, keep_records=True)
     b = simulate(w, "smetric-tiered", 0.08, off, keep_records=True)
     assert a.records == b.records

@@ -5,12 +5,13 @@ documented fallback rather than propagated (a NaN would silently disable every c
 
 * ``prefill_speed`` that is not finite and > 0 is taken as 1.0 (the cost model as is);
 * negative or non-finite queue, KV-usage and hit values are taken as 0;
-* a local hit larger than the prompt is clamped to the prompt length.
+* a local or global hit larger than the prompt is clamped to the prompt length.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from smetric.core.costmodel import CostModel
 from smetric.core.slo import SloConfig
@@ -62,6 +63,67 @@ def session_hit(request: RequestView, ep: EndpointSnapshot) -> int:
     """The hit endpoint i gets if it loads the session's previous turn from a fully provisioned
     global tier: ``max(c[i], min(est_hit, L))`` (``est_hit`` is 0 on a first turn)."""
     return max(local_hit(request, ep), min(max(0, request.est_hit_tokens), prompt_tokens(request)))
+
+
+def global_hit(request: RequestView, ep: EndpointSnapshot) -> int:
+    """g[i] (``EndpointSnapshot.global_hit_tokens``), clamped to ``[0, L]``."""
+    return min(max(0, ep.global_hit_tokens), prompt_tokens(request))
+
+
+def tier_times_s(
+    request: RequestView,
+    endpoints: Sequence[EndpointSnapshot],
+    cost_model: CostModel,
+    fetch_s_per_token: float | None,
+    queued_fetch: bool = True,
+) -> list[float]:
+    """Per endpoint, the TTFT estimate of the work the dispatch ledger charges
+    (:func:`smetric.router.dispatch_work`), with ``h[i] = max(c[i], g[i])``:
+
+    ``(q[i] + cost(L - h[i], L)) / rate[i] + (h[i] - c[i]) * fetch + qf[i]``
+
+    ``q[i]`` is the ledger's queued compute (cost-model seconds), ``cost(L - h[i], L)`` this
+    request's computed tokens, ``(h[i] - c[i]) * fetch`` the load of the tokens the endpoint
+    does not hold but the global tier does (fetch time only for those), and ``qf[i]`` the
+    ledger's queued fetch seconds (``queued_fetch_s``; the engine's synchronous load stalls the
+    batch for them; dropped when ``queued_fetch`` is false). Without a global tier ``g`` is 0
+    and this is :func:`prefill_time_s` plus the queued fetch; ``fetch_s_per_token`` ``None``
+    counts loaded tokens at 0 s, as the ledger does. One cost-model evaluation per distinct
+    ``h`` (most endpoints share ``h = g``).
+    """
+    n = prompt_tokens(request)
+    cost = cost_model.cost
+    per_token = fetch_s_per_token if fetch_s_per_token is not None else 0.0
+    own: dict[int, float] = {}
+    out: list[float] = []
+    for ep in endpoints:
+        c = min(max(0, ep.local_hit_tokens), n)
+        g = ep.global_hit_tokens
+        h = c if g <= c else (g if g < n else n)
+        own_s = own.get(h)
+        if own_s is None:
+            own_s = own[h] = cost(n - h, n)
+        t = (nonneg(ep.queued_prefill_cost) + own_s) / speed(ep) + (h - c) * per_token
+        if queued_fetch:
+            t += nonneg(ep.queued_fetch_s)
+        out.append(t)
+    return out
+
+
+def tier_time_tokens_s(
+    request: RequestView,
+    ep: EndpointSnapshot,
+    c_lin_s: float,
+    fetch_s_per_token: float | None,
+    queued_fetch: bool = True,
+) -> float:
+    """Token-count variant of :func:`tier_times_s` (ablation 3):
+    ``(q_tokens[i] + L - h[i]) * c_lin / rate[i] + (h[i] - c[i]) * fetch + qf[i]``."""
+    c, h = local_hit(request, ep), max(local_hit(request, ep), global_hit(request, ep))
+    tokens = nonneg(ep.queued_prefill_tokens) + prompt_tokens(request) - h
+    per_token = fetch_s_per_token if fetch_s_per_token is not None else 0.0
+    t = tokens * c_lin_s / speed(ep) + (h - c) * per_token
+    return t + nonneg(ep.queued_fetch_s) if queued_fetch else t
 
 
 def ttft_with_global_tier_s(

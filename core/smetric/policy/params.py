@@ -8,12 +8,16 @@ another alias; the snake_case name is accepted too. A field's default, range (``
 simulator (``--policy-config``) and the generated CRD schema (``smetric-operator gen-crd``)
 all read them from the model.
 
-The SMetric family shares two models (several policies read the same SLACK / HIT_RATIO, so the
-default lives in one class and the policies subclass it): :class:`SessionParams` (every
-session-centric policy) and :class:`SMetricParams` (those with the SLO check).
+The SMetric family shares these models (several policies read the same SLACK / HIT_RATIO, so the
+default lives in one class and the policies subclass it): :class:`HitRatioParams` and
+:class:`SlackParams` (one knob each), :class:`SessionParams` (the session-centric skeleton: HIT_RATIO
+and the balance score's estimate) and :class:`SMetricParams` (those with the SLO check ``meets``).
+``smetric-tiered`` has its own estimate switches and takes only HIT_RATIO and SLACK from here.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -37,8 +41,8 @@ class NoParams(ParamsModel):
     """A policy without parameters of its own (it may still read the shared context)."""
 
 
-class SessionParams(ParamsModel):
-    """Every session-centric policy (paper Fig. 13)."""
+class HitRatioParams(ParamsModel):
+    """HIT_RATIO, read by every session-centric policy (paper Fig. 13)."""
 
     hit_ratio: float = Field(
         default=0.5,
@@ -49,12 +53,44 @@ class SessionParams(ParamsModel):
     )
 
 
-class SMetricParams(SessionParams):
-    """Session-centric policies with SMetric's SLO check (``meets``)."""
+class SlackParams(ParamsModel):
+    """SLACK, read by every policy with SMetric's SLO check (``meets``)."""
 
     slack: float = Field(
         default=1.0,
         gt=0,
         description="SLACK: an endpoint meets when its TTFT estimate is <= SLACK * TTFT SLO "
         "(paper Fig. 13; algorithms.md).",
+    )
+
+
+class SessionParams(HitRatioParams):
+    """The session-centric skeleton (paper Fig. 13): HIT_RATIO and the balance score's estimate."""
+
+    balance_estimate: Literal["tier", "local"] = Field(
+        default="tier",
+        description="balance score's time estimate: tier = the work the ledger charges (compute of "
+        "L - max(c, g) tokens, fetch of max(c, g) - c, queued fetch; docs/policies.md); local = "
+        "(q + cost(L - c, L)) / rate, algorithms.md literally (ablation).",
+    )
+    queued_fetch: bool = Field(
+        default=True,
+        description="tier estimates add the endpoint's queued global-tier fetch seconds (the engine "
+        "stalls its batch for them); false = ablation.",
+    )
+
+
+class SMetricParams(SessionParams, SlackParams):
+    """Session-centric policies with SMetric's SLO check (``meets``)."""
+
+    meets_estimate: Literal["tier", "session", "local"] = Field(
+        default="tier",
+        description="meets' TTFT estimate: tier = the balance score's tier estimate; session = "
+        "h = max(c, est_hit) plus its fetch, no queued fetch; local = "
+        "(q + cost(L - c, L)) / rate, algorithms.md literally (ablations).",
+    )
+    nobody_meets: Literal["stick", "argmin"] = Field(
+        default="stick",
+        description="a cached follow-up when no endpoint meets: stick = keep prev (algorithms.md); "
+        "argmin = the least balance score (docs/policies.md, measured).",
     )

@@ -10,13 +10,24 @@ turn == 0            -> balance   (argmin balance score, ties round-robin)
 not cached           -> evicted   (same as balance)
 eligible is None     -> stick     (basic: stick unconditionally)
 eligible[prev]       -> stick
-no endpoint eligible -> stick     (nobody meets: keep local reuse, add the least new load)
+no endpoint eligible -> stick     (nobody meets; or argmin balance score: nobody_meets)
 otherwise            -> migrate   (argmin balance score among eligible endpoints)
 ```
 
-Balance score (Fig. 13 (c), Appendix B): ``t[i] = (q[i] + cost(L - c[i], L)) / rate[i]``
-disaggregated; ``t[i] * (b[i] + 1)`` colocated. It subtracts the local hit, so a first turn
-prefers an endpoint that holds its system prompt.
+Balance score (Fig. 13 (c), Appendix B): ``t[i]`` disaggregated, ``t[i] * (b[i] + 1)``
+colocated, where ``t[i]`` is (``SessionParams.balance_estimate``):
+
+* ``tier`` (default): :func:`smetric.policy.estimates.tier_times_s`, the work the dispatch
+  ledger charges (``h[i] = max(c[i], g[i])``: compute of ``L - h[i]``, fetch of ``h[i] - c[i]``)
+  plus the endpoint's queued fetch seconds. The score, ``meets`` and the ledger then charge the
+  same work: an evicted long session whose copy is in the global tier costs every endpoint about
+  the same, so the argmin follows the queues rather than a partial local prefix;
+* ``local``: ``(q[i] + cost(L - c[i], L)) / rate[i]``, algorithms.md literally (ablation).
+
+Both subtract the local hit, so a first turn prefers an endpoint that holds its system prompt.
+
+"Nobody meets" (``SMetricParams.nobody_meets``): ``stick`` keeps the session on ``prev``
+(algorithms.md); ``argmin`` sends it to the least balance score.
 
 Reconstruction notes: (1) the score is divided by ``rate[i]`` so it is the same wall-time
 estimate the SLO check uses (identical to the paper's cost units when all rates are 1.0);
@@ -34,7 +45,7 @@ from collections.abc import Sequence
 from smetric.core.names import REASON_BALANCE, REASON_EVICTED, REASON_MIGRATE, REASON_STICK
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import Decision, PolicyParams
-from smetric.policy.estimates import batch, local_hit, prefill_time_s
+from smetric.policy.estimates import batch, local_hit, prefill_time_s, tier_times_s
 from smetric.policy.params import SessionParams
 from smetric.policy.select import RoundRobinTies
 
@@ -49,7 +60,12 @@ class SessionCentric:
     def __init__(self, params: PolicyParams) -> None:
         self._params = params
         self._ties = RoundRobinTies()
-        self._hit_ratio = params.get(self.params_model).hit_ratio
+        own = params.get(self.params_model)
+        self._hit_ratio = own.hit_ratio
+        self._tier_balance = own.balance_estimate == "tier"
+        self._queued_fetch = own.queued_fetch
+        # a cached follow-up nobody can serve within its SLO: stick (False) or argmin (True)
+        self._nobody_argmin = False
 
     @property
     def params(self) -> PolicyParams:
@@ -63,12 +79,11 @@ class SessionCentric:
         times_s: Sequence[float],
     ) -> list[bool] | None:
         """Which endpoints may serve the follow-up request; ``None`` = stick unconditionally.
-        ``times_s`` are the cost-model prefill times ``(q[i] + cost(L - c[i], L)) / rate[i]``."""
+        ``times_s`` are the balance score's time estimates ``t[i]`` (see the module docstring)."""
         return None
 
     def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:
-        cm = self._params.cost_model
-        times = [prefill_time_s(request, ep, cm) for ep in endpoints]
+        times = self.balance_times_s(request, endpoints)
         if self._params.mode == "colocated":
             scores = [t * (batch(ep) + 1) for t, ep in zip(times, endpoints, strict=True)]
         else:
@@ -80,10 +95,24 @@ class SessionCentric:
         if not local_hit(request, endpoints[prev]) > self._hit_ratio * max(0, request.est_hit_tokens):
             return Decision(self._ties.argmin(scores), REASON_EVICTED, frozen)
         ok = self.eligible(request, endpoints, prev, times)
-        if ok is None or ok[prev] or not any(ok):
+        if ok is None or ok[prev]:
+            return Decision(prev, REASON_STICK, frozen)
+        if not any(ok):
+            if self._nobody_argmin:
+                target = self._ties.argmin(scores)
+                return Decision(target, REASON_STICK if target == prev else REASON_MIGRATE, frozen)
             return Decision(prev, REASON_STICK, frozen)
         masked = [s if ok[i] else math.inf for i, s in enumerate(scores)]
         return Decision(self._ties.argmin(masked), REASON_MIGRATE, frozen)
+
+    def balance_times_s(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> list[float]:
+        """``t[i]`` of the balance score (``balance_estimate``, module docstring)."""
+        p = self._params
+        if self._tier_balance:
+            return tier_times_s(
+                request, endpoints, p.cost_model, p.global_fetch_s_per_token, self._queued_fetch
+            )
+        return [prefill_time_s(request, ep, p.cost_model) for ep in endpoints]
 
     def _previous(
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], scores: Sequence[float]

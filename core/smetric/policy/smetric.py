@@ -11,14 +11,24 @@
   (:func:`smetric.policy.estimates.tpot_guard_ok`: its running decodes keep the TPOT SLO if
   this prefill joins). The guard applies to sticking and to migration targets alike.
 
-Global tier (opt-in, ``PolicyParams.global_fetch_s_per_token``). As written, ``meets`` counts
-only local hits, so with long agentic prompts an endpoint other than ``prev`` would have to
-recompute the whole session and almost never meets: the rule degenerates to basic stickiness.
-The paper migrates "with the global tier preserving its KV$ reuse"; when the pool has a fully
-provisioned global tier, set ``global_fetch_s_per_token`` (KV bytes per token / global-tier
-bandwidth) and ``meets`` uses ``h[i] = max(c[i], est_hit)`` uncached tokens plus the time to
-load ``h[i] - c[i]`` tokens (:func:`smetric.policy.estimates.ttft_with_global_tier_s`). The
-balance score keeps subtracting the local hit only, as in the paper.
+Global tier (``PolicyParams.global_fetch_s_per_token``: KV bytes per token / global-tier
+bandwidth, set when the pool has one). ``SMetricParams.meets_estimate`` chooses ``meets``' TTFT
+estimate:
+
+* ``tier`` (default): the balance score's tier estimate
+  (:func:`smetric.policy.estimates.tier_times_s`): ``(q[i] + cost(L - h[i], L)) / rate[i] +
+  (h[i] - c[i]) * fetch + qf[i]`` with ``h[i] = max(c[i], g[i])`` -- the work the ledger
+  charges, plus the queued fetch seconds the engine stalls for. The balance score, ``meets`` and
+  the ledger charge the same work;
+* ``session``: ``h[i] = max(c[i], est_hit)`` plus its fetch, no queued fetch
+  (:func:`smetric.policy.estimates.ttft_with_global_tier_s`; local-only without a tier);
+* ``local``: ``(q[i] + cost(L - c[i], L)) / rate[i]``, algorithms.md literally. With long
+  agentic prompts an endpoint other than ``prev`` would have to recompute the whole session and
+  almost never meets: the rule degenerates to basic stickiness.
+
+Without a global tier ``g`` is 0 and the three coincide up to the (then zero) queued fetch.
+``SMetricParams.nobody_meets`` chooses the fallback when no endpoint meets
+(:mod:`smetric.policy.sessioncentric`).
 
 Reasons: ``balance`` (first turn), ``evicted`` (follow-up whose session is no longer in any
 local tier), ``stick``, ``migrate``. See :mod:`smetric.policy.sessioncentric` for the skeleton.
@@ -30,7 +40,14 @@ from collections.abc import Sequence
 
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import PolicyParams
-from smetric.policy.estimates import prompt_tokens, request_slo, tpot_guard_ok, ttft_with_global_tier_s
+from smetric.policy.estimates import (
+    prefill_time_s,
+    prompt_tokens,
+    request_slo,
+    tier_times_s,
+    tpot_guard_ok,
+    ttft_with_global_tier_s,
+)
 from smetric.policy.params import SMetricParams
 from smetric.policy.sessioncentric import SessionCentric
 
@@ -41,7 +58,10 @@ class SMetric(SessionCentric):
 
     def __init__(self, params: PolicyParams) -> None:
         super().__init__(params)
-        self._slack = params.get(SMetricParams).slack
+        own = params.get(SMetricParams)
+        self._slack = own.slack
+        self._meets = own.meets_estimate
+        self._nobody_argmin = own.nobody_meets == "argmin"
 
     def eligible(
         self,
@@ -53,12 +73,26 @@ class SMetric(SessionCentric):
         p = self.params
         slo = request_slo(request, p)
         deadline_s = self._slack * slo.ttft_slo_s(prompt_tokens(request))
-        fetch = p.global_fetch_s_per_token
-        if fetch is not None:
-            times_s = [ttft_with_global_tier_s(request, ep, p.cost_model, fetch) for ep in endpoints]
+        times_s = self._meets_times_s(request, endpoints, times_s)
         if p.mode != "colocated":
             return [t <= deadline_s for t in times_s]
         return [
             t <= deadline_s and tpot_guard_ok(ep, t, deadline_s, slo.tpot_s, p.decode_step)
             for t, ep in zip(times_s, endpoints, strict=True)
         ]
+
+    def _meets_times_s(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], balance_s: Sequence[float]
+    ) -> Sequence[float]:
+        """``meets``' TTFT estimates (``meets_estimate``); the balance times when they are the same."""
+        p = self.params
+        cm, fetch = p.cost_model, p.global_fetch_s_per_token
+        if self._meets == "tier":
+            if self._tier_balance:
+                return balance_s
+            return tier_times_s(request, endpoints, cm, fetch, self._queued_fetch)
+        if self._meets == "session" and fetch is not None:
+            return [ttft_with_global_tier_s(request, ep, cm, fetch) for ep in endpoints]
+        if not self._tier_balance:
+            return balance_s
+        return [prefill_time_s(request, ep, cm) for ep in endpoints]

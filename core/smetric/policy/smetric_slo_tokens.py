@@ -3,8 +3,11 @@
 SMetric's ``meets`` rule with the Eq. 1 cost model replaced by token counts:
 ``time[i] = (q_tokens[i] + L - c[i]) * c_lin / rate[i] <= SLACK * ttft_slo(L)``. The balance
 branch is SMetric's (Fig. 13 (c)); the TPOT guard of the full colocated variant is not part of
-this ablation. With ``PolicyParams.global_fetch_s_per_token`` set, the global-tier session hit
-and its load time enter the check as in :mod:`smetric.policy.smetric`.
+this ablation. ``SMetricParams.meets_estimate`` picks the token-count form of SMetric's
+estimates: ``tier`` (default) ``(q_tokens[i] + L - h[i]) * c_lin / rate[i] + (h[i] - c[i]) *
+fetch + qf[i]`` (:func:`smetric.policy.estimates.tier_time_tokens_s`), ``session`` the
+``max(c, est_hit)`` form with its fetch (``global_fetch_s_per_token`` set), ``local`` the
+local-only one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from smetric.policy.estimates import (
     prefill_time_tokens_s,
     prompt_tokens,
     request_slo,
+    tier_time_tokens_s,
     ttft_tokens_with_global_tier_s,
 )
 from smetric.policy.params import SMetricParams
@@ -29,7 +33,10 @@ class SMetricSloTokens(SessionCentric):
 
     def __init__(self, params: PolicyParams) -> None:
         super().__init__(params)
-        self._slack = params.get(SMetricParams).slack
+        own = params.get(SMetricParams)
+        self._slack = own.slack
+        self._meets = own.meets_estimate
+        self._nobody_argmin = own.nobody_meets == "argmin"
 
     def eligible(
         self,
@@ -42,6 +49,10 @@ class SMetricSloTokens(SessionCentric):
         deadline_s = self._slack * request_slo(request, p).ttft_slo_s(prompt_tokens(request))
         c_lin = p.cost_model.c_lin_s
         fetch = p.global_fetch_s_per_token
-        if fetch is None:
-            return [prefill_time_tokens_s(request, ep, c_lin) <= deadline_s for ep in endpoints]
-        return [ttft_tokens_with_global_tier_s(request, ep, c_lin, fetch) <= deadline_s for ep in endpoints]
+        if self._meets == "tier":
+            times = [tier_time_tokens_s(request, ep, c_lin, fetch, self._queued_fetch) for ep in endpoints]
+        elif self._meets == "session" and fetch is not None:
+            times = [ttft_tokens_with_global_tier_s(request, ep, c_lin, fetch) for ep in endpoints]
+        else:
+            times = [prefill_time_tokens_s(request, ep, c_lin) for ep in endpoints]
+        return [t <= deadline_s for t in times]

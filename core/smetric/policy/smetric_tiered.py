@@ -2,7 +2,8 @@
 
 Beyond the paper (issue 11); ``smetric`` stays the faithful reconstruction. Each mechanism has a
 switch in :class:`~smetric.policy.tiered_params.TieredParams`; with every switch off the policy
-decides exactly as ``smetric`` (same scores, same rule, same tie breaks).
+decides exactly as ``smetric`` with its literal estimates (``balanceEstimate: local``,
+``meetsEstimate: session``, ``nobodyMeets: stick``; same scores, same rule, same tie breaks).
 
 Per endpoint i, with ``L`` prompt tokens, ``c[i]`` local hit, ``g[i]`` global-tier hit
 (``EndpointSnapshot.global_hit_tokens``), ``h[i] = max(c[i], g[i])``:

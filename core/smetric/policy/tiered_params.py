@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from smetric.policy.params import ParamsModel, SMetricParams
+from smetric.policy.params import HitRatioParams, ParamsModel, SlackParams
 
 MECHANISMS: tuple[str, ...] = ("global", "migration", "node-local", "footprint")
 DEFAULT_FOOTPRINT_WINDOW_S = 30.0
@@ -67,7 +67,7 @@ class TieredParams(ParamsModel):
         )
 
 
-class SMetricTieredParams(SMetricParams):
+class SMetricTieredParams(HitRatioParams, SlackParams):
     """``smetric-tiered``'s ``Params``: SMetric's SLACK / HIT_RATIO and the ``tiered`` object."""
 
     tiered: TieredParams = Field(

@@ -70,10 +70,13 @@ def field_schema(info: FieldInfo, schema_default: bool = True) -> dict[str, Any]
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         out.update(model_schema(ann, schema_default))
     else:
-        kind = _scalar_type(ann)
+        choices = typing.get_args(ann) if typing.get_origin(ann) is typing.Literal else ()
+        kind = _scalar_type(type(choices[0])) if choices else _scalar_type(ann)
         if kind is None:
             raise TypeError(f"no OpenAPI type for {info.annotation!r}")
         out["type"] = kind
+        if choices:
+            out["enum"] = list(choices)
         default = info.default
         if default is not PydanticUndefined and default is not None:
             if schema_default:
