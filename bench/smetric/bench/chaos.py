@@ -29,8 +29,8 @@ from pathlib import Path
 
 from smetric.bench import chaos_faults
 from smetric.bench.chaos_faults import Fault, Row
-from smetric.bench.chaos_guards import NO_GUARD, Guard, by_name
 from smetric.bench.chaos_guards import GUARDS as BASE_GUARDS
+from smetric.bench.chaos_guards import NO_GUARD, Guard, by_name
 from smetric.bench.chaos_stack import ChaosSettings, ChaosStack, HostileEngine, chat
 from smetric.bench.procs import BenchError, Supervisor
 

@@ -1,26 +1,31 @@
 """The faults of ``smetric chaos``: each runs against a live :class:`ChaosStack` and returns rows
-(fault, expected, observed, passed) with the figures it measured."""
+(fault, expected, observed, passed, guard) with the figures it measured. :data:`FAULTS` is the
+run order (``chaos.FAULTS`` adds other modules' faults)."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
+from smetric.bench.chaos_guards import (
+    ADMISSION,
+    BODY_LIMITS,
+    CUT_STREAM,
+    FAIL_CLOSE,
+    GATEWAY_PINGS,
+    IDLE_TIMEOUT,
+    KV_MESSAGE_LIMIT,
+    KV_STORE_CAP,
+    RETRIES,
+    SCRAPE_CHECKS,
+    STALENESS,
+    STATE_FILE,
+)
+from smetric.bench.chaos_headers import hostile_headers_and_paths, long_prefill
+from smetric.bench.chaos_row import Fault, Row
 from smetric.bench.chaos_stack import MODEL, ChaosStack, Reply, chat
 
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    fault: str
-    expected: str
-    observed: str
-    passed: bool
-
-
-Fault = Callable[[ChaosStack, bool], Awaitable[list[Row]]]
 LONG_TOKENS = 20_000  # a stream that is still running when the fault hits
 KEEPALIVE_BOUND_S = 2 * 1.0 + 1.5  # EnvoyOptions.picker_keepalive_s interval + timeout, plus slack
 
@@ -28,7 +33,7 @@ KEEPALIVE_BOUND_S = 2 * 1.0 + 1.5  # EnvoyOptions.picker_keepalive_s interval + 
 async def picker_stop(st: ChaosStack, quick: bool) -> list[Row]:
     st.signal("picker", signal.SIGSTOP)
     try:
-        r = await st.post(chat("stop", 0), timeout_s=30)
+        r = await st.post(chat("stop", 0), timeout_s=KEEPALIVE_BOUND_S * 4)
     finally:
         st.signal("picker", signal.SIGCONT)
     await asyncio.sleep(0.5)
@@ -40,6 +45,7 @@ async def picker_stop(st: ChaosStack, quick: bool) -> list[Row]:
             f"5xx within {KEEPALIVE_BOUND_S:.1f} s (PING keepalive), 200 after SIGCONT",
             f"{r.status or r.error} after {r.elapsed_s:.2f} s; after SIGCONT {after.status}",
             ok,
+            GATEWAY_PINGS,
         )
     ]
 
@@ -62,6 +68,7 @@ async def picker_kill_and_restart(st: ChaosStack, quick: bool) -> list[Row]:
                     "5xx promptly (< 3 s) while down",
                     f"{down.status or down.error} after {down.elapsed_s:.2f} s",
                     500 <= down.status < 600 and down.elapsed_s < 3.0,
+                    FAIL_CLOSE,
                 )
             )
         else:
@@ -78,6 +85,7 @@ async def picker_kill_and_restart(st: ChaosStack, quick: bool) -> list[Row]:
                 ">= 95 % of sessions routed where the warm picker sent them",
                 f"{same}/{n} = {share:.0%} (restart {restart_s:.1f} s)",
                 share >= 0.95,
+                STATE_FILE,
             )
         )
     return rows
@@ -103,25 +111,28 @@ async def endpoint_kill(st: ChaosStack, quick: bool) -> list[Row]:
             f"{cut.status} from {_name(st, cut.served)}, first byte {cut.first_byte_s or 0:.2f} s: "
             f"{cut.error or 'clean end'} after {cut.elapsed_s:.2f} s",
             cut.served == st.endpoints[i] and bool(cut.error),
+            CUT_STREAM,
         ),
         Row(
             "endpoint SIGKILL: new requests",
             "all 200 (connect failures retried on the picker's fallbacks)",
             f"{len(replies) - len(failed)}/{len(replies)} ok, {len(to_dead)} served by the dead one",
             not failed and not to_dead,
+            RETRIES,
         ),
         Row(
             "endpoint restart",
             "serves again once scraped fresh",
             f"{served_back}/{len(back)} new sessions placed on it, all {sum(r.status == 200 for r in back)} ok",
             all(r.status == 200 for r in back),
+            STALENESS,
         ),
     ]
 
 
 async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
     idle = st.settings.stream_idle_timeout_s
-    victim, long_req = await _long_stream(st, "stop", idle * 4)
+    victim, long_req = await _long_stream(st, "stop", idle + 10.0)
     i = int(victim.removeprefix("engine"))
     st.signal(victim, signal.SIGSTOP)
     t_stop = time.monotonic()
@@ -139,12 +150,14 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
             f"cut by the stream idle timeout ({idle:g} s here), reported as an error",
             f"{hung.status} from {_name(st, hung.served)}: {hung.error or 'clean end'} {cut_after:.1f} s after SIGSTOP",
             hung.served == st.endpoints[i] and bool(hung.error) and cut_after < idle + 3.0,
+            IDLE_TIMEOUT,
         ),
         Row(
             "endpoint SIGSTOP: new requests",
             "avoid the stopped endpoint once it is stale",
             f"{avoid}/{len(others)} ok elsewhere",
             avoid == len(others),
+            STALENESS,
         ),
     ]
 
@@ -169,20 +182,6 @@ def _name(st: ChaosStack, served: str) -> str:
     return f"engine{st.endpoints.index(served)}" if served in st.endpoints else (served or "-")
 
 
-async def long_prefill(st: ChaosStack, quick: bool) -> list[Row]:
-    idle = st.settings.stream_idle_timeout_s
-    r = await st.post(chat("long", 40, filler=130, max_tokens=8), timeout_s=idle * 4)
-    ttft = r.first_byte_s or 0.0
-    return [
-        Row(
-            "long prefill vs stream idle timeout",
-            f"a ~16k-token prefill completes (idle timeout {idle:g} s not tripped)",
-            f"{r.status} {r.error or r.body[:100]!r}, first byte {ttft:.2f} s",
-            r.status == 200 and not r.error,
-        )
-    ]
-
-
 async def hostile_metrics(st: ChaosStack, quick: bool) -> list[Row]:
     rows = []
     for mode in ("garbage", "nan", "huge"):
@@ -201,45 +200,11 @@ async def hostile_metrics(st: ChaosStack, quick: bool) -> list[Row]:
                 f"stale={stale:g}, {sum(r.status == 200 for r in replies)}/6 ok, "
                 f"{st.hostile.scrapes - scrapes_before} scrapes -> {new_lines} log lines",
                 ok and new_lines <= 2,
+                SCRAPE_CHECKS,
             )
         )
     st.hostile.mode = "garbage"
     return rows
-
-
-async def hostile_headers_and_paths(st: ChaosStack, quick: bool) -> list[Row]:
-    admin = f"127.0.0.1:{st.admin_port}"
-    hostile = {
-        "x-gateway-destination-endpoint": admin,
-        "x-smetric-destination-primary": admin,
-        "x-envoy-original-dst-host": admin,
-        "x-prefiller-host-port": "10.255.0.1:1",
-        "x-request-id": "reused",
-        "x-smetric-request-id": "reused",
-    }
-    replies = await asyncio.gather(*(st.post(chat(f"hdr-{i}", 0), hostile) for i in range(4)))
-    pool = {*st.endpoints}
-    steer_ok = all(r.status == 200 and r.served in pool for r in replies)
-    paths = {}
-    for path in ("/healthcheck/fail", "/metrics", "/reset_prefix_cache", "/v1/chat/completions/../x"):
-        paths[path] = (await st.post({"model": MODEL}, hostile, path=path)).status
-    assert st.session is not None
-    async with st.session.get(f"http://{admin}/ready") as r:
-        admin_live = (await r.text()).strip() == "LIVE"
-    return [
-        Row(
-            "client routing headers (admin address, prefiller, reused ids)",
-            "served by a pool endpoint, Envoy admin untouched",
-            f"{sum(r.status == 200 for r in replies)}/4 ok on {sorted({r.served for r in replies})}; admin LIVE={admin_live}",
-            steer_ok and admin_live,
-        ),
-        Row(
-            "non-inference paths",
-            "404 at the gateway",
-            ", ".join(f"{p} {s}" for p, s in paths.items()),
-            all(s == 404 for s in paths.values()),
-        ),
-    ]
 
 
 def _nested(depth: int) -> bytes:
@@ -282,16 +247,21 @@ async def hostile_bodies(st: ChaosStack, quick: bool) -> list[Row]:
     budget_mb = 64.0
     return [
         Row(
-            "600-level nested content", "400 (no traceback, no 500)", f"{nested.status}", nested.status == 400
+            "600-level nested content",
+            "400 (no traceback, no 500)",
+            f"{nested.status}",
+            nested.status == 400,
+            BODY_LIMITS,
         ),
-        Row("body that is not JSON", "400", f"{garbage.status}", garbage.status == 400),
-        Row("17 MiB body (limit 16 MiB)", "413", f"{too_big.status}", too_big.status == 413),
+        Row("body that is not JSON", "400", f"{garbage.status}", garbage.status == 400, BODY_LIMITS),
+        Row("17 MiB body (limit 16 MiB)", "413", f"{too_big.status}", too_big.status == 413, BODY_LIMITS),
         Row(
             "3 concurrent 15 MiB bodies (the probe's case)",
             "health answers < 1 s (kubelet's default probe timeout); scrapes keep running "
             "(longest gap < 1 s, half the 2 s staleness threshold)",
             f"codes {sorted(r.status for r in three)}; worst health {worst3:.2f} s; longest scrape gap {gap3:.2f} s",
             worst3 < 1.0 and gap3 < 1.0,
+            BODY_LIMITS,
         ),
         Row(
             "8 concurrent 15 MiB bodies",
@@ -300,6 +270,7 @@ async def hostile_bodies(st: ChaosStack, quick: bool) -> list[Row]:
             f"codes {codes} (400: the engine's context limit, 504: the gateway's 5 s idle timeout); "
             f"picker RSS {rss0:.0f} -> peak {peak:.0f} MB; worst health {worst8:.2f} s",
             all(c != 0 for c in codes) and peak - rss0 < 8 * budget_mb,
+            BODY_LIMITS,
         ),
     ]
 
@@ -367,12 +338,14 @@ async def kv_events(st: ChaosStack, quick: bool) -> list[Row]:
             f"{n_batches * 10_000:,} hashes sent -> at most {size[0]:,} kept, {store.evicted:,} evicted; "
             f"worst loop lag {lag[0] * 1000:.0f} ms",
             size[0] <= cap and lag[0] < 0.5,
+            KV_STORE_CAP,
         ),
         Row(
             "KV-event gap / 8 MiB message",
             "gap counted and the endpoint resynchronised; the oversize message dropped",
             f"{len(gaps)} gap(s) reported",
             len(gaps) >= 1,
+            KV_MESSAGE_LIMIT,
         ),
     ]
 
@@ -456,6 +429,7 @@ async def picker_overloaded(st: ChaosStack, quick: bool) -> list[Row]:
             f"{shed['inflight']:.0f} / deadline {shed['deadline']:.0f}; worst health "
             f"{max(health) if health else 99.0:.2f} s; after {after_req.status}",
             ok,
+            ADMISSION,
         )
     ]
 
@@ -474,4 +448,4 @@ FAULTS: tuple[Fault, ...] = (
 )
 
 
-__all__ = ["FAULTS", "Reply", "Row"]
+__all__ = ["FAULTS", "Fault", "Reply", "Row"]

@@ -11,13 +11,16 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from smetric.bench.chaos_guards import Guard, drop_http_filters, envoy_options_without
 from smetric.bench.procs import Supervisor, free_port, wait_http_ok
 from smetric.bench.stacks import HOST, smetric_argv, wait_grpc_serving
 
@@ -34,7 +37,11 @@ GOOD_METRICS = (
 class ChaosSettings:
     instances: int = 3
     time_scale: float = 0.1
-    stream_idle_timeout_s: float = 5.0  # scaled down with the emulator's time (see the README)
+    # The default's ratio: 300 s is about 2x the default cost model's 128k-token prefill; the
+    # engines here run 10x faster, so their longest prefill (long_prefill's ~100k tokens) stays
+    # under half of it, and a frozen stream is cut after it.
+    stream_idle_timeout_s: float = 20.0
+    max_model_len: int = 131_072  # agents' long contexts (the preset model's own limit is shorter)
     route_timeout_s: float = 60.0
     state_interval_ms: int = 500
     startup_timeout_s: float = 60.0
@@ -42,6 +49,8 @@ class ChaosSettings:
     # row is never shed by the count), budget 3 s (its p99 end-to-end latency is ~1.7 s).
     max_inflight_decisions: int = 128
     decision_budget_ms: int = 3000
+    # Guards switched off (smetric chaos --guard-off): the stack is built without them.
+    guards_off: tuple[Guard, ...] = ()
 
 
 @dataclass
@@ -124,6 +133,7 @@ class ChaosStack:
     metrics_url: str = ""
     url: str = ""
     admin_port: int = 0
+    picker_port: int = 0
     session: aiohttp.ClientSession | None = None
 
     # -- processes ------------------------------------------------------------------------------
@@ -142,6 +152,8 @@ class ChaosStack:
                 f"--time-scale={s.time_scale}",
                 f"--model={MODEL}",
                 "--hash-seed=0",
+                f"--max-model-len={s.max_model_len}",
+                *(f for g in s.guards_off for f in g.emulator_flags),
             ]
             self.endpoints.append(f"{HOST}:{port}")
             await self.sup.start(name, self.emu_argv[name], env={"PYTHONHASHSEED": "0"})
@@ -153,9 +165,14 @@ class ChaosStack:
         # The restart rows check session stickiness, which the session policy keeps (the picker's
         # default, llmd-slo, balances without a session rule).
         config = self.work / "picker.yaml"
-        config.write_text('policy:\n  name: smetric\n')
+        config.write_text("policy:\n  name: smetric\n")
+        patches = ",".join(p for g in s.guards_off for p in g.picker_patches)
         self.picker_argv = [
-            *smetric_argv("epp"),
+            *(
+                [sys.executable, "-m", "smetric.bench.chaos_unguarded", patches, "--"]
+                if patches
+                else smetric_argv("epp")
+            ),
             f"--endpoints={','.join(pool)}",
             f"--grpc-port={grpc_port}",
             f"--grpc-health-port={health_port}",
@@ -168,6 +185,7 @@ class ChaosStack:
             f"--max-inflight-decisions={s.max_inflight_decisions}",
             f"--decision-budget-ms={s.decision_budget_ms}",
             "--log-level=warning",
+            *(f for g in s.guards_off for f in g.picker_flags),
         ]
         self.health_target = f"{HOST}:{health_port}"
         self.metrics_url = f"http://{HOST}:{metrics_port}/metrics"
@@ -182,27 +200,36 @@ class ChaosStack:
         await self.wait_fresh()
 
     async def start_envoy(self, picker_port: int, pool: list[str]) -> None:
+        self.picker_port = picker_port
+        self.url, self.admin_port = await self.start_gateway("envoy", pool_endpoints=tuple(pool))
+
+    async def start_gateway(self, name: str, **options: Any) -> tuple[str, int]:
+        """One more Envoy (``name`` in the supervisor) in front of this stack's picker, with the
+        chaos settings, ``options`` (EnvoyOptions fields) and the disabled guards applied.
+        Returns its URL and admin port."""
         from smetric.epp.envoy import EnvoyOptions, bootstrap, envoy_binary
 
-        listen_port, self.admin_port = free_port(), free_port()
-        options = EnvoyOptions(
+        listen_port, admin_port = free_port(), free_port()
+        base = EnvoyOptions(
             listen_port=listen_port,
-            admin_port=self.admin_port,
-            picker_port=picker_port,
-            pool_endpoints=tuple(pool),
+            admin_port=admin_port,
+            picker_port=self.picker_port,
             stream_idle_timeout_s=self.settings.stream_idle_timeout_s,
             route_timeout_s=self.settings.route_timeout_s,
             served_by_header=True,
         )
-        path = self.work / "envoy.json"
-        path.write_text(json.dumps(bootstrap(options)))
+        off = self.settings.guards_off
+        config = bootstrap(envoy_options_without(replace(base, **options), off))
+        drop_http_filters(config, (f for g in off for f in g.drop_filters))
+        path = self.work / f"{name}.json"
+        path.write_text(json.dumps(config))
         argv = [str(envoy_binary()), "-c", str(path), "--disable-hot-restart", "--log-level", "error",
                 "--concurrency", "1"]  # fmt: skip
-        await self.sup.start("envoy", argv)
+        await self.sup.start(name, argv)
         await wait_http_ok(
-            f"http://{HOST}:{self.admin_port}/ready", self.sup, self.settings.startup_timeout_s, "envoy"
+            f"http://{HOST}:{admin_port}/ready", self.sup, self.settings.startup_timeout_s, name
         )
-        self.url = f"http://{HOST}:{listen_port}"
+        return f"http://{HOST}:{listen_port}", admin_port
 
     def pid(self, name: str) -> int:
         return self.sup.children[name].pid
@@ -253,6 +280,23 @@ class ChaosStack:
                     return float(sample.value)
         return None
 
+    async def picker_metric_values(self, name: str) -> dict[str, float]:
+        """Every sample of a per-endpoint picker metric, by its ``endpoint`` label."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        assert self.session is not None
+        try:
+            async with self.session.get(self.metrics_url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                text = await r.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return {}
+        return {
+            s.labels.get("endpoint", ""): float(s.value)
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == name
+        }
+
     async def wait_fresh(self, timeout_s: float = 20.0) -> None:
         """Until the picker sees every emulated engine fresh (the hostile one stays stale)."""
         deadline = time.monotonic() + timeout_s
@@ -292,9 +336,11 @@ class ChaosStack:
         path: str = "/v1/chat/completions",
         timeout_s: float = 30.0,
         served_to: asyncio.Future[str] | None = None,
+        url: str = "",
     ) -> Reply:
         """One request; streams are read to the end (a cut stream is an error, not a 200).
-        ``served_to`` gets the serving endpoint as soon as the response headers arrive."""
+        ``served_to`` gets the serving endpoint as soon as the response headers arrive; ``url``:
+        another gateway than the stack's own."""
         assert self.session is not None
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         hdrs = {"content-type": "application/json", **(headers or {})}
@@ -304,7 +350,7 @@ class ChaosStack:
         chunks: list[bytes] = []
         try:
             async with asyncio.timeout(timeout_s):
-                async with self.session.post(self.url + path, data=data, headers=hdrs) as r:
+                async with self.session.post((url or self.url) + path, data=data, headers=hdrs) as r:
                     status, served = r.status, r.headers.get("x-smetric-served-by", "")
                     if served_to is not None and not served_to.done():
                         served_to.set_result(served)

@@ -35,7 +35,7 @@ from smetric.epp.contracts import PromptKey
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.parse.body import ParsedBody, parse_body
 from smetric.epp.parse.errors import RequestError
-from smetric.epp.parse.headers import HDR_REQUEST_ID, parse_headers
+from smetric.epp.parse.headers import HDR_REQUEST_ID, RequestHeaders, parse_headers
 from smetric.epp.server import messages as msgs
 from smetric.epp.server.decide import Pick, Picker
 from smetric.epp.server.guard import (
@@ -250,6 +250,12 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
             self.budget.give(st.reserved)
             st.reserved = 0
 
+    def ledger_key(self, headers: RequestHeaders) -> str:
+        """The request's key in the dispatch ledger and the observer matcher: the picker's own id.
+        A client's ``x-request-id`` is not unique (clients reuse it, on purpose or by retrying), and
+        a reused key would overwrite another request's ledger entry and leak its queued work."""
+        return uuid.uuid4().hex
+
     # -- dispatch -------------------------------------------------------------------------------
 
     def handle(self, st: StreamState, m: ep.ProcessingRequest) -> Responses:
@@ -273,7 +279,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         raw = msgs.header_map(m.request_headers.headers)
         st.headers = parse_headers(raw)
         st.generated_id = HDR_REQUEST_ID not in raw
-        st.ledger_id = uuid.uuid4().hex  # the picker's own key, whatever the client sent
+        st.ledger_id = self.ledger_key(st.headers)
         if not path_allowed(st.headers.path, self.settings.allowed_paths):
             raise RequestError(404, f"path {st.headers.path.split('?', 1)[0]!r} is not an inference API")
         self.admission.enter()  # Shed (503) when too many requests wait for a decision

