@@ -29,6 +29,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from smetric.bench.client import APIS
 from smetric.bench.plan import ReplayPlan, build_plan
 from smetric.bench.presets import FULL, QUICK, Preset
 from smetric.bench.procs import BenchError
@@ -120,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="picker rows: Envoy's pool cluster (override_host: pool endpoints only, retries on the "
         "picker's fallbacks) or the header-driven ORIGINAL_DST cluster (no retry)",
     )
+    p.add_argument("--api", choices=APIS, default="chat",
+                   help="wire API of the replayed traffic: OpenAI chat completions or Anthropic Messages (/v1/messages)")  # fmt: skip
     p.add_argument("--compare-sim", action="store_true",
                    help="also run `smetric simulate` (same families, instances, policies) and compare rankings")  # fmt: skip
     p.add_argument("--log-dir", type=Path,
@@ -320,6 +323,7 @@ class Bench:
         self.settings = RunSettings(
             cluster=cluster, slo=inst.slo, duration_s=preset.duration_s, drain_timeout_s=preset.drain_s,
             seed=args.seed, shared_system_prompt=args.shared_system_prompt, window_s=args.window,
+            api=args.api,
         )  # fmt: skip
         peers = list(preset.peers)
         missing_peer = ""
@@ -342,7 +346,7 @@ class Bench:
         rates = preset.rates
         self.meta = {
             "trace": str(trace_path), "preset": asdict(preset), "cluster": asdict(cluster),
-            "slo": asdict(inst.slo), "seeds": seeds, "shared_system_prompt": args.shared_system_prompt,
+            "slo": asdict(inst.slo), "api": args.api, "seeds": seeds, "shared_system_prompt": args.shared_system_prompt,
             "units": "latencies in model seconds; rate = session families per model second; TPS = output tokens per "
             "model second (scaled tokens; with token_cost preserved, modelled tokens = scaled x 1/token_scale, and TPOT "
             "per modelled token); router_overhead_ms in wall milliseconds; *_spread = std over seeds",

@@ -1,17 +1,21 @@
-"""Streaming OpenAI chat client (aiohttp) that measures what a coding agent would feel.
+"""Streaming clients (aiohttp) that measure what a coding agent would feel: OpenAI chat
+completions (:class:`ChatClient`) and Anthropic Messages, the API Claude Code speaks
+(:class:`AnthropicClient`, ``smetric bench --api anthropic``).
 
-TTFT is the time from sending the request to the first SSE chunk carrying content; end-to-end
-latency is until ``[DONE]`` (or the stream's end). Output tokens come from the final usage chunk
-(``stream_options.include_usage``), else from the number of content chunks. The emulator adds its
-own first/last-token times (wall) and its modelled engine times to that chunk
-(``smetric_server_timing``), kept in the :class:`Outcome`.
+TTFT is the time from sending the request to the first SSE event carrying text (chat: a chunk with
+``delta.content``; Anthropic: a ``content_block_delta``); end-to-end latency is until the stream's
+end (``[DONE]`` / ``message_stop``). Output tokens come from the final usage (chat:
+``stream_options.include_usage``; Anthropic: ``message_delta``), else from the number of text
+events. The emulator adds its own first/last-token times (wall) and its modelled engine times to
+that final event (``smetric_server_timing``), kept in the :class:`Outcome`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Literal
 
 import aiohttp
 import orjson
@@ -21,13 +25,18 @@ from smetric.emulator.protocol import SERVER_TIMING_FIELD
 
 SESSION_HEADER = "x-session-token"  # llm-d's session-affinity header: carries the true session id
 SERVED_HEADERS = ("x-gateway-destination-endpoint-served", "x-served-by", "x-smetric-instance")
+ANTHROPIC_VERSION = "2023-06-01"  # the ``anthropic-version`` header the Messages API requires
+Api = Literal["chat", "anthropic"]
+APIS: tuple[str, ...] = ("chat", "anthropic")
 
 
 class ChatClient:
     """One ``aiohttp`` session for a whole replay; ``send`` never raises for HTTP/stream errors."""
 
+    path = "/v1/chat/completions"
+
     def __init__(self, base_url: str, model: str, timeout_s: float = 600.0, max_connections: int = 0) -> None:
-        self.url = base_url.rstrip("/") + "/v1/chat/completions"
+        self.url = base_url.rstrip("/") + self.path
         self.model = model
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=10.0)
         self._max_connections = max_connections
@@ -45,6 +54,8 @@ class ChatClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    extra_headers: tuple[tuple[str, str], ...] = ()
 
     def body(self, spec: SendSpec) -> dict[str, Any]:
         return {
@@ -64,6 +75,7 @@ class ChatClient:
             "content-type": "application/json",
             "x-request-id": spec.request_id,
             SESSION_HEADER: spec.session_id,
+            **dict(self.extra_headers),
         }
         payload = orjson.dumps(self.body(spec))
         start = time.perf_counter()
@@ -81,9 +93,124 @@ class ChatClient:
                 if resp.status != 200:
                     text = (await resp.text())[:300]
                     return Outcome(ok=False, status=resp.status, error=text.strip(), served_by=served)
-                return await _read_stream(resp, start, served, self.in_flight, spec.request_id)
+                return await self.read(resp, start, served, spec.request_id)
         except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as exc:
             return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
+
+    async def read(self, resp: aiohttp.ClientResponse, start: float, served: str, request_id: str) -> Outcome:
+        return await _read_stream(resp, start, served, self.in_flight, request_id)
+
+
+class AnthropicClient(ChatClient):
+    """The same replay as Anthropic Messages traffic: ``system`` messages become the top-level
+    ``system`` prompt, the rest keep their order; exactly ``max_tokens`` is asked for (the API has
+    no ``min_tokens`` / ``ignore_eos``: a real engine may stop earlier, the emulator never does)."""
+
+    path = "/v1/messages"
+    extra_headers = (("anthropic-version", ANTHROPIC_VERSION),)
+
+    def body(self, spec: SendSpec) -> dict[str, Any]:
+        system = "".join(m["content"] for m in spec.messages if m.get("role") == "system")
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m for m in spec.messages if m.get("role") != "system"],
+            "max_tokens": spec.max_tokens,
+            "stream": True,
+        }
+        if system:
+            body["system"] = system
+        return body
+
+    async def read(self, resp: aiohttp.ClientResponse, start: float, served: str, request_id: str) -> Outcome:
+        return await _read_anthropic_stream(resp, start, served, self.in_flight, request_id)
+
+
+def make_client(api: Api, base_url: str, model: str, timeout_s: float = 600.0) -> ChatClient:
+    """The bench's client for ``--api``."""
+    if api == "anthropic":
+        return AnthropicClient(base_url, model, timeout_s)
+    return ChatClient(base_url, model, timeout_s)
+
+
+async def _sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[bytes, bytes]]:
+    """``(event name, data)`` of each SSE event (the name is ``b""`` without an ``event:`` line)."""
+    buf = b""
+    async for data in resp.content.iter_any():
+        buf += data.replace(b"\r\n", b"\n")
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            name, payload = b"", b""
+            for line in event.splitlines():
+                if line.startswith(b"event:"):
+                    name = line[6:].strip()
+                elif line.startswith(b"data:"):
+                    payload = line[5:].strip()
+            if payload:
+                yield name, payload
+
+
+async def _read_anthropic_stream(
+    resp: aiohttp.ClientResponse, start: float, served: str, progress: dict[str, str], request_id: str
+) -> Outcome:
+    ttft = float("nan")
+    parts: list[str] = []
+    chunks = 0
+    usage: dict[str, Any] = {}
+    timing: dict[str, Any] = {}
+    done = False
+    async for _, value in _sse_events(resp):
+        try:
+            obj = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return Outcome(ok=False, status=200, error=f"bad SSE data: {value[:80]!r}", served_by=served)
+        if not isinstance(obj, dict):
+            continue
+        kind = obj.get("type")
+        if kind == "error":
+            err = obj.get("error")
+            message = err.get("message", "") if isinstance(err, dict) else ""
+            return Outcome(ok=False, status=200, error=f"stream error: {message}"[:300], served_by=served)
+        if kind == "message_start" and isinstance(obj.get("message"), dict):
+            usage.update(obj["message"].get("usage") or {})
+        elif kind == "message_delta" and isinstance(obj.get("usage"), dict):
+            usage.update(obj["usage"])
+            if isinstance(obj.get(SERVER_TIMING_FIELD), dict):
+                timing = obj[SERVER_TIMING_FIELD]
+        elif kind == "message_stop":
+            done = True
+        elif kind == "content_block_delta":
+            text = (obj.get("delta") or {}).get("text")
+            if text:
+                if chunks == 0:
+                    ttft = time.perf_counter() - start
+                chunks += 1
+                progress[request_id] = f"streaming, {chunks} content chunks"
+                parts.append(text)
+    e2e = time.perf_counter() - start
+    if not done and chunks == 0:
+        return Outcome(ok=False, status=200, error="stream ended without data", served_by=served)
+    read = _count(usage.get("cache_read_input_tokens"))
+    prompt = _count(usage.get("input_tokens")) + read + _count(usage.get("cache_creation_input_tokens"))
+    return Outcome(
+        ok=True,
+        status=200,
+        ttft_s=ttft if chunks else e2e,
+        e2e_s=e2e,
+        output_tokens=_count(usage.get("output_tokens")) or chunks,
+        prompt_tokens=prompt,
+        cached_tokens=read if "cache_read_input_tokens" in usage else -1,
+        text="".join(parts),
+        served_by=served,
+        server_ttft_s=_seconds(timing.get("ttft_wall_s")),
+        server_e2e_s=_seconds(timing.get("e2e_wall_s")),
+        engine_ttft_model_s=_seconds(timing.get("engine_ttft_s")),
+        engine_e2e_model_s=_seconds(timing.get("engine_e2e_s")),
+    )
+
+
+def _count(value: Any) -> int:
+    """A non-negative token count from the server, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 async def _read_stream(

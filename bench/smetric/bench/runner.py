@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from smetric.bench.client import ChatClient
+from smetric.bench.client import Api, make_client
 from smetric.bench.metrics import summarise
 from smetric.bench.plan import ReplayPlan
 from smetric.bench.procs import BenchError, Supervisor
@@ -32,6 +32,7 @@ class RunSettings:
     shared_system_prompt: bool
     window_s: float  # imbalance window, model seconds
     sample_interval_s: float = 0.5
+    api: Api = "chat"  # the wire API of the replayed traffic: OpenAI chat or Anthropic Messages
 
 
 async def _watch(sup: Supervisor, interval_s: float = 1.0) -> None:
@@ -69,7 +70,7 @@ async def run_row(
                 before = await scrape_all(http, cluster.base_urls)
             phase("replaying")
             async with (
-                ChatClient(urls.base_url, settings.cluster.model) as client,
+                make_client(settings.api, urls.base_url, settings.cluster.model) as client,
                 LoadSampler(cluster.base_urls, settings.sample_interval_s) as sampler,
             ):
                 replay = ClosedLoopReplay(
