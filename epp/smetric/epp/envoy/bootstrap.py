@@ -91,6 +91,8 @@ class EnvoyOptions:
     admin_port: int
     picker_port: int
     picker_host: str = "127.0.0.1"
+    # Further picker replicas on picker_host: one ext_proc cluster, each stream to one of them.
+    more_picker_ports: tuple[int, ...] = ()
     listen_host: str = "127.0.0.1"
     request_body_mode: BodyMode = "FULL_DUPLEX_STREAMED"
     response_body_mode: BodyMode = "FULL_DUPLEX_STREAMED"
@@ -145,17 +147,21 @@ CIRCUIT_BREAKERS = {
 
 
 def _static_cluster(
-    name: str, host: str, port: int, connect_timeout_s: float, h2: bool, keepalive_s: float = 0.0
+    name: str,
+    host: str,
+    port: int,
+    connect_timeout_s: float,
+    h2: bool,
+    keepalive_s: float = 0.0,
+    more_ports: tuple[int, ...] = (),
 ) -> dict[str, Any]:
+    hosts = [{"endpoint": {"address": _socket(host, p)}} for p in (port, *more_ports)]
     cluster: dict[str, Any] = {
         "name": name,
         "type": "STATIC",
         "circuit_breakers": CIRCUIT_BREAKERS,
         "connect_timeout": _secs(connect_timeout_s),
-        "load_assignment": {
-            "cluster_name": name,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(host, port)}}]}],
-        },
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": hosts}]},
     }
     if h2:
         h2_options: dict[str, Any] = {}
@@ -324,6 +330,7 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
             o.connect_timeout_s,
             h2=True,
             keepalive_s=o.picker_keepalive_s,
+            more_ports=o.more_picker_ports,
         ),
     ]
     if o.pool_endpoints:
