@@ -64,3 +64,10 @@ def test_an_old_precise_snapshot_is_not_restored() -> None:
 def test_the_picker_keeps_state_for_the_precise_index(tmp_path: Path) -> None:
     s = PickerSettings.from_argv(["--prefix-index=precise", f"--state-file={tmp_path / 's.json'}"])
     assert state_keeper(s, _index()) is not None
+
+
+def test_the_picker_default_index_is_precise_when_the_engines_tokenizer_is_given() -> None:
+    assert PickerSettings.from_argv([]).prefix_index == "approximate"
+    assert PickerSettings.from_argv(["--tokenizer=Qwen/Qwen3-8B"]).prefix_index == "precise"
+    explicit = PickerSettings.from_argv(["--tokenizer=Qwen/Qwen3-8B", "--prefix-index=approximate"])
+    assert explicit.prefix_index == "approximate"

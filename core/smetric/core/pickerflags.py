@@ -55,7 +55,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag(
         "pool-group", str, "inference.networking.k8s.io", "Kubernetes mode: InferencePool API group (v1 only)"
     ),
-    Flag("prefix-index", str, "approximate", "prefix index: precise (tokenizer + KV events) | approximate"),
+    Flag(
+        "prefix-index",
+        str,
+        "auto",
+        "prefix index: precise (tokenizer + KV events) | approximate | auto: precise when --tokenizer "
+        "names the engines' tokenizer (their KV events hash its tokens), else approximate",
+    ),
     Flag("tokenizer", str, "", "precise index: path or name of the model's tokenizer"),
     Flag("kv-events-port", int, 5557, "ZMQ port each model server publishes KV events on"),
     Flag("refresh-interval-ms", int, 50, "metrics scrape interval per endpoint"),
@@ -89,9 +95,7 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("scrape-timeout-ms", int, 1000, "timeout of one /metrics scrape"),
     Flag("scrape-max-bytes", int, 4 * 1024 * 1024, "a larger /metrics page is refused (endpoint goes stale)"),
-    Flag(
-        "state-file", str, "", "prefix index snapshot: written periodically and at exit, read at start"
-    ),
+    Flag("state-file", str, "", "prefix index snapshot: written periodically and at exit, read at start"),
     Flag("state-interval-ms", int, 2000, "how often --state-file is written"),
     Flag("snapshot-port", int, 0, "serve GET /snapshot (the index) for peer replicas; 0 = off"),
     Flag("peers", str, "", "host:port,... of peer replicas' --snapshot-port: fetched at start-up"),

@@ -15,6 +15,14 @@ from smetric.core.pickerflags import build_parser
 from smetric.epp.upstream.flags import resolve as resolve_upstream
 
 
+def resolve_prefix_index(flag: str, tokenizer: str) -> str:
+    """``--prefix-index auto``: precise when the engines' tokenizer is configured (without it the
+    picker's hashes cannot match their KV events), else approximate; other values as given."""
+    if flag == "auto":
+        return "precise" if tokenizer else "approximate"
+    return flag
+
+
 @dataclass(frozen=True, slots=True)
 class PickerSettings:
     """What the running picker reads of its flags (the flag table has the defaults and help)."""
@@ -72,7 +80,7 @@ class PickerSettings:
             endpoints=args.endpoints,
             pool_name=args.pool_name,
             pool_namespace=args.pool_namespace,
-            prefix_index=args.prefix_index,
+            prefix_index=resolve_prefix_index(args.prefix_index, args.tokenizer),
             tokenizer=args.tokenizer,
             kv_events_port=args.kv_events_port,
             hash_seed=args.hash_seed,
