@@ -325,3 +325,49 @@ async def test_invalid_spec_sets_condition_and_applies_nothing(
     await eventually(
         lambda: condition(cluster, "InvalidSpec").get("status") == "False", "InvalidSpec cleared"
     )
+
+
+async def test_a_helm_owned_inference_pool_is_not_taken_over(
+    cluster: Cluster, operator: subprocess.Popen[bytes]
+) -> None:
+    """A same-named InferencePool of a Helm release stays as Helm wrote it (no apply with force over
+    it) and the pool's Degraded condition says why; with adoptExisting the operator takes it over."""
+    helm_pool = {
+        "apiVersion": "inference.networking.k8s.io/v1",
+        "kind": "InferencePool",
+        "metadata": {
+            "name": POOL,
+            "namespace": NS,
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {"meta.helm.sh/release-name": "qwen", "meta.helm.sh/release-namespace": NS},
+        },
+        "spec": {"selector": {"matchLabels": {"app": "vllm-qwen"}}, "targetPorts": [{"number": 8000}]},
+    }
+    async with cluster.post(
+        f"/apis/inference.networking.k8s.io/v1/namespaces/{NS}/inferencepools", json=helm_pool
+    ) as resp:
+        assert resp.status == 200
+    async with cluster.post(
+        f"/apis/smetric.io/v1alpha1/namespaces/{NS}/smetricpools", json=pool_body(VALID_SPEC)
+    ) as resp:
+        assert resp.status == 200
+
+    await eventually(lambda: condition(cluster, "Degraded").get("reason") == "NotOwned", "NotOwned condition")
+    message = condition(cluster, "Degraded")["message"]
+    assert f"InferencePool/{POOL} exists and is not managed by this pool (Helm release {NS}/qwen" in message
+    assert pool_status(cluster)["phase"] == "Degraded"
+    await eventually(lambda: children(cluster)["httproutes"] == {POOL}, "the other children applied")
+    assert not [name for plural, name, _ in cluster.applies if plural == "inferencepools"]
+    live = cluster.live("inferencepools")[POOL]
+    assert live["spec"]["selector"] == helm_pool["spec"]["selector"] and not live["metadata"].get(
+        "ownerReferences"
+    )
+
+    async with cluster.patch(POOL_PATH, json={"spec": {"adoptExisting": True}}) as resp:
+        assert resp.status == 200
+    await eventually(
+        lambda: cluster.live("inferencepools")[POOL]["metadata"].get("ownerReferences"), "pool adopted"
+    )
+    uid = cluster.live("smetricpools")[POOL]["metadata"]["uid"]
+    assert cluster.live("inferencepools")[POOL]["metadata"]["ownerReferences"][0]["uid"] == uid
+    await eventually(lambda: condition(cluster, "Degraded").get("reason") != "NotOwned", "NotOwned cleared")

@@ -10,7 +10,7 @@ import pytest
 
 from smetric.operator.client import ApiError, KubeClient
 from smetric.operator.meta import SPEC_HASH_ANNOTATION
-from smetric.operator.reconcile import ChildApplyError, Outcome, reconcile
+from smetric.operator.reconcile import ChildApplyError, ChildNotOwnedError, Outcome, reconcile
 from smetric.operator.status import Condition, merge_conditions, pool_status
 
 LOG = logging.getLogger("test")
@@ -33,7 +33,16 @@ class FakeApi:
         if kind == "SMetricPool":  # the route-conflict check lists the namespace's pools
             return [copy.deepcopy(p) for p in self.pools]
         assert "smetric.io/pool=p" in label_selector
-        return [copy.deepcopy(o) for (v, k, _), o in self.objects.items() if (v, k) == (api_version, kind)]
+        return [
+            copy.deepcopy(o)
+            for (v, k, _), o in self.objects.items()
+            if (v, k) == (api_version, kind)
+            and (o["metadata"].get("labels") or {}).get("smetric.io/pool") == "p"
+        ]
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        obj = self.objects.get((api_version, kind, name))
+        return copy.deepcopy(obj) if obj is not None else None
 
     async def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         key = (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"])
@@ -106,6 +115,74 @@ async def test_objects_not_owned_by_this_pool_are_left_alone() -> None:
     api.objects[("v1", "ConfigMap", "p-old")] = stranger
     outcome = await run(api, pool(SPEC))
     assert outcome.deleted == () and ("v1", "ConfigMap", "p-old") in api.objects
+
+
+HELM_POOL = {
+    "apiVersion": "inference.networking.k8s.io/v1",
+    "kind": "InferencePool",
+    "metadata": {
+        "name": "p",
+        "namespace": "ns",
+        "labels": {"app.kubernetes.io/managed-by": "Helm"},
+        "annotations": {"meta.helm.sh/release-name": "vllm-qwen", "meta.helm.sh/release-namespace": "ns"},
+        "managedFields": [{"manager": "helm", "operation": "Update"}],
+    },
+    "spec": {"selector": {"matchLabels": {"app": "vllm"}}},
+}
+
+
+async def test_a_same_named_object_of_someone_else_is_not_taken_over() -> None:
+    """A Helm release's InferencePool and a Service of another controller keep their spec; the
+    status says which objects were left alone and who holds them."""
+    api = FakeApi()
+    api.objects[("inference.networking.k8s.io/v1", "InferencePool", "p")] = copy.deepcopy(HELM_POOL)
+    other_service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "p-epp",
+            "ownerReferences": [{"kind": "Deployment", "name": "x", "uid": "u-x", "controller": True}],
+        },
+    }
+    api.objects[("v1", "Service", "p-epp")] = copy.deepcopy(other_service)
+    spec = {**SPEC, "gateway": {"parentRef": {"name": "gw"}}}
+    with pytest.raises(ChildNotOwnedError, match="InferencePool/p"):  # retried later, not at once
+        await run(api, pool(spec))
+    assert "InferencePool/p" not in api.applied and "Service/p-epp" not in api.applied
+    assert "HTTPRoute/p" in api.applied  # the rest of the pool is applied
+    assert api.objects[("inference.networking.k8s.io/v1", "InferencePool", "p")] == HELM_POOL
+    assert api.objects[("v1", "Service", "p-epp")] == other_service
+    status = api.statuses[-1]
+    assert status["phase"] == "Degraded"
+    cond = {c["type"]: c for c in status["conditions"]}
+    assert cond["Degraded"]["status"] == "True" and cond["Degraded"]["reason"] == "NotOwned"
+    message = cond["Degraded"]["message"]
+    assert "InferencePool/p exists and is not managed by this pool (Helm release ns/vllm-qwen" in message
+    assert "field managers helm" in message
+    assert "Service/p-epp exists and is not managed by this pool (controller Deployment/x" in message
+    assert cond["Ready"]["status"] == "False"
+
+
+async def test_adopt_existing_takes_the_objects_over() -> None:
+    api = FakeApi()
+    api.objects[("inference.networking.k8s.io/v1", "InferencePool", "p")] = copy.deepcopy(HELM_POOL)
+    outcome = await run(api, pool({**SPEC, "adoptExisting": True}))
+    assert "InferencePool/p" in outcome.applied
+    adopted = api.objects[("inference.networking.k8s.io/v1", "InferencePool", "p")]
+    assert adopted["metadata"]["ownerReferences"][0]["uid"] == UID
+    cond = {c["type"]: c for c in outcome.status["conditions"]}
+    assert cond["Degraded"]["reason"] != "NotOwned"
+
+
+async def test_an_object_this_pool_owns_without_its_labels_is_reapplied() -> None:
+    """Owned (ownerReference with the pool's uid) but relabelled: not listed, still the pool's."""
+    api = FakeApi()
+    await run(api, pool(SPEC))
+    api.objects[("v1", "ConfigMap", "p-epp-config")]["metadata"]["labels"] = {}
+    api.applied.clear()
+    outcome = await run(api, pool(SPEC))
+    assert "ConfigMap/p-epp-config" in api.applied
+    assert all(c["reason"] != "NotOwned" for c in outcome.status["conditions"])
 
 
 async def test_tampered_hash_is_reapplied() -> None:

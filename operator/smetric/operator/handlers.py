@@ -27,7 +27,9 @@ from smetric.operator.meta import (
     POOL_LABEL,
     VERSION,
 )
-from smetric.operator.reconcile import ChildApplyError, reconcile
+from smetric.operator.reconcile import ChildApplyError, ChildNotOwnedError, reconcile
+
+NOT_OWNED_RETRY_S = 60  # a pool blocked by someone else's object looks again this often
 
 
 @dataclass
@@ -77,6 +79,8 @@ def build_registry(state: OperatorState) -> kopf.OperatorRegistry:
     async def _reconcile(api: KubeClient, body: Any, logger: Any) -> None:
         try:
             await reconcile(api, body, logger)
+        except ChildNotOwnedError as exc:  # someone else's object: look again in a minute, not in 5 s
+            raise kopf.TemporaryError(str(exc), delay=NOT_OWNED_RETRY_S) from exc
         except (ApiError, ChildApplyError) as exc:  # transient API trouble: kopf retries with backoff
             raise kopf.TemporaryError(str(exc), delay=5) from exc
 

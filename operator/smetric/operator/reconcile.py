@@ -3,6 +3,8 @@
 Idempotent and level-triggered: create, update, resume and any child event all run the same
 function, so the result converges whatever the starting state (missing children are re-created,
 children whose rendered manifest changed are re-applied, children no longer rendered are deleted).
+An object of a child's name that the pool does not own is left alone unless ``adoptExisting``
+(``ownership``); the Degraded condition (reason NotOwned) names it and its holder.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from smetric.operator.meta import (
     PoolRef,
     key_of,
 )
+from smetric.operator.ownership import not_owned_message, owned_by
 from smetric.operator.render import render_children
 from smetric.operator.routes import route_conflicts
 from smetric.operator.spec import InvalidSpecError, parse_spec
@@ -34,16 +37,16 @@ class ChildApplyError(RuntimeError):
     """Some children could not be applied (the others were); the status says which."""
 
 
+class ChildNotOwnedError(ChildApplyError):
+    """Some children were not applied because objects of their names belong to someone else."""
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     applied: tuple[str, ...] = ()
     deleted: tuple[str, ...] = ()
     status: Mapping[str, Any] = field(default_factory=dict)
     invalid: str | None = None
-
-
-def _owned_by(obj: Manifest, uid: str) -> bool:
-    return any(ref.get("uid") == uid for ref in obj.get("metadata", {}).get("ownerReferences") or [])
 
 
 def _hash(obj: Manifest | None) -> str | None:
@@ -75,16 +78,26 @@ async def reconcile(
     live: dict[tuple[str, str, str], Manifest] = {}
     for api_version, kind in CHILD_KINDS:
         for obj in await api.list(api_version, kind, pool.namespace, selector):
-            if _owned_by(obj, pool.uid or ""):
+            if owned_by(obj, pool.uid or ""):
                 live[key_of(obj)] = obj
 
     applied: list[str] = []
     failed: list[str] = []
+    not_owned: list[str] = []
     observed: dict[str, Manifest | None] = {}
     gateway_objects: dict[str, Manifest | None] = {}
     for child in rendered:
         key = key_of(child)
         current = live.get(key)
+        if current is None:  # absent, or an object of that name that is not (yet) this pool's
+            try:
+                existing = await api.get(key[0], key[1], pool.namespace, key[2])
+            except ApiError as exc:
+                failed.append(f"{key[1]}/{key[2]}: {exc}")
+                continue
+            if existing is not None and not owned_by(existing, pool.uid or "") and not spec.adopt_existing:
+                not_owned.append(not_owned_message(key[1], key[2], existing))
+                continue  # never applied with force over someone else's object
         if current is None or _hash(current) != _hash(child):
             try:  # one failing child (e.g. its CRD is not installed) does not block the others
                 current = await api.apply(child)
@@ -118,6 +131,7 @@ async def reconcile(
         gateway=gateway_objects if has_route else None,
         gateway_name=spec.gateway.parent_ref.name if spec.gateway is not None else None,
         route_conflicts=conflicts,
+        not_owned=not_owned,
     )
     if status != dict(old_status):
         await api.patch_status(API_VERSION, KIND, pool.namespace, pool.name, status)
@@ -125,4 +139,6 @@ async def reconcile(
         log.info("SMetricPool %s/%s: applied %s; deleted %s", pool.namespace, pool.name, applied, deleted)
     if failed:  # surfaced in status; raised so the caller retries with backoff
         raise ChildApplyError(f"SMetricPool {pool.namespace}/{pool.name}: " + "; ".join(failed))
+    if not_owned:  # surfaced in status; raised so the caller looks again later (the holder may go)
+        raise ChildNotOwnedError(f"SMetricPool {pool.namespace}/{pool.name}: " + "; ".join(not_owned))
     return Outcome(applied=tuple(applied), deleted=tuple(deleted), status=status)

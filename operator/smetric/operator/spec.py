@@ -313,6 +313,9 @@ class SMetricPoolSpec(_Spec):
     engine: EngineSpec = EngineSpec()
     observability: ObservabilitySpec = ObservabilitySpec()
     policies: PolicySpec = PolicySpec()
+    # Take over objects of the children's names that another owner holds (a Helm release, a
+    # same-named pool's leftovers); off: they are left alone and the status names them.
+    adopt_existing: bool = False
 
     @property
     def routing_policy(self) -> str:

@@ -74,8 +74,13 @@ def _failed(deployment: Manifest) -> str | None:
 
 
 def _degraded_reason(
-    failures: Sequence[str], apply_failures: Sequence[str], route_conflicts: Sequence[str] = ()
+    failures: Sequence[str],
+    apply_failures: Sequence[str],
+    route_conflicts: Sequence[str] = (),
+    not_owned: Sequence[str] = (),
 ) -> str:
+    if not_owned:
+        return "NotOwned"
     if apply_failures:
         return "ApplyFailed"
     if route_conflicts:
@@ -137,10 +142,12 @@ def pool_status(
     gateway: Mapping[str, Manifest | None] | None = None,
     gateway_name: str | None = None,
     route_conflicts: Sequence[str] = (),
+    not_owned: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Status from the rendered Deployments and their live objects (``observed`` by name; None = absent).
 
-    ``apply_failures`` (children the API refused) make the pool Degraded. ``gateway`` holds the live
+    ``apply_failures`` (children the API refused) and ``not_owned`` (children left unapplied because
+    an object of that name belongs to someone else) make the pool Degraded. ``gateway`` holds the live
     ``InferencePool`` and ``HTTPRoute`` (by kind) when the pool has a route: Ready then also needs
     the gateway to have accepted both (``status.parents`` Accepted and ResolvedRefs True).
     """
@@ -166,7 +173,7 @@ def pool_status(
         failure = _failed(live) if live else None
         if failure:
             failures.append(failure)
-    failures += [f"apply failed: {f}" for f in apply_failures]
+    failures = [*not_owned, *failures, *(f"apply failed: {f}" for f in apply_failures)]
     failures += list(route_conflicts)
     gateway_status: dict[str, Any] = {}
     gateway_ok, gateway_message = True, ""
@@ -185,7 +192,7 @@ def pool_status(
         for kind, state in (("HTTPRoute", route), ("InferencePool", pool)):
             if state.rejected:
                 failures.append(f"{kind} rejected by the gateway: {state.message}")
-    all_ready = not waiting and not apply_failures
+    all_ready = not waiting and not apply_failures and not not_owned
     if failures:
         phase = "Degraded"
     elif all_ready:
@@ -204,7 +211,7 @@ def pool_status(
         Condition(
             "Degraded",
             bool(failures),
-            _degraded_reason(failures, apply_failures, route_conflicts),
+            _degraded_reason(failures, apply_failures, route_conflicts, not_owned),
             "; ".join(failures),
         ),
     ]
