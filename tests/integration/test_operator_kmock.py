@@ -186,7 +186,7 @@ EXPECTED_CHILDREN = {
     "rolebindings": {"qwen-epp"},
     "inferencepools": {"qwen"},
     "httproutes": {"qwen"},
-    "poddisruptionbudgets": {"qwen-prefill-decode"},
+    "poddisruptionbudgets": {"qwen-prefill-decode", "qwen-epp"},  # the picker runs 2 replicas by default
     "networkpolicies": {"qwen-endpoint-picker", "qwen-model-server", "qwen-mooncake-master"},
 }
 
@@ -317,7 +317,8 @@ async def test_invalid_spec_sets_condition_and_applies_nothing(
         **EXPECTED_CHILDREN,
         "deployments": {"qwen-prefill", "qwen-decode", "qwen-epp"},
         "services": {"qwen-epp"},
-        "poddisruptionbudgets": {"qwen-prefill"},  # 2 prefill replicas; 1 decode replica gets none
+        # 2 prefill replicas and 2 pickers; 1 decode replica gets none
+        "poddisruptionbudgets": {"qwen-prefill", "qwen-epp"},
         "networkpolicies": {"qwen-endpoint-picker", "qwen-model-server"},
     }
     want.pop("httproutes")
