@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from smetric.core.pickerflags import build_parser, ignored_upstream_flags
 from smetric.core.tokenizer import TokenizerLoadError
 from smetric.epp.config import ConfigError, PickerConfig, load_config, load_picker_config, policy_params
+from smetric.epp.leader import LeaderElector, lease_name
 from smetric.epp.obs.health import HealthReporter
 from smetric.epp.obs.logging import (
     configure_logging,
@@ -74,8 +75,14 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         renderer=renderer,
     )
     datastore.on_removed(picker.on_endpoint_removed)  # a removed pod's learned speed goes with it
+    elector = leader_elector(s)
     health = HealthReporter(
-        datastore, metrics, datastore.is_stale, interval_s=s.pool_gauge_interval_s, synced=datastore.synced
+        datastore,
+        metrics,
+        datastore.is_stale,
+        interval_s=s.pool_gauge_interval_s,
+        synced=datastore.synced,
+        is_leader=None if elector is None else (lambda: elector.is_leader),
     )
     server = PickerServer(
         servicer,
@@ -95,6 +102,8 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
     keeper = state_keeper(s, datastore.index)
     metrics_server = authenticated_metrics(s, registry)
     await datastore.start()
+    if elector is not None:
+        elector.start()
     try:
         if keeper is not None:  # before serving: the first decisions are already warm
             await keeper.restore()
@@ -125,6 +134,8 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         log.error("cannot start: %s", exc)
         return 1
     finally:
+        if elector is not None:  # released first: a standby takes over while this one drains
+            await elector.stop(release=True)
         await server.stop(SHUTDOWN_GRACE_S)
         if keeper is not None:
             await keeper.stop()  # the final snapshot, after the last decision
@@ -134,6 +145,16 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
             if isinstance(metrics_server.authorizer, KubeAuthorizer):
                 await metrics_server.authorizer.close()
     return 0
+
+
+def leader_elector(settings: PickerSettings) -> LeaderElector | None:
+    """``--ha-enable-leader-election``: a Lease in the pool's namespace, named as upstream's."""
+    if not settings.leader_election:
+        return None
+    from smetric.epp.discovery.kubernetes import default_api_client
+
+    name = lease_name(settings.pool_namespace, settings.pool_name)
+    return LeaderElector(default_api_client, settings.pool_namespace, name)
 
 
 def authenticated_metrics(settings: PickerSettings, registry: CollectorRegistry) -> MetricsServer | None:

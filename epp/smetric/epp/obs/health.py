@@ -5,8 +5,9 @@ As upstream (GIE ``cmd/epp/runner/health.go``): ``liveness`` is SERVING once the
 picker; ``readiness``, ``inference-extension`` (the upstream chart's probe service), the ext_proc
 service name and the overall status ``""`` are SERVING once endpoint discovery has synced (the
 first complete listing of the pool and its pods; a static ``--endpoints`` list is synced at once),
-whether or not any endpoint is ready (with none the picker answers 503). A periodic task refreshes
-the states and the ready/stale gauges. :func:`wait_serving` is
+whether or not any endpoint is ready (with none the picker answers 503). With leader election
+(``is_leader``) they are SERVING on the leader only, as upstream; liveness stays SERVING. A
+periodic task refreshes the states and the ready/stale and pool gauges. :func:`wait_serving` is
 the client side: what launchers, benchmarks and tests use to wait for a picker to be ready.
 """
 
@@ -39,12 +40,14 @@ class HealthReporter:
         is_stale: Callable[[str], bool],
         interval_s: float = 1.0,
         synced: Callable[[], bool] = lambda: True,
+        is_leader: Callable[[], bool] | None = None,
     ) -> None:
         self.servicer = health.aio.HealthServicer()
         self._source = source
         self._metrics = metrics
         self._is_stale = is_stale
         self._synced = synced
+        self._is_leader = is_leader  # --ha-enable-leader-election: only the leader is ready
         self._interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
         self._draining = False
@@ -55,7 +58,7 @@ class HealthReporter:
         self._metrics.stale_endpoints.set(sum(1 for e in endpoints if self._is_stale(e.address)))
         fresh = [m for m in (self._source.metrics(e.address) for e in endpoints) if m is not None]
         self._metrics.upstream.pool(len(endpoints), [m.kv_usage for m in fresh], [m.waiting for m in fresh])
-        ready = self._synced() and not self._draining
+        ready = self._synced() and not self._draining and (self._is_leader is None or self._is_leader())
         for name in READY_SERVICES:
             await self.servicer.set(name, SERVING if ready else NOT_SERVING)
         await self.servicer.set(LIVENESS_SERVICE, NOT_SERVING if self._draining else SERVING)
