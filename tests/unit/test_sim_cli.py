@@ -111,3 +111,29 @@ def test_undefined_metrics_are_json_null(tmp_path: Path) -> None:
     row = json.loads(text)["results"][0]
     assert row["tps_within_slo"] is None and row["tpot_p50_s"] is None
     assert row["prefill_tps_within_slo"] > 0
+
+
+def test_cli_flags_runs_whose_offered_load_drifted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "tiny.jsonl.gz"
+    write_agentic(trace, families=6, turns=6)
+    out = tmp_path / "r.json"
+    argv = [
+        "--trace", str(trace), "--instances", "2", "--policies", "round-robin", "--rates", "2,8",
+        "--base-rate", "8", "--warmup-s", "0", "--measure-s", "200", "--workers", "1",
+        "--json", str(out), "--seed", "0", "--no-extend-past-knee",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["config"]["arrivals"] == "agents"
+    assert doc["trace"]["max_request_tokens"] == 217_664  # whole 64-token blocks of one H20
+    rows = doc["results"]
+    for r in rows:
+        assert r["arrival_drift_ok"] == (abs(r["arrival_drift"]) <= 0.10)
+        assert r["agents"] >= 1 and r["requests_engine_rejected"] == 0
+    flagged = [r for r in rows if not r["arrival_drift_ok"]]
+    assert flagged  # 200 s of a handful of agents is not steady
+    captured = capsys.readouterr()
+    text = " ".join((captured.out + captured.err).split())
+    assert f"{len(flagged)} of {len(rows)} runs drifted by more than 10 %" in text

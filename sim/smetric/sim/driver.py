@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from smetric.core.presets import get_preset
 from smetric.sim.executors import make_executor
+from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 from smetric.sim.regimes import Regime, map_cells, plot_map
 from smetric.sim.report import map_table, mean_rows, plot, results_table, summary_table
 from smetric.sim.stats import summary
@@ -175,6 +176,18 @@ def run_and_write(
             results_table(shown, sim.mode, title + ("" if len(spec.seeds) == 1 else " (mean over seeds)"))
         )
         out.print(summary_table(summ, f"peak {spec.headline} over seeds (mean ± 95 % CI) and paired margins"))
+    drifting = [r for r in rows if r.get("arrival_drift_ok") is False]
+    if drifting:
+        shown_runs = ", ".join(
+            f"{r.get('regime', '') + ' ' if r.get('regime') else ''}{r['policy']} seed {r['seed']} "
+            f"@ {r['rate_multiplier']:g}x ({100 * r['arrival_drift']:+.0f} %)"
+            for r in drifting[:8]
+        )
+        console.print(
+            f"[yellow]warning: {len(drifting)} of {len(rows)} runs drifted by more than "
+            f"{100 * MAX_ARRIVAL_DRIFT:.0f} % (requests sent in the window's last quarter vs its first; "
+            f"arrival_drift_ok false in the JSON): {shown_runs}{' ...' if len(drifting) > 8 else ''}[/yellow]"
+        )
     doc = json_ready(doc)  # type: ignore[assignment]
     if json_path is not None:
         write_atomic(json_path, json.dumps(doc, indent=1, allow_nan=False))
