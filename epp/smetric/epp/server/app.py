@@ -18,6 +18,7 @@ from smetric.epp.server.tier_facts import build_tier_facts
 from smetric.policy import PolicyParams
 from smetric.policy.framework import Router
 from smetric.policy.registry import make_policy, uses_tier_view
+from smetric.policy.selective_pd import PdDecider
 
 MAX_FALLBACKS = 4  # keeps the destination metadata short; the header carries only the primary
 
@@ -48,6 +49,7 @@ def build_picker(
         staleness_s=staleness_s,
         global_fetch_s_per_token=params.global_fetch_s_per_token,
         is_stale=is_stale,
+        pd_decider=PdDecider(cfg.pdDisaggregation.nonCachedTokens),
     )
     if uses_tier_view(cfg.policy.name):
         picker.tier_facts = build_tier_facts(index, params, picker.clock)

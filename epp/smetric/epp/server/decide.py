@@ -16,7 +16,10 @@ PD disaggregation (llm-d convention): when the pool has both ``prefill`` and ``d
 prefill pod is chosen by the policy in ``disaggregated`` mode over the prefill pods, the decode
 pod by least load (``running + waiting``, then KV usage, then address) over the decode pods; the
 destination is the decode pod and the prefill pod goes in ``x-prefiller-host-port``. A pool
-without both roles is routed colocated over all endpoints (documented fallback).
+without both roles is routed colocated over all endpoints (documented fallback). Selective P/D
+(``pdDisaggregation.nonCachedTokens``, :mod:`smetric.policy.selective_pd`): the decode pod is
+chosen first, by the policy in colocated mode, and the prefill hop is skipped (no prefill header,
+the decode pod's ledger is charged) when the prompt's part it does not hold is short.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from smetric.epp.parse.usage import Usage
 from smetric.epp.server.tier_facts import TierFacts
 from smetric.policy.base import Decision
 from smetric.policy.framework import NoEndpointError, Router
+from smetric.policy.selective_pd import PdDecider
 from smetric.router import DispatchLedger, PrefillRateEstimator, RouterCore, Saturation
 
 __all__ = ["Pick", "Picker", "Saturation"]
@@ -80,14 +84,17 @@ class Picker:
         global_fetch_s_per_token: float | None = None,
         tier_facts: TierFacts | None = None,
         is_stale: Callable[[str], bool] | None = None,
+        pd_decider: PdDecider | None = None,
     ) -> None:
         """``is_stale``: the source's own staleness judgement when it knows more than the scrape
-        age (the datastore: a failed last scrape is stale at once); ``None`` = the scrape age."""
+        age (the datastore: a failed last scrape is stale at once); ``None`` = the scrape age.
+        ``pd_decider``: selective P/D (``pdDisaggregation.nonCachedTokens``)."""
         self.source = source
         self.tier_facts = tier_facts  # smetric-tiered's g, nodes and footprint (None otherwise)
         self.index = index
         self.router = router
         self.pd_router = pd_router
+        self.pd_decider = pd_decider if pd_decider is not None and pd_decider.selective else None
         self.core = RouterCore(
             cost_model,
             ledger=ledger,
@@ -286,6 +293,8 @@ class Picker:
         decode = [s for ep, s in zip(endpoints, snaps, strict=True) if ep.role == ROLE_DECODE]
         if not prefill or not decode:
             return self._pick_colocated(request, snaps)
+        if self.pd_decider is not None:
+            return self._pick_selective(request, prefill, decode)
         try:
             d = self.pd_router.pick(request, prefill)
         except NoEndpointError:
@@ -293,6 +302,49 @@ class Picker:
         self._decided(d, prefill)
         p = prefill[d.target]
         ranked = sorted(decode, key=lambda s: (s.stale, s.batch_size, s.kv_usage, s.name))
+        return self._pd_pick(request, d, p, ranked)
+
+    def _pick_selective(
+        self, request: RequestView, prefill: list[EndpointSnapshot], decode: list[EndpointSnapshot]
+    ) -> Pick | None:
+        """Selective P/D: the decode pod first, by the configured policy in colocated mode (it may
+        compute the prompt itself, so its cache and load both count); the prefill hop only when
+        :func:`~smetric.policy.selective_pd.take_prefill_hop` says so for its hit."""
+        assert self.pd_router is not None and self.pd_decider is not None
+        try:
+            dd = self.router.pick(request, decode)
+        except NoEndpointError:
+            return None
+        target = decode[dd.target]
+        ranked = [target, *(decode[i] for i in dd.fallbacks)]
+        if not self.pd_decider.take_prefill_hop(request.prompt_tokens, target.local_hit_tokens):
+            self._decided(dd, decode)
+            w = self.core.work(request, target)
+            return Pick(
+                destination=target.name,
+                fallbacks=tuple(s.name for s in ranked[1:]),
+                reason=dd.reason,
+                policy=self.router.name,
+                prefill="",
+                ledger_address=target.name,
+                local_hit_tokens=w.local_hit_tokens,
+                uncached_tokens=w.computed_tokens,
+                cost_s=w.cost_s,
+                prompt_tokens=request.prompt_tokens,
+                fetched_tokens=w.fetched_tokens,
+                fetch_s=w.fetch_s,
+            )
+        try:
+            d = self.pd_router.pick(request, prefill)
+        except NoEndpointError:
+            return None
+        self._decided(d, prefill)
+        return self._pd_pick(request, d, prefill[d.target], ranked)
+
+    def _pd_pick(
+        self, request: RequestView, d: Decision, p: EndpointSnapshot, ranked: Sequence[EndpointSnapshot]
+    ) -> Pick:
+        assert self.pd_router is not None
         w = self.core.work(request, p)
         return Pick(
             destination=ranked[0].name,
