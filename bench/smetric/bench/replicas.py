@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -99,21 +100,25 @@ async def start_pickers(
     return ports
 
 
-async def start_envoy(sup: Supervisor, work: Path, picker_ports: Sequence[int], pool: Sequence[str]) -> str:
-    """One Envoy whose ext_proc cluster holds every picker; returns the gateway URL."""
+async def start_envoy(
+    sup: Supervisor, work: Path, picker_ports: Sequence[int], pool: Sequence[str], **options: Any
+) -> str:
+    """One Envoy whose ext_proc cluster holds every picker (``options``: more EnvoyOptions fields);
+    returns the gateway URL."""
     from smetric.epp.envoy import EnvoyOptions, bootstrap, envoy_binary
 
     listen_port, admin_port = free_port(), free_port()
-    options = EnvoyOptions(
+    envoy_options = EnvoyOptions(
         listen_port=listen_port,
         admin_port=admin_port,
         picker_port=picker_ports[0],
         more_picker_ports=tuple(picker_ports[1:]),
         pool_endpoints=tuple(pool),
         served_by_header=True,
+        **options,
     )
     path = work / "envoy.json"
-    path.write_text(json.dumps(bootstrap(options)))
+    path.write_text(json.dumps(bootstrap(envoy_options)))
     argv = [str(envoy_binary()), "-c", str(path), "--disable-hot-restart", "--log-level", "error",
             "--concurrency", "1"]  # fmt: skip
     await sup.start("envoy", argv)

@@ -93,6 +93,9 @@ class EnvoyOptions:
     picker_host: str = "127.0.0.1"
     # Further picker replicas on picker_host: one ext_proc cluster, each stream to one of them.
     more_picker_ports: tuple[int, ...] = ()
+    # A picker stream whose connection fails (a replica killed or restarting) is opened again on
+    # another replica up to this many times (picker_stream_retry); 0: the request fails at once.
+    picker_stream_retries: int = 2
     listen_host: str = "127.0.0.1"
     request_body_mode: BodyMode = "FULL_DUPLEX_STREAMED"
     response_body_mode: BodyMode = "FULL_DUPLEX_STREAMED"
@@ -223,10 +226,53 @@ def observer_filter(o: EnvoyOptions) -> dict[str, Any]:
     }
 
 
+def picker_stream_retry(retries: int) -> dict[str, Any]:
+    """GrpcService.retry_policy of the ext_proc stream: a picker replica that is gone (killed,
+    restarting) refuses the connection, and the stream is opened again on another replica of the
+    picker cluster (previous_hosts) before the request fails. A stream that already reached a
+    picker is not retried (its decision may have been made)."""
+    return {
+        "retry_on": "connect-failure,refused-stream,unavailable",
+        "num_retries": retries,
+        "retry_back_off": {"base_interval": "0.025s", "max_interval": "0.25s"},
+        "retry_host_predicate": [
+            {
+                "name": "envoy.retry_host_predicates.previous_hosts",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+                },
+            }
+        ],
+        "host_selection_retry_max_attempts": 3,
+    }
+
+
+# A replica whose connections fail is left out for a while (new streams go to the others at once
+# instead of retrying it first); at most half the replicas, so one picker is never ejected.
+PICKER_EJECTION: dict[str, Any] = {
+    "outlier_detection": {
+        "split_external_local_origin_errors": True,
+        "consecutive_local_origin_failure": 2,
+        "enforcing_consecutive_local_origin_failure": 100,
+        "interval": "0.5s",
+        "base_ejection_time": "2s",
+        "max_ejection_percent": 50,
+    }
+}
+
+
 def _ext_proc_common(o: EnvoyOptions) -> dict[str, Any]:
     return {
         "@type": _EXT_PROC,
-        "grpc_service": {"envoy_grpc": {"cluster_name": "picker"}, "timeout": _secs(o.message_timeout_s)},
+        "grpc_service": {
+            "envoy_grpc": {"cluster_name": "picker"},
+            "timeout": _secs(o.message_timeout_s),
+            **(
+                {"retry_policy": picker_stream_retry(o.picker_stream_retries)}
+                if o.picker_stream_retries
+                else {}
+            ),
+        },
         "message_timeout": _secs(o.message_timeout_s),
         "metadata_options": {
             "forwarding_namespaces": {"untyped": [SUBSET_NAMESPACE, "envoy.lb"]},
@@ -331,7 +377,8 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
             h2=True,
             keepalive_s=o.picker_keepalive_s,
             more_ports=o.more_picker_ports,
-        ),
+        )
+        | PICKER_EJECTION,
     ]
     if o.pool_endpoints:
         clusters.append(pool_cluster("pool", o.pool_endpoints, o.connect_timeout_s, CIRCUIT_BREAKERS))
