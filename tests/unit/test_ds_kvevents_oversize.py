@@ -85,3 +85,25 @@ async def test_malformed_frames_are_gaps_and_the_subscription_continues() -> Non
     gaps, reconnects, before, after = await _run_case(bad)
     assert before and after
     assert len(gaps) >= 2 and reconnects == 0  # framing errors need no new connection
+
+
+async def test_the_limit_is_a_setting_and_zero_lifts_it() -> None:
+    """``--kv-events-max-message-bytes 0``: a message past the default limit is applied whole."""
+    ctx = zmq.asyncio.Context()
+    pub = _Publisher(ctx)
+    store = BlockStore()
+    manager = KvEventManager(store, max_message_bytes=0)
+    manager.sync([EndpointInfo(ADDRESS, kv_events_endpoint=f"tcp://127.0.0.1:{pub.port}")])
+    try:
+        assert await pub.until_applied(store, 1_000)
+        big = list(range(10**7, 10**7 + 600_000))  # ~5.4 MB of msgpack: over the default 4 MiB
+        await pub.send(_batch(big))
+        deadline = asyncio.get_running_loop().time() + 5.0
+        while store.size(ADDRESS) < len(big) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        assert big[-1] in (store.blocks(ADDRESS) or set())
+        assert manager.subscribers[ADDRESS].reconnects == 0
+    finally:
+        await manager.stop()
+        pub.sock.close(linger=0)
+        ctx.term()

@@ -64,6 +64,12 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("tokenizer", str, "", "precise index: path or name of the model's tokenizer"),
     Flag("kv-events-port", int, 5557, "ZMQ port each model server publishes KV events on"),
+    Flag(
+        "kv-events-max-message-bytes",
+        int,
+        4 * 1024 * 1024,
+        "a larger KV-event message is dropped (a gap: that endpoint resynchronises); 0 = no limit",
+    ),
     Flag("refresh-interval-ms", int, 50, "metrics scrape interval per endpoint"),
     Flag("staleness-threshold-ms", int, 2000, "metrics older than this mark an endpoint stale (saturated)"),
     Flag("max-body-bytes", int, 16 * 1024 * 1024, "requests larger than this get 413"),

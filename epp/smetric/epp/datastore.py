@@ -148,7 +148,7 @@ def build_datastore(settings: PickerSettings, on_kv_gap: GapCallback | None = No
         seed = None if s.hash_seed == "" else s.hash_seed
         hasher = BlockHasher(block_size=s.block_size, seed=seed, algo=s.hash_algo)
         index = PreciseIndex(load_tokenizer(s.tokenizer), hasher, store)
-        kv_events = KvEventManager(store, on_kv_gap)
+        kv_events = KvEventManager(store, on_kv_gap, s.kv_events_max_message_bytes)
     elif s.prefix_index == "approximate":
         index = approximate = ApproximateIndex(block_tokens=s.block_size)
     else:

@@ -36,6 +36,7 @@ class PickerSettings:
     prefix_index: str  # approximate | precise
     tokenizer: str
     kv_events_port: int
+    kv_events_max_message_bytes: int
     hash_seed: str
     hash_algo: str
     block_size: int  # tokens per engine KV block (vLLM's --block-size)
@@ -83,6 +84,7 @@ class PickerSettings:
             prefix_index=resolve_prefix_index(args.prefix_index, args.tokenizer),
             tokenizer=args.tokenizer,
             kv_events_port=args.kv_events_port,
+            kv_events_max_message_bytes=args.kv_events_max_message_bytes,
             hash_seed=args.hash_seed,
             hash_algo=args.hash_algo,
             block_size=args.block_size,

@@ -45,6 +45,8 @@ RCVHWM = 10_000
 # Pause before a dropped connection is replaced: a publisher that keeps sending oversized messages
 # costs one reconnect per pause at most (libzmq's own default reconnect interval is 100 ms).
 RECONNECT_DELAY_S = 0.1
+# The monitor event after which the socket is replaced (a dropped connection).
+RECONNECT_ON = zmq.EVENT_DISCONNECTED
 
 
 class SequenceTracker:
@@ -111,9 +113,15 @@ class KvEventSubscriber:
 class KvEventManager:
     """Keeps one SUB socket per endpoint that advertises a publisher; tears removed ones down."""
 
-    def __init__(self, store: BlockStore, on_gap: GapCallback | None = None) -> None:
+    def __init__(
+        self,
+        store: BlockStore,
+        on_gap: GapCallback | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
         self._store = store
         self._on_gap = on_gap
+        self._max_message_bytes = max_message_bytes if max_message_bytes > 0 else -1  # -1: libzmq's "none"
         self._ctx: zmq.asyncio.Context | None = None
         self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -146,7 +154,7 @@ class KvEventManager:
         sock = self._ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, RCVHWM)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        sock.setsockopt(zmq.MAXMSGSIZE, self._max_message_bytes)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         sock.connect(zmq_endpoint)
@@ -200,7 +208,7 @@ class KvEventManager:
                 continue
             if monitor in ready:
                 event = parse_monitor_message(await monitor.recv_multipart())
-                if event["event"] == zmq.EVENT_DISCONNECTED:
+                if event["event"] == RECONNECT_ON:
                     return
 
     async def stop(self) -> None:
