@@ -5,16 +5,22 @@ A CRD's ``openAPIV3Schema`` is a structural schema: an object with ``properties`
 ``x-kubernetes-preserve-unknown-fields`` has no other fields, and the API server refuses an unknown
 field on server-side apply. :func:`to_json_schema` turns it into a JSON schema with that rule
 (``additionalProperties: false``), ``nullable`` and ``x-kubernetes-int-or-string`` spelled in JSON
-schema terms. CEL rules (``x-kubernetes-validations``) are not evaluated here.
+schema terms. Then, as the API server does, the schema's defaults are applied and every CEL rule
+(``x-kubernetes-validations``) of a field present in the object is evaluated (``cel-python``;
+transition rules, those using ``oldSelf``, only apply to updates and are skipped); a rule that is
+false or fails to evaluate (e.g. it reads an absent field) is a validation error.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import celpy
 import jsonschema
 
 SCHEMAS = Path(__file__).resolve().parent / "crd_schemas"
@@ -63,10 +69,105 @@ def to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# CEL names an object property that is a CEL reserved word ``__word__`` (Kubernetes CEL escaping).
+_CEL_RESERVED = frozenset(
+    [
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ]
+)
+
+
+def _cel_name(key: str) -> str:
+    if key in _CEL_RESERVED:
+        return f"__{key}__"
+    for raw, escaped in (("__", "__underscores__"), (".", "__dot__"), ("-", "__dash__"), ("/", "__slash__")):
+        key = key.replace(raw, escaped)
+    return key
+
+
+def _cel_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_cel_name(k): _cel_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cel_value(v) for v in value]
+    return value
+
+
+def apply_defaults(node: dict[str, Any], value: Any) -> Any:
+    """The object as the API server stores it: schema ``default``s filled in where a field is absent."""
+    if isinstance(value, dict):
+        for name, sub in node.get("properties", {}).items():
+            if name not in value and "default" in sub:
+                value[name] = copy.deepcopy(sub["default"])
+            if name in value:
+                value[name] = apply_defaults(sub, value[name])
+        if isinstance(node.get("additionalProperties"), dict):
+            for name in value:
+                value[name] = apply_defaults(node["additionalProperties"], value[name])
+    if isinstance(value, list) and "items" in node:
+        return [apply_defaults(node["items"], item) for item in value]
+    return value
+
+
+def cel_violations(node: dict[str, Any], value: Any, path: str = "") -> list[str]:
+    """Messages of the CEL rules on ``node`` and below that ``value`` (already defaulted) breaks."""
+    if value is None:
+        return []
+    out: list[str] = []
+    env = celpy.Environment()
+    for rule in node.get("x-kubernetes-validations", []):
+        expr = rule["rule"]
+        if "oldSelf" in expr:
+            continue
+        try:
+            result = env.program(env.compile(expr)).evaluate({"self": celpy.json_to_cel(_cel_value(value))})
+        except (celpy.CELParseError, celpy.CELEvalError) as exc:
+            result = exc
+        if isinstance(result, Exception) or not bool(result):
+            out.append(f"{path or '<root>'}: {rule.get('message') or expr} ({expr})")
+    if isinstance(value, dict):
+        for name, sub in node.get("properties", {}).items():
+            out += cel_violations(sub, value.get(name), f"{path}.{name}")
+        if isinstance(node.get("additionalProperties"), dict):
+            for name, item in value.items():
+                out += cel_violations(node["additionalProperties"], item, f"{path}.{name}")
+    if isinstance(value, list) and "items" in node:
+        for i, item in enumerate(value):
+            out += cel_violations(node["items"], item, f"{path}[{i}]")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedCrd:
+    json_schema: dict[str, Any]
+    structural: dict[str, Any]  # the openAPIV3Schema as taken from the CRD (defaults, CEL rules)
+    source: dict[str, str]
+
+
 @cache
-def _schemas() -> dict[tuple[str, str], tuple[dict[str, Any], dict[str, str]]]:
-    """``(apiVersion, kind) -> (JSON schema, source)`` for every file in ``crd_schemas/``."""
-    found: dict[tuple[str, str], tuple[dict[str, Any], dict[str, str]]] = {}
+def _schemas() -> dict[tuple[str, str], PinnedCrd]:
+    """``(apiVersion, kind) -> PinnedCrd`` for every file in ``crd_schemas/``."""
+    found: dict[tuple[str, str], PinnedCrd] = {}
     for path in sorted(SCHEMAS.glob("*.json")):
         data = json.loads(path.read_text())
         schema = to_json_schema(data["openAPIV3Schema"])
@@ -74,7 +175,7 @@ def _schemas() -> dict[tuple[str, str], tuple[dict[str, Any], dict[str, str]]]:
         schema["properties"]["kind"] = {"const": data["kind"]}
         schema["properties"].setdefault("metadata", {"type": "object"})  # implied at every root
         schema["required"] = sorted({*schema.get("required", ()), "apiVersion", "kind", "metadata"})
-        found[(data["apiVersion"], data["kind"])] = (schema, data["source"])
+        found[(data["apiVersion"], data["kind"])] = PinnedCrd(schema, data["openAPIV3Schema"], data["source"])
     return found
 
 
@@ -83,15 +184,24 @@ def known_kinds() -> set[str]:
 
 
 def source_of(kind: str) -> dict[str, str]:
-    (source,) = [src for (_, k), (_, src) in _schemas().items() if k == kind]
+    (source,) = [crd.source for (_, k), crd in _schemas().items() if k == kind]
     return source
 
 
+class CelRuleError(ValueError):
+    """The object breaks a CEL rule of its pinned CRD (the API server would refuse it)."""
+
+
 def validate_crd(manifest: dict[str, Any]) -> None:
-    """Raise ``jsonschema.ValidationError`` unless the manifest fits its kind's pinned CRD schema;
-    ``KeyError`` for a kind or apiVersion without one (a render of a version nobody pinned)."""
+    """Raise ``jsonschema.ValidationError`` unless the manifest fits its kind's pinned CRD schema,
+    :class:`CelRuleError` if it breaks one of the CRD's CEL rules, ``KeyError`` for a kind or
+    apiVersion without a pinned CRD (a render of a version nobody pinned)."""
     key = (manifest.get("apiVersion", ""), manifest.get("kind", ""))
     if key not in _schemas():
         raise KeyError(f"no pinned CRD schema for {key[0]} {key[1]}")
-    schema, _ = _schemas()[key]
-    jsonschema.validate(manifest, schema, cls=jsonschema.Draft202012Validator)
+    crd = _schemas()[key]
+    jsonschema.validate(manifest, crd.json_schema, cls=jsonschema.Draft202012Validator)
+    stored = apply_defaults(crd.structural, copy.deepcopy(manifest))
+    broken = cel_violations(crd.structural, stored)
+    if broken:
+        raise CelRuleError(f"{key[1]} {manifest['metadata'].get('name')}: " + "; ".join(broken))

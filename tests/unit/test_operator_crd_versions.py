@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from crd_schema import known_kinds, source_of, validate_crd
+from crd_schema import CelRuleError, known_kinds, source_of, validate_crd
 from operator_render_support import VARIANTS, by_name, render, spec, validate
 
 from smetric.operator.client import CHILD_KINDS
@@ -76,6 +76,23 @@ def test_the_pinned_inference_pool_refuses_fields_of_later_versions() -> None:
         validate_crd(two_ports)
     assert "appProtocol" not in pool["spec"]
     assert source_of("InferencePool")["tag"] == "v1.0.0"
+
+
+def test_the_pinned_crds_cel_rules_are_enforced() -> None:
+    """The CRDs' x-kubernetes-validations run on the defaulted object, as the API server runs them:
+    GKE's HealthCheckPolicy takes a fixed port only with USE_FIXED_PORT (GIE v1.0.0's own gke.yaml
+    sets the port alone), and an InferencePool's Service picker reference needs a port."""
+    check = by_name(render(_provider_variant("gke")), "HealthCheckPolicy", "p")
+    validate_crd(check)
+    assert check["spec"]["default"]["config"]["httpHealthCheck"]["portSpecification"] == "USE_FIXED_PORT"
+    as_upstream = copy.deepcopy(check)
+    del as_upstream["spec"]["default"]["config"]["httpHealthCheck"]["portSpecification"]
+    with pytest.raises(CelRuleError, match="port and portName must be unset"):
+        validate_crd(as_upstream)
+    pool = by_name(render(spec()), "InferencePool", "p")
+    del pool["spec"]["endpointPickerRef"]["port"]
+    with pytest.raises(CelRuleError, match="port is required when kind is 'Service'"):
+        validate_crd(pool)
 
 
 def test_the_sample_gateway_fits_the_pinned_gateway_crd() -> None:

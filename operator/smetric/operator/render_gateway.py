@@ -120,7 +120,12 @@ def provider_objects(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
                     "default": {
                         "config": {
                             "type": "HTTP",
-                            "httpHealthCheck": {"requestPath": "/health", "port": ENGINE_PORT},
+                            # port needs USE_FIXED_PORT (a CEL rule of GKE's HealthCheckPolicy CRD)
+                            "httpHealthCheck": {
+                                "requestPath": "/health",
+                                "portSpecification": "USE_FIXED_PORT",
+                                "port": ENGINE_PORT,
+                            },
                         }
                     },
                 },
