@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,26 @@ def test_kind_script_creates_the_namespace_before_the_operator() -> None:
 def test_pip_install_comes_before_smetric_operator_render() -> None:
     commands = _commands()
     assert _first(commands, r"pip install \.") < _first(commands, r"smetric-operator render")
+
+
+def test_step_0_render_runs_as_written() -> None:
+    """``smetric-operator render manifests/samples/kind-emulator.yaml`` from the installed console
+    script, in the repository root: every object of the pool, nothing on stderr."""
+    script = shutil.which("smetric-operator")
+    if script is None:
+        pytest.skip("smetric-operator is not installed (python -m pip install .)")
+    command = commands_matching(r"^smetric-operator render manifests/samples/kind-emulator.yaml")[0]
+    argv = shlex.split(command.split("|", 1)[0])
+    result = subprocess.run([script, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(result.stdout) if d}
+    assert {"Deployment", "InferencePool", "HTTPRoute", "Service", "ConfigMap"} <= kinds
+
+
+def commands_matching(pattern: str) -> list[str]:
+    found = [c for c in _commands() if re.search(pattern, c)]
+    assert found, pattern
+    return found
 
 
 def test_the_kind_path_builds_the_images_the_kind_sample_names() -> None:

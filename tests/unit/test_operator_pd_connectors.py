@@ -29,6 +29,13 @@ SIDECAR_KNOWS = {
     "v0.9.0": {"nixlv2", "shared-storage", "sglang", "mooncake"},
     "v0.10.0": {"nixlv2", "shared-storage", "sglang", "mooncake", "offloading"},
 }
+# The sidecar flags the render uses, by release (the pflag names in pkg/sidecar/proxy/options.go).
+_COMMON_FLAGS = {"port", "vllm-port", "data-parallel-size", "kv-connector", "connector", "secure-proxy"}
+SIDECAR_FLAGS = {
+    "v0.8.0": _COMMON_FLAGS,
+    "v0.9.0": _COMMON_FLAGS | {"mooncake-bootstrap-port"},
+    "v0.10.0": _COMMON_FLAGS | {"mooncake-bootstrap-port"},
+}
 # The vLLM connector whose kv_transfer_params each sidecar protocol writes, and the roles it takes.
 VLLM_SPEAKS = {
     "nixlv2": ("NixlConnector", {"prefill": "kv_both", "decode": "kv_both"}),
@@ -71,6 +78,7 @@ def test_sidecar_and_vllm_speak_the_same_protocol(connector: str, global_kv: boo
     sidecar = container(decode, "routing-sidecar")
     image, tag = sidecar["image"].rsplit(":", 1)
     args = dict(a.removeprefix("--").split("=", 1) for a in sidecar["args"])
+    assert set(args) <= SIDECAR_FLAGS[tag], set(args) - SIDECAR_FLAGS[tag]
     protocol = args["kv-connector"]
     assert protocol in SIDECAR_KNOWS[tag], (tag, protocol)
     assert image.endswith("llm-d-routing-sidecar" if tag == "v0.8.0" else "llm-d-router-disagg-sidecar")
