@@ -187,23 +187,39 @@ def markdown(evs: Sequence[RegimeEvidence], policy: str) -> str:
     return head + "\n".join(lines)
 
 
+def load(spec: str) -> dict[str, Any]:
+    """One regime's document: a JSON file, or ``A.json+B.json`` (the first's config, both's rows)."""
+    parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in spec.split("+")]
+    doc = dict(parts[0])
+    doc["results"] = [r for d in parts for r in d["results"]]
+    return doc
+
+
+def _name(spec: str) -> str:
+    return Path(spec.split("+")[0]).stem
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("json", nargs="+", type=Path, help="smetric simulate --json outputs, one per regime")
+    ap.add_argument(
+        "json",
+        nargs="+",
+        help="smetric simulate --json outputs, one per regime; A.json+B.json: one regime from two sweeps "
+        "(e.g. an extra rate), rows merged",
+    )
     ap.add_argument("--policy", default="smetric")
     ap.add_argument(
         "--headroom", action="append", default=[], metavar="REAL=IDEAL", help="regime JSON = idealised JSON"
     )
     a = ap.parse_args(argv)
-    docs = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in a.json}
+    docs = {_name(p): load(p) for p in a.json}
     evs = [evidence(name, doc, a.policy) for name, doc in docs.items()]
     print(markdown(evs, a.policy))
     for pair in a.headroom:
         real, _, ideal = pair.partition("=")
         if not ideal:
             raise SystemExit(f"--headroom {pair!r}: expected REAL=IDEAL")
-        rdoc = json.loads(Path(real).read_text(encoding="utf-8"))
-        idoc = json.loads(Path(ideal).read_text(encoding="utf-8"))
+        rdoc, idoc = load(real), load(ideal)
         t = table(rdoc["results"], headline(rdoc))
         base = max(
             (p for p in t if not is_smetric(p)), key=lambda p: _mean([max(c.values()) for c in t[p].values()])
@@ -211,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         base_peak = _mean([max(c.values()) for c in t[base].values()])
         ideal_best, ideal_peak = best_mean_peak(idoc)
         print(
-            f"headroom {Path(ideal).stem}: best {ideal_best} {ideal_peak:.0f} / best real baseline {base} "
+            f"headroom {_name(ideal)}: best {ideal_best} {ideal_peak:.0f} / best real baseline {base} "
             f"{base_peak:.0f} = {ideal_peak / base_peak:.2f}x"
         )
     return 0

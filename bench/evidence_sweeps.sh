@@ -2,9 +2,10 @@
 # The simulator evidence in docs/simulator.md ("Evidence: SMetric against the best baseline"):
 # steady agents (the default arrivals), 3 seeds paired, 20 + 40 simulated minutes per run, SMetric
 # and the three strongest baselines, three rates around each regime's knee, no knee extension.
-# 16 instances: colocated and PD x full, small and no global tier; 32 instances: full tier; and the
-# headroom bounds (free global-tier loads; HBM that never evicts with the request limit held at
-# 217,664 tokens). Tables: python bench/evidence.py OUT/i16-*.json OUT/i32-*.json --headroom ...
+# 16 instances: colocated and PD x full, small and no global tier; the headroom bound (free
+# global-tier loads and HBM that never evicts, the request limit held at 217,664 tokens);
+# 32 instances: full tier. Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
+# OUT/i32-*.json --headroom OUT/i16-coloc-full.json=OUT/i16-coloc-ideal.json --headroom OUT/i16-pd-full.json=OUT/i16-pd-ideal.json
 # Usage: bench/evidence_sweeps.sh [OUT_DIR] (default results/evidence); ~1,000 CPU-s for the 16-instance
 # part, ~2x that per 32-instance regime; --resume after an interruption.
 set -euo pipefail
@@ -12,16 +13,15 @@ OUT="${1:-results/evidence}"
 mkdir -p "$OUT"
 S="smetric simulate --seeds 0,1,2 --warmup-s 1200 --measure-s 2400 --no-extend-past-knee"
 P=smetric,llmd-slo,lmetric,dynamo
-FREE="--global-load-gbit-s 0 --global-store-gbit-s 0 --global-lookup-ms 0 --no-global-write-back --global-load-mode async --nic-gbit-s 1000000"
+IDEAL="--global-load-gbit-s 0 --global-store-gbit-s 0 --global-lookup-ms 0 --no-global-write-back --global-load-mode async \
+  --nic-gbit-s 1000000 --hbm-gb 4000 --max-context 217664"
 $S --instances 16 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5 --json "$OUT/i16-coloc-full.json"
 $S --instances 16 --mode disaggregated --global-tier full --policies $P --rates 5,6,7 --json "$OUT/i16-pd-full.json"
 $S --instances 16 --mode colocated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-coloc-none.json"
 $S --instances 16 --mode disaggregated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-pd-none.json"
 $S --instances 16 --mode colocated --global-tier small --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-coloc-small.json"
 $S --instances 16 --mode disaggregated --global-tier small --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-pd-small.json"
-$S --instances 16 --mode colocated --global-tier full --policies $P --rates 4,4.5,5 $FREE --json "$OUT/i16-coloc-full-freetier.json"
-$S --instances 16 --mode colocated --global-tier full --policies $P --rates 4,4.5,5 --hbm-gb 4000 --max-context 217664 \
-   --json "$OUT/i16-coloc-full-bighbm.json"
-$S --instances 16 --mode disaggregated --global-tier full --policies $P --rates 6,7,8 $FREE --json "$OUT/i16-pd-full-freetier.json"
+$S --instances 16 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5,5 $IDEAL --json "$OUT/i16-coloc-ideal.json"
+$S --instances 16 --mode disaggregated --global-tier full --policies $P --rates 5,6,7,8 $IDEAL --json "$OUT/i16-pd-ideal.json"
 $S --instances 32 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5 --json "$OUT/i32-coloc-full.json"
 $S --instances 32 --mode disaggregated --global-tier full --policies $P --rates 5,6,7 --json "$OUT/i32-pd-full.json"
