@@ -140,14 +140,22 @@ def _text(content: object, where: str, depth: int) -> str:
 
 
 def usage(u: UsageFacts) -> dict[str, Any]:
+    """vLLM's ``ResponseUsage`` of a single-turn (non-harmony) request: the per-turn lists are empty."""
     return {
         "input_tokens": u.prompt_tokens,
         "input_tokens_details": {
-            "cached_tokens": u.cached_tokens,
             "cache_write_tokens": u.cache_creation_tokens,
+            "cached_tokens": u.cached_tokens,
+            "input_tokens_per_turn": [],
+            "cached_tokens_per_turn": [],
         },
         "output_tokens": u.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0},
+        "output_tokens_details": {
+            "reasoning_tokens": 0,
+            "tool_output_tokens": 0,
+            "output_tokens_per_turn": [],
+            "tool_output_tokens_per_turn": [],
+        },
         "total_tokens": u.prompt_tokens + u.completion_tokens,
     }
 
