@@ -9,7 +9,8 @@ on the decode pod itself than a remote prefill plus a KV transfer. ``nonCachedTo
 disaggregation (upstream's meaning: every request stays on its decode pod); a prompt shorter than
 the threshold is never disaggregated. llm-d's sample P/D config sets 16.
 
-The picker (:mod:`smetric.epp.server.decide`) decides with :func:`take_prefill_hop`.
+The picker (:mod:`smetric.epp.server.decide`) and the simulator's P/D pool
+(:mod:`smetric.sim.pd_pool`) both decide with :func:`take_prefill_hop`.
 """
 
 from __future__ import annotations
