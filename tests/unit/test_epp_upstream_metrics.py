@@ -1,6 +1,7 @@
 """Upstream's metric series (GIE v1.0.0 pkg/epp/metrics/metrics.go names, and the v1.1.0+
 ``inference_objective_*`` renames) through the real servicer: a routed streaming request with
-usage, a refused request, and the pool gauges from the health refresh."""
+usage, a refused request, and the pool gauges from the health refresh; and the effect of two
+upstream flags on the request path (--disable-endpoint-subset-filter, --health-checking)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import grpc
 import orjson
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
-from epp_harness import BASE_HEADERS, body_msgs, build, chat, headers_msg, serve
+from epp_harness import BASE_HEADERS, EPS, body_msgs, build, chat, exchange, headers_msg, serve, set_headers
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -129,3 +130,42 @@ async def test_a_stream_that_ends_without_a_response_is_no_longer_running(serve:
     assert metrics.registry.get_sample_value(
         "inference_model_request_duration_seconds_count", {"model_name": "qwen", "target_model_name": "qwen"}
     ) in (None, 0.0)
+
+
+async def test_disable_endpoint_subset_filter_ignores_the_hint(serve: Any) -> None:
+    """--disable-endpoint-subset-filter (upstream's meaning): an empty subset hint, a 503 with the
+    filter, is routed over the whole pool without it."""
+    from smetric.epp.server.servicer import ServicerSettings
+
+    servicer, *_ = build()
+    stub = await serve(servicer)
+    out = await exchange(stub, [headers_msg(BASE_HEADERS, subset=[]), *body_msgs(chat())])
+    assert out[-1].immediate_response.status.code == 503
+    servicer.settings = ServicerSettings(subset_filter=False)
+    out = await exchange(stub, [headers_msg(BASE_HEADERS, subset=[]), *body_msgs(chat())])
+    assert set_headers(out[0])["x-smetric-destination-primary"] in EPS
+
+
+async def test_health_checking_serves_health_on_the_ext_proc_port() -> None:
+    """--health-checking: grpc.health.v1 answers on the ext_proc port too (as upstream's runserver)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from smetric.epp.server.app import PickerServer
+
+    servicer, source, _, metrics = build()
+    for on, expected in ((False, grpc.StatusCode.UNIMPLEMENTED), (True, None)):
+        health = HealthReporter(source, metrics, lambda _a: False)  # a stopped server drains its own
+        server = PickerServer(
+            servicer, health, host="127.0.0.1", grpc_port=0, health_port=0, health_on_grpc_port=on
+        )
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
+                stub = health_pb2_grpc.HealthStub(ch)
+                try:
+                    reply = await stub.Check(health_pb2.HealthCheckRequest(service="readiness"), timeout=2)
+                    assert expected is None and reply.status == health_pb2.HealthCheckResponse.SERVING
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code() == expected
+        finally:
+            await server.stop(0)
