@@ -119,6 +119,7 @@ async def test_claude_session_with_tool_calls_sticks_and_is_measured(cluster: Cl
     hits = sorted(await cluster.prefix_hits())
     assert hits[-1] > 0 and hits[-2] == 0  # all reuse happened on one instance
     assert await total(cluster.stack.metrics_url, "smetric_epp_ttft_seconds_count") == 4
+    assert await total(cluster.stack.metrics_url, "smetric_epp_tpot_seconds_count") == 4
     assert await usage_tokens(cluster.stack) == {k: float(v) for k, v in told.items()}
 
 
@@ -162,6 +163,7 @@ async def test_responses_session_with_function_calls_sticks_and_is_measured(clus
     hits = sorted(await cluster.prefix_hits())
     assert hits[-1] > 0 and hits[-2] == 0
     assert await total(cluster.stack.metrics_url, "smetric_epp_ttft_seconds_count") == 4
+    assert await total(cluster.stack.metrics_url, "smetric_epp_tpot_seconds_count") == 4
     assert await usage_tokens(cluster.stack) == {k: float(v) for k, v in told.items() if v}
 
 

@@ -56,7 +56,7 @@ async def test_responses_stream_prefill_ends_at_the_first_delta(serve: object) -
     await call.write(ep.ProcessingRequest(response_body=ep.HttpBody(body=OPENING)))
     await call.read()
     assert picker.ledger.queued_cost_s(dest) > 0  # opening events: the prefill still runs
-    usage = {"input_tokens": 80, "output_tokens": 1, "input_tokens_details": {"cached_tokens": 16}}
+    usage = {"input_tokens": 80, "output_tokens": 3, "input_tokens_details": {"cached_tokens": 16}}
     end = _event("response.completed", response={"usage": usage})
     for k, chunk in enumerate((DELTA, end)):
         await call.write(ep.ProcessingRequest(response_body=ep.HttpBody(body=chunk, end_of_stream=k == 1)))
@@ -66,4 +66,5 @@ async def test_responses_stream_prefill_ends_at_the_first_delta(serve: object) -
     assert await call.read() == grpc.aio.EOF
     reg = servicer.metrics.registry
     assert reg.get_sample_value("smetric_epp_ttft_seconds_count") == 1
+    assert reg.get_sample_value("smetric_epp_tpot_seconds_count") == 1  # 3 tokens: one TPOT sample
     assert reg.get_sample_value("smetric_epp_usage_tokens_total", {"kind": "cached"}) == 16

@@ -66,6 +66,13 @@ class PickerMetrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
             registry=registry,
         )
+        self.tpot = Histogram(
+            "smetric_epp_tpot_seconds",
+            "Time per output token after the first: (end - first token) / (completion tokens - 1), "
+            "streaming responses that report usage",
+            buckets=(0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28),
+            registry=registry,
+        )
         self.usage_tokens = Counter(
             "smetric_epp_usage_tokens",
             "Token usage reported by the model servers (kind = prompt | completion | cached)",

@@ -1,7 +1,9 @@
 """The response path of the ext_proc servicer (a mixin of :class:`~smetric.epp.server.servicer.ExtProcServicer`).
 
-Response headers, body chunks and trailers pass through unchanged; the status, the first body
-chunk (TTFT of a streaming response) and the usage are reported to the picker's feedback hooks
+Response headers, body chunks and trailers pass through unchanged; the status, the first token
+(TTFT of a streaming response: its first chunk with more than opening events), the time per output
+token after it (TPOT, from the usage's completion tokens) and the usage are reported to the
+picker's feedback hooks
 (:class:`~smetric.epp.server.hooks.ResponseHooks`). With ``--response-path observer`` the same
 methods run on a second, ``observability_mode`` stream, matched to its decision by
 :class:`~smetric.epp.server.observer.ObserverMatcher`. A bug here is logged and the data passed
@@ -137,6 +139,10 @@ class ResponsePath:
             return
         ttft_s = st.first_byte_at - st.dispatched_at
         self.metrics.ttft.observe(ttft_s)
+        if usage is not None and usage.completion_tokens is not None and usage.completion_tokens > 1:
+            # The stream just ended (its last chunk or trailers): now is its last token's time.
+            tpot_s = (self.clock() - st.first_byte_at) / (usage.completion_tokens - 1)
+            self.metrics.tpot.observe(tpot_s)
         speed = self.hooks.on_complete(pick, ttft_s, usage, prompt_known=st.parsed is not None)
         if speed is not None:
             self.metrics.endpoint_prefill_speed.labels(endpoint=pick.ledger_address).set(speed)
