@@ -6,8 +6,9 @@ Sources (the sidecar's ``--kv-connector`` values and flags):
 
 * ``nixlv2``: llm-d/llm-d-inference-scheduler ``pkg/sidecar/proxy`` since v0.4.0 (flag
   ``--connector``; ``--kv-connector`` from v0.7.0, ``--connector`` deprecated); image
-  ``ghcr.io/llm-d/llm-d-routing-sidecar`` up to v0.8.0, ``llm-d-router-disagg-sidecar`` after. It sends vLLM's NixlConnector params
-  (``do_remote_decode`` to the prefiller, then its returned ``remote_*`` block ids to the decoder).
+  ``ghcr.io/llm-d/llm-d-routing-sidecar`` up to v0.8.0, ``llm-d-router-disagg-sidecar`` after. It
+  sends vLLM's NixlConnector params (``do_remote_decode`` to the prefiller, then its returned
+  ``remote_*`` block ids to the decoder).
 * ``mooncake``: llm-d/llm-d-router v0.9.0 (``pkg/sidecar/proxy/connector_mooncake.go``; image
   ``ghcr.io/llm-d/llm-d-router-disagg-sidecar``). vLLM's MooncakeConnector is push-based and needs
   a ``transfer_id`` on both hops and the prefiller's bootstrap address and engine id on the decode
