@@ -60,7 +60,8 @@ class Cluster:
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
+    response_path = getattr(request, "param", "inline")  # the session tests run both paths
     port, kv_port = free_port_block(N), free_port_block(N)
     emu = await spawn(
         "-m", "smetric.core.cli", "emulate", "--instances", str(N), "--port", str(port),
@@ -72,7 +73,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     assert b"ready" in line, line
     engines = [Engine(f"127.0.0.1:{port + i}", f"tcp://127.0.0.1:{kv_port + i}") for i in range(N)]
     try:
-        async with picker_stack(tmp_path, engines) as stack:
+        async with picker_stack(tmp_path, engines, response_path=response_path) as stack:
             await asyncio.sleep(0.5)  # first scrapes + KV subscriptions
             yield Cluster(stack, port)
     finally:
@@ -84,6 +85,7 @@ async def _decisions(c: Cluster) -> dict[str, float]:
     return {dict(k)["reason"]: v for k, v in found.items()}
 
 
+@pytest.mark.parametrize("cluster", ["inline", "observer"], indirect=True)
 async def test_claude_session_with_tool_calls_sticks_and_is_measured(cluster: Cluster) -> None:
     claude = cluster.claude()
     messages: list[Any] = []
@@ -123,6 +125,7 @@ async def test_claude_session_with_tool_calls_sticks_and_is_measured(cluster: Cl
     assert await usage_tokens(cluster.stack) == {k: float(v) for k, v in told.items()}
 
 
+@pytest.mark.parametrize("cluster", ["inline", "observer"], indirect=True)
 async def test_responses_session_with_function_calls_sticks_and_is_measured(cluster: Cluster) -> None:
     gpt = cluster.gpt()
     items: list[Any] = [{"role": "user", "content": "Find the failing test. " * 10}]
