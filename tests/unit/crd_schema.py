@@ -164,18 +164,30 @@ class PinnedCrd:
     source: dict[str, str]
 
 
+def load_crd(path: Path) -> PinnedCrd:
+    """One file written by ``crd_schemas/extract.py``."""
+    data = json.loads(path.read_text())
+    schema = to_json_schema(data["openAPIV3Schema"])
+    schema["properties"]["apiVersion"] = {"const": data["apiVersion"]}
+    schema["properties"]["kind"] = {"const": data["kind"]}
+    schema["properties"].setdefault("metadata", {"type": "object"})  # implied at every root
+    schema["required"] = sorted({*schema.get("required", ()), "apiVersion", "kind", "metadata"})
+    return PinnedCrd(schema, data["openAPIV3Schema"], data["source"])
+
+
 @cache
 def _schemas() -> dict[tuple[str, str], PinnedCrd]:
-    """``(apiVersion, kind) -> PinnedCrd`` for every file in ``crd_schemas/``."""
+    """``(apiVersion, kind) -> PinnedCrd`` for the pinned versions (``crd_schemas/*.json``; later
+    versions checked for forward compatibility live in ``crd_schemas/later/``)."""
     found: dict[tuple[str, str], PinnedCrd] = {}
     for path in sorted(SCHEMAS.glob("*.json")):
-        data = json.loads(path.read_text())
-        schema = to_json_schema(data["openAPIV3Schema"])
-        schema["properties"]["apiVersion"] = {"const": data["apiVersion"]}
-        schema["properties"]["kind"] = {"const": data["kind"]}
-        schema["properties"].setdefault("metadata", {"type": "object"})  # implied at every root
-        schema["required"] = sorted({*schema.get("required", ()), "apiVersion", "kind", "metadata"})
-        found[(data["apiVersion"], data["kind"])] = PinnedCrd(schema, data["openAPIV3Schema"], data["source"])
+        crd = load_crd(path)
+        found[
+            (
+                crd.json_schema["properties"]["apiVersion"]["const"],
+                crd.json_schema["properties"]["kind"]["const"],
+            )
+        ] = crd
     return found
 
 
@@ -199,9 +211,13 @@ def validate_crd(manifest: dict[str, Any]) -> None:
     key = (manifest.get("apiVersion", ""), manifest.get("kind", ""))
     if key not in _schemas():
         raise KeyError(f"no pinned CRD schema for {key[0]} {key[1]}")
-    crd = _schemas()[key]
+    validate_against(_schemas()[key], manifest)
+
+
+def validate_against(crd: PinnedCrd, manifest: dict[str, Any]) -> None:
+    """:func:`validate_crd` with a given CRD (e.g. a later version's)."""
     jsonschema.validate(manifest, crd.json_schema, cls=jsonschema.Draft202012Validator)
     stored = apply_defaults(crd.structural, copy.deepcopy(manifest))
     broken = cel_violations(crd.structural, stored)
     if broken:
-        raise CelRuleError(f"{key[1]} {manifest['metadata'].get('name')}: " + "; ".join(broken))
+        raise CelRuleError(f"{manifest['kind']} {manifest['metadata'].get('name')}: " + "; ".join(broken))

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from crd_schema import CelRuleError, known_kinds, source_of, validate_crd
+from crd_schema import SCHEMAS, CelRuleError, known_kinds, load_crd, source_of, validate_against, validate_crd
 from operator_render_support import VARIANTS, by_name, render, spec, validate
 
 from smetric.operator.client import CHILD_KINDS
@@ -93,6 +93,14 @@ def test_the_pinned_crds_cel_rules_are_enforced() -> None:
     del pool["spec"]["endpointPickerRef"]["port"]
     with pytest.raises(CelRuleError, match="port is required when kind is 'Service'"):
         validate_crd(pool)
+
+
+def test_the_inference_pool_also_fits_the_latest_inference_extension() -> None:
+    """docs/deploy.md: a v1.0.0-shaped pool is valid for later v1 CRDs (fields are only added)."""
+    later = load_crd(SCHEMAS / "later" / "inferencepool-v1.6.0.json")
+    assert later.source["tag"] == "v1.6.0"
+    for variant in VARIANTS.values():
+        validate_against(later, by_name(render(variant), "InferencePool", "p"))
 
 
 def test_the_sample_gateway_fits_the_pinned_gateway_crd() -> None:

@@ -89,6 +89,18 @@ SOURCES: tuple[tuple[str, str, str, str, str, str], ...] = (
 )
 
 
+# Later versions the renders are also checked against (forward compatibility), under later/.
+LATER: tuple[tuple[str, str, str, str, str, str], ...] = (
+    (
+        "later/inferencepool-v1.6.0.json",
+        "kubernetes-sigs/gateway-api-inference-extension",
+        "v1.6.0",
+        "config/crd/bases/inference.networking.k8s.io_inferencepools.yaml",
+        "InferencePool",
+        "v1",
+    ),
+)
+
 # Output file -> {dotted object path: the properties kept there}.
 KEEP: dict[str, dict[str, tuple[str, ...]]] = {
     "destinationrule.json": {"spec": ("host", "trafficPolicy"), "spec.trafficPolicy": ("tls",)},
@@ -134,10 +146,11 @@ def extract(mirrors: Path, repo: str, tag: str, path: str, kind: str, version: s
 
 def main(argv: list[str]) -> int:
     mirrors = Path(argv[0])
-    for out, *source in SOURCES:
+    for out, *source in (*SOURCES, *LATER):
         data = extract(mirrors, *source)
         _keep(data["openAPIV3Schema"], KEEP.get(out, {}))
         data["kept"] = KEEP.get(out, {})
+        (HERE / out).parent.mkdir(exist_ok=True)
         (HERE / out).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return 0
 
