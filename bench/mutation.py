@@ -452,9 +452,9 @@ def _preload_dependencies(full_name: str, source: str) -> None:
     whose import would import the target itself (a package ``__init__`` re-exporting it) is left
     to the children, or every child would test the unmutated copy."""
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("smetric."):
-            if not _imports_target(node.module, full_name):
-                __import__(node.module)
+        module = node.module if isinstance(node, ast.ImportFrom) else None
+        if module and module.startswith("smetric.") and not _imports_target(module, full_name):
+            __import__(module)
     if full_name in sys.modules:
         raise SystemExit(f"{full_name} was imported while preloading; cannot mutate it in memory")
 
@@ -521,6 +521,8 @@ def _run_stages(
                 status, more = run_one(full_name, path, code, stage2, timeout_s)
                 secs += more
         results.append(Outcome(m.key, short, m.line, m.op, m.source_line, status, round(secs, 2)))
+        if verbose and len(results) % 50 == 0:
+            print(f"  {short}: {len(results)} mutants done", flush=True)
         if verbose and status == "survived":
             print(f"  SURVIVED {m.key} {short}:{m.line} {m.op}  | {m.source_line}", flush=True)
     return results

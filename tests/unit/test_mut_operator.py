@@ -285,6 +285,11 @@ def test_precise_index_reads_the_tokenizer_from_the_read_only_weights_volume() -
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "HF_TOKEN"}}},
         {"name": "HF_HUB_OFFLINE", "value": "1"},  # once, and offline: the mount is read-only
     ]
+    read_only = epp(render(model={"name": "org/m", "storage": {"claimName": "weights"}}))
+    assert read_only["env"][2:] == [
+        {"name": "HF_HOME", "value": "/models"},
+        {"name": "HF_HUB_OFFLINE", "value": "1"},  # the engines' copy replaced, not repeated
+    ]
     plain_dir = render(
         model={"name": "/models/m", "storage": {"claimName": "weights", "hfCache": False}},
         router={"prefixIndex": "precise"},
@@ -329,6 +334,23 @@ def test_pod_overrides_are_appended_and_merged() -> None:
     assert pod_of(c)["tolerations"] == [{"key": "k", "operator": "Exists"}]
     assert e["resources"] == {"requests": {"cpu": "1"}, "limits": {"memory": "16Gi"}}
     assert c["Deployment"]["spec"]["template"]["metadata"]["annotations"]["a"] == "b"
+    placed = pod_of(
+        render(
+            router={
+                "pod": {
+                    "nodeSelector": {"pool": "cpu"},
+                    "affinity": {"podAntiAffinity": {"x": 1}},
+                    "imagePullSecrets": [{"name": "regcred"}],
+                    "priorityClassName": "high",
+                }
+            }
+        )
+    )
+    assert placed["nodeSelector"] == {"pool": "cpu"}
+    assert placed["affinity"] == {"podAntiAffinity": {"x": 1}}
+    assert placed["imagePullSecrets"] == [{"name": "regcred"}]
+    assert placed["priorityClassName"] == "high"
+    assert "tolerations" not in placed  # none given: no empty list rendered
     bare = epp(render(router={"resources": {}}))
     assert epp(render(router={"resources": {}, "pod": {"resources": {"limits": {"cpu": "1"}}}}))[
         "resources"
