@@ -46,6 +46,8 @@ def test_no_namespace_travels_past_main() -> None:
     for path in (ROOT / "epp/smetric/epp").rglob("*.py"):
         if path.name in ("main.py", "settings.py", "timing.py"):  # the parse sites
             continue
+        if path.relative_to(ROOT / "epp/smetric/epp").as_posix() == "upstream/flags.py":
+            continue  # the upstream flags' parse site (settings.py calls it)
         assert "argparse.Namespace" not in path.read_text(), path
 
 
