@@ -177,3 +177,13 @@ def test_responses_rendering_is_the_pickers() -> None:
     }
     ours = ResponsesRequest.model_validate(body).render_messages()
     assert ours == list(parse_body(orjson.dumps(body), "/v1/responses").messages)
+
+
+async def test_deeply_nested_input_is_a_400_not_a_crash(cluster: RunningCluster) -> None:
+    # 510 levels of function_call_output (1,020 JSON levels, under orjson's limit): without the depth
+    # bound the text extraction recurses past Python's limit and the handler answers 500.
+    depth = 510
+    item = b'{"type":"function_call_output","call_id":"c","output":[' * depth + b'"x"' + b"]}" * depth
+    body = b'{"model":"' + MODEL.encode() + b'","max_output_tokens":2,"input":[' + item + b"]}"
+    async with aiohttp.ClientSession() as http, http.post(_base(cluster) + "/v1/responses", data=body) as r:
+        assert r.status == 400 and "nested" in (await r.json())["error"]["message"]
