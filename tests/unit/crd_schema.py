@@ -129,18 +129,24 @@ def apply_defaults(node: dict[str, Any], value: Any) -> Any:
     return value
 
 
+@cache
+def _cel_program(expr: str) -> Any:
+    """A compiled CEL rule (compiling is the slow part; the CRDs repeat their rules)."""
+    env = celpy.Environment()
+    return env.program(env.compile(expr))
+
+
 def cel_violations(node: dict[str, Any], value: Any, path: str = "") -> list[str]:
     """Messages of the CEL rules on ``node`` and below that ``value`` (already defaulted) breaks."""
     if value is None:
         return []
     out: list[str] = []
-    env = celpy.Environment()
     for rule in node.get("x-kubernetes-validations", []):
         expr = rule["rule"]
         if "oldSelf" in expr:
             continue
         try:
-            result = env.program(env.compile(expr)).evaluate({"self": celpy.json_to_cel(_cel_value(value))})
+            result = _cel_program(expr).evaluate({"self": celpy.json_to_cel(_cel_value(value))})
         except (celpy.CELParseError, celpy.CELEvalError) as exc:
             result = exc
         if isinstance(result, Exception) or not bool(result):
