@@ -59,6 +59,13 @@ def test_the_pools_namespace_exists_before_anything_uses_it() -> None:
 
 def test_kind_script_creates_the_namespace_before_the_operator() -> None:
     script = (ROOT / "tests" / "e2e" / "kind_e2e.sh").read_text()
+    # and builds and loads the images the kind sample names
+    (tag,) = re.findall(r"^TAG=(\S+)$", script, flags=re.M)
+    (names,) = re.findall(r"for image in ([\w ]+); do", script)
+    assert 'kind load docker-image --name "$CLUSTER" "smetric/smetric-$image:$TAG"' in script
+    built = {f"smetric/smetric-{name}:{tag}" for name in names.split()}
+    (pool,) = _docs(ROOT / "manifests" / "samples" / "kind-emulator.yaml")
+    assert {pool["spec"]["model"]["image"], pool["spec"]["router"]["image"]} <= built
     assert script.index("create namespace smetric") < script.index("helm upgrade --install smetric")
     assert script.index("create namespace smetric") < script.index("manifests/samples/gateway.yaml")
 
