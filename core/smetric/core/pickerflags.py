@@ -41,7 +41,8 @@ FLAGS: tuple[Flag, ...] = (
         "config",
         str,
         "",
-        "policy config YAML file (EndpointPickerConfig-like); empty = the default policy (llmd-slo) with its defaults",
+        "config YAML file: the picker's own format or an upstream EndpointPickerConfig; empty = the "
+        "default policy (llmd-slo) with its defaults",
         aliases=("config-file",),
     ),
     Flag("endpoints", str, "", "standalone mode: comma-separated ip:port list, or @FILE with one per line"),
@@ -156,8 +157,8 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
         "ha-enable-leader-election",
         bool,
         False,
-        "elect a leader through a coordination.k8s.io Lease; only the leader reports ready and routes "
-        "(Kubernetes mode only)",
+        "elect a leader through a coordination.k8s.io Lease; only the leader reports ready, so only it "
+        "gets traffic (Kubernetes mode only)",
     ),
     Flag(
         "metrics-endpoint-auth",
