@@ -6,7 +6,9 @@ request whose body trickles in, or that waits behind a busy picker, waits withou
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
+from typing import Any
 
 import orjson
 import pytest
@@ -56,34 +58,64 @@ async def test_a_request_whose_body_never_completes_gets_503_within_the_budget(s
     assert out[0].HasField("request_headers")
 
 
-async def test_too_many_undecided_requests_get_503_at_once_and_slots_come_back(serve: object) -> None:
+async def test_uploads_in_progress_do_not_fill_the_inflight_limit(serve: object) -> None:
+    """Slow or stalled uploads are bounded by the decision budget, not counted: five requests
+    stuck mid-body leave a limit of 2 free for complete requests (counted from their headers,
+    they shed every complete request with 503)."""
     servicer = with_admission(build()[0], max_inflight=2, budget_s=30.0)
     stub = await serve(servicer)  # type: ignore[operator]
     held = []
-    for _ in range(2):  # two requests stuck mid-body fill the in-flight slots
+    for _ in range(5):
         call = stub.Process()
         await call.write(headers_msg(BASE_HEADERS))
         await call.write(body_msgs(chat(), 2)[0])
         held.append(call)
     for _ in range(500):
+        if servicer.metrics.active_streams._value.get() >= 5:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    assert servicer.admission.inflight == 0
+    for _ in range(3):
+        out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+        assert out[0].HasField("request_headers"), out[0]
+    assert shed_count(servicer, "inflight") == 0
+    for call in held:
+        call.cancel()
+
+
+async def test_too_many_complete_requests_waiting_get_503_at_once_and_slots_come_back(serve: object) -> None:
+    """Complete requests waiting for the parse pool fill the limit; the next one is shed at once."""
+    servicer = with_admission(build()[0], max_inflight=2, budget_s=30.0)
+    servicer.settings = dataclasses.replace(servicer.settings, offload_parse_bytes=1)  # parse on the pool
+    release = asyncio.Event()
+    parse = servicer.offload.parse
+
+    async def slow_parse(*args: Any) -> Any:
+        await release.wait()
+        return await parse(*args)
+
+    servicer.offload.parse = slow_parse  # type: ignore[method-assign]
+    stub = await serve(servicer)  # type: ignore[operator]
+    held = [
+        asyncio.create_task(exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])) for _ in range(2)
+    ]
+    for _ in range(500):
         if servicer.admission.inflight == 2:
             break
         await asyncio.sleep(0.01)
+    assert servicer.admission.inflight == 2
     t0 = time.monotonic()
     out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
     assert time.monotonic() - t0 < 2.0
     assert_shed(out[0], b"waiting for a routing decision (limit 2)")
     assert shed_count(servicer, "inflight") == 1
-    for call in held:
-        call.cancel()
-    for _ in range(500):
-        if servicer.admission.inflight == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert servicer.admission.inflight == 0  # cancelled streams give their slots back
+    release.set()
+    for task in held:
+        assert (await task)[0].HasField("request_headers")
+    assert servicer.admission.inflight == 0  # routed: the slot is free while the response streams
     out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
     assert out[0].HasField("request_headers")
-    assert servicer.admission.inflight == 0  # routed: the slot is free while the response streams
 
 
 async def test_a_message_read_after_the_budget_is_shed_not_routed(serve: object) -> None:
@@ -94,9 +126,10 @@ async def test_a_message_read_after_the_budget_is_shed_not_routed(serve: object)
     call = stub.Process()
     await call.write(headers_msg(BASE_HEADERS))
     for _ in range(500):
-        if servicer.admission.inflight:
+        if servicer.metrics.active_streams._value.get():
             break
         await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # the headers are handled and the budget runs from them
     now[0] = 5.0  # the loop was busy for 5 s: the body arrives past the budget
     for m in body_msgs(chat()):
         await call.write(m)

@@ -9,13 +9,12 @@ import signal
 import time
 
 from smetric.bench.chaos_guards import (
-    ADMISSION,
     BODY_LIMITS,
     CUT_STREAM,
     FAIL_CLOSE,
     GATEWAY_PINGS,
     IDLE_TIMEOUT,
-    KV_MESSAGE_LIMIT,
+    KV_SEQUENCE,
     KV_STORE_CAP,
     RETRIES,
     SCRAPE_CHECKS,
@@ -24,7 +23,8 @@ from smetric.bench.chaos_guards import (
 )
 from smetric.bench.chaos_headers import hostile_headers_and_paths, long_prefill
 from smetric.bench.chaos_row import Fault, Row
-from smetric.bench.chaos_stack import MODEL, ChaosStack, Reply, chat
+from smetric.bench.chaos_stack import ChaosStack, Reply, chat
+from smetric.bench.chaos_uploads import slow_uploads
 
 LONG_TOKENS = 20_000  # a stream that is still running when the fault hits
 KEEPALIVE_BOUND_S = 2 * 1.0 + 1.5  # EnvoyOptions.picker_keepalive_s interval + timeout, plus slack
@@ -309,7 +309,6 @@ async def kv_events(st: ChaosStack, quick: bool) -> list[Row]:
         for seq, payload in enumerate(payloads):  # a flood: 10k hashes per batch
             pub.send_multipart([b"kv", seq.to_bytes(8, "big"), payload])
         pub.send_multipart([b"kv", (n_batches + 5).to_bytes(8, "big"), batch([1, 2, 3])])  # a gap
-        pub.send_multipart([b"kv", (n_batches + 6).to_bytes(8, "big"), b"\x00" * (8 << 20)])  # oversize
 
     lag, size = [0.0], [0]
 
@@ -340,104 +339,20 @@ async def kv_events(st: ChaosStack, quick: bool) -> list[Row]:
             size[0] <= cap and lag[0] < 0.5,
             KV_STORE_CAP,
         ),
-        Row(
-            "KV-event gap / 8 MiB message",
-            "gap counted and the endpoint resynchronised; the oversize message dropped",
+        Row(  # the message size limit: chaos_state.kv_message_first
+            "KV-event sequence gap",
+            "gap counted and the endpoint resynchronised",
             f"{len(gaps)} gap(s) reported",
             len(gaps) >= 1,
-            KV_MESSAGE_LIMIT,
+            KV_SEQUENCE,
         ),
-    ]
-
-
-async def _stalled_upload(st: ChaosStack, timeout_s: float) -> tuple[int, float, str]:
-    """A request whose body stops after its first bytes (raw HTTP/1.1: the client never finishes
-    the content-length it announced). Returns (status, seconds to the answer, retry-after)."""
-    host, port = st.url.removeprefix("http://").rsplit(":", 1)
-    prefix = b'{"model":"' + MODEL.encode() + b'","messages":[{"role":"user","content":"'
-    head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(prefix) + 100_000}\r\n\r\n"
-    ).encode()
-    t0 = time.monotonic()
-    status, retry_after = 0, ""
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(head + prefix)
-        await writer.drain()
-        async with asyncio.timeout(timeout_s):
-            line = await reader.readline()
-            status = int(line.split()[1]) if len(line.split()) > 1 else 0
-            while (h := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = h.decode("latin-1").partition(":")
-                if name.strip().lower() == "retry-after":
-                    retry_after = value.strip()
-    except TimeoutError:
-        status = 0
-    except (ConnectionError, ValueError):
-        status = -1
-    finally:
-        writer.close()
-    return status, time.monotonic() - t0, retry_after
-
-
-async def picker_overloaded(st: ChaosStack, quick: bool) -> list[Row]:
-    """More undecided requests than the picker admits, whose bodies never complete (a slow-upload
-    flood): the excess is shed at once, the rest when the decision budget runs out; all 503 with
-    retry-after, health keeps answering, and a normal request is routed afterwards."""
-    s = st.settings
-    budget_s = s.decision_budget_ms / 1000.0
-    bound_s = budget_s + 1.5  # the budget, plus slack for the shared box
-    n = s.max_inflight_decisions + 16
-    before = {
-        r: await st.picker_metric("smetric_epp_shed_total", {"reason": r}) or 0.0
-        for r in ("inflight", "deadline")
-    }
-    health: list[float] = []
-
-    async def probe() -> None:
-        while True:
-            health.append(await st.health_latency_s())
-            await asyncio.sleep(0.2)
-
-    task = asyncio.create_task(probe())
-    results = await asyncio.gather(*(_stalled_upload(st, bound_s * 4) for _ in range(n)))
-    task.cancel()
-    after_req = await st.post(chat("overload-after", 0))
-    shed = {
-        r: (await st.picker_metric("smetric_epp_shed_total", {"reason": r}) or 0.0) - before[r]
-        for r in ("inflight", "deadline")
-    }
-    codes = sorted({c for c, _, _ in results})
-    worst_s = max(e for _, e, _ in results)
-    fast = sum(1 for c, e, _ in results if c == 503 and e < 1.0)
-    ok = (
-        all(c == 503 and ra == "1" for c, _, ra in results)
-        and worst_s < bound_s
-        and shed["inflight"] >= n - s.max_inflight_decisions
-        and shed["deadline"] >= 1
-        and after_req.status == 200
-        and (max(health) if health else 99.0) < 1.0
-    )
-    return [
-        Row(
-            f"picker overloaded: {n} requests whose bodies stall (limit {s.max_inflight_decisions} "
-            f"undecided, budget {budget_s:g} s)",
-            f"every one 503 + retry-after within {bound_s:.1f} s (the excess at once), health < 1 s, "
-            "then 200",
-            f"codes {codes}; {fast} within 1 s; slowest {worst_s:.2f} s; shed inflight "
-            f"{shed['inflight']:.0f} / deadline {shed['deadline']:.0f}; worst health "
-            f"{max(health) if health else 99.0:.2f} s; after {after_req.status}",
-            ok,
-            ADMISSION,
-        )
     ]
 
 
 FAULTS: tuple[Fault, ...] = (
     hostile_headers_and_paths,
     hostile_bodies,
-    picker_overloaded,
+    slow_uploads,
     hostile_metrics,
     kv_events,
     long_prefill,

@@ -44,7 +44,8 @@ IDLE_TIMEOUT = "stream idle timeout"
 RETRIES = "gateway retries on the picker's fallbacks"
 CUT_STREAM = "a cut stream ends with an error the client sees"
 STALENESS = "stale endpoints avoided"
-ADMISSION = "picker admission control"
+ADMISSION = "picker decision budget"
+UPLOAD_COUNTING = "admission counts a request once its body is complete"
 UPLOAD_BOUNDS = "gateway upload bounds"
 FROZEN_ENGINE = "per-try timeout + outlier ejection"
 STATE_FILE = "picker state file"
@@ -53,6 +54,11 @@ BODY_LIMITS = "request body limits"
 SCRAPE_CHECKS = "metrics scrape validation"
 KV_STORE_CAP = "KV block store cap"
 KV_MESSAGE_LIMIT = "KV-event message limit"
+KV_SEQUENCE = "KV-event sequence check"
+KV_RECONNECT = "KV subscriber reconnects after a dropped connection"
+BODY_BUDGET = "picker body budget"
+PARSE_COST = "bounded cost of a parsed body"
+PICKER_RETRY = "gateway reopens the picker stream on another replica"
 NO_GUARD = ""  # a row that measures the whole path (the load row), not one guard
 
 GUARDS: tuple[Guard, ...] = (
@@ -99,9 +105,17 @@ GUARDS: tuple[Guard, ...] = (
     ),
     Guard(
         ADMISSION,
-        "the picker sheds requests past --max-inflight-decisions or --decision-budget-ms",
-        ("picker_overloaded",),
-        picker_flags=("--max-inflight-decisions=100000", "--decision-budget-ms=600000"),
+        "the picker answers 503 + retry-after to a request it has not routed within "
+        "--decision-budget-ms of its headers (a stalled upload included)",
+        ("slow_uploads",),
+        picker_flags=("--decision-budget-ms=600000",),
+    ),
+    Guard(
+        UPLOAD_COUNTING,
+        "the picker counts a request against --max-inflight-decisions only once its body is complete "
+        "(servicer._admit), so held partial uploads cannot shed complete requests",
+        ("slow_uploads",),
+        picker_patches=("admit-at-headers",),
     ),
 )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
+from typing import Any
 
 
 def _ledger_client_id() -> None:
@@ -31,6 +32,33 @@ def _grpc_default_ping_policy() -> None:
     app.KEEPALIVE_SERVER_OPTIONS = ()
 
 
+def _admit_at_headers() -> None:
+    """Count a request against the admission limit from its headers (uploads in progress fill it)."""
+    from smetric.epp.server.servicer import ExtProcServicer
+    from smetric.epp.server.stream import StreamState
+
+    handle = ExtProcServicer._request_headers
+
+    def admit_early(self: ExtProcServicer, st: StreamState, m: Any) -> Any:
+        self._admit(st)
+        try:
+            return handle(self, st, m)
+        except BaseException:
+            self._leave(st)
+            raise
+
+    ExtProcServicer._request_headers = admit_early  # type: ignore[method-assign]
+    ExtProcServicer._admit = _admit_once(ExtProcServicer._admit)  # type: ignore[method-assign]
+
+
+def _admit_once(admit: Any) -> Any:
+    def once(self: Any, st: Any) -> None:
+        if not st.counted:
+            admit(self, st)
+
+    return once
+
+
 def _all_paths() -> None:
     """The picker routes every path (its own allow-list check always passes)."""
     from smetric.epp.server import servicer
@@ -41,11 +69,35 @@ def _all_paths() -> None:
     servicer.path_allowed = allow
 
 
+def _kv_no_reconnect() -> None:
+    """The KV-event subscriber never replaces a dropped connection (libzmq's behaviour alone)."""
+    from smetric.epp.kvevents import subscriber
+
+    subscriber.RECONNECT_ON = 0
+
+
+def _whole_prompt_key() -> None:
+    """The precise index tokenizes a prompt in one piece, and a parsed body keeps its document."""
+    from smetric.epp.index import precise
+    from smetric.epp.parse.body import parse_body
+    from smetric.epp.server import offload
+
+    def parse_and_key(body: bytes | bytearray, path: str, keyer: offload.Keyer) -> Any:
+        parsed = parse_body(body, path)
+        return (parsed, *keyer(parsed))
+
+    precise.ENCODE_CHUNK_CHARS = 1 << 62
+    offload._parse_and_key = parse_and_key
+
+
 PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
     {
+        "kv-no-reconnect": _kv_no_reconnect,
+        "whole-prompt-key": _whole_prompt_key,
         "ledger-client-id": _ledger_client_id,
         "grpc-default-ping-policy": _grpc_default_ping_policy,
         "all-paths": _all_paths,
+        "admit-at-headers": _admit_at_headers,
     }
 )
 

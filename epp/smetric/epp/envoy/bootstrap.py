@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from smetric.epp.envoy.hardening import (
+    connection_limits,
     destination_guard_filter,
     picker_keepalive,
     pool_cluster,
     retry_policy,
     scrub_filter,
+    upload_bounds,
 )
 from smetric.epp.envoy.typed import typed_bootstrap
 from smetric.epp.server.guard import INFERENCE_PATHS
@@ -121,6 +123,13 @@ class EnvoyOptions:
     # request, generation included) stays 600 s.
     stream_idle_timeout_s: float = 300.0
     picker_keepalive_s: float = 1.0  # PING interval and timeout: a stopped picker -> 500 in ~2 s
+    # Slow clients (hardening.upload_bounds; 0 = off): headers within 10 s, the whole request within
+    # 60 s (a 16 MiB body at >= 0.3 MB/s; the picker's 10 s decision budget usually ends a stalled
+    # upload first), 10,000 downstream connections per listener, 100 requests per HTTP/2 connection.
+    request_headers_timeout_s: float = 10.0
+    request_timeout_s: float = 60.0
+    max_connections: int = 10_000
+    max_concurrent_streams: int = 100
     served_by_header: bool = False  # response header x-smetric-served-by: upstream ip:port (tests, chaos)
 
 
@@ -318,6 +327,9 @@ def _listener(
                             "stat_prefix": name,
                             "codec_type": "AUTO",
                             "stream_idle_timeout": _secs(o.stream_idle_timeout_s),
+                            **upload_bounds(
+                                o.request_headers_timeout_s, o.request_timeout_s, o.max_concurrent_streams
+                            ),
                             "route_config": {
                                 "name": name,
                                 "virtual_hosts": [
@@ -339,7 +351,7 @@ def _listener(
                                 {"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}},
                             ],
                         },
-                    }
+                    },
                 ]
             }
         ],
@@ -388,9 +400,11 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
         host, port = o.direct_backend.rsplit(":", 1)
         listeners.append(_listener("direct", o.listen_host, o.direct_port, [], "direct_backend", o))
         clusters.append(_static_cluster("direct_backend", host, int(port), o.connect_timeout_s, h2=False))
-    config = {
+    config: dict[str, Any] = {
         "admin": {"address": _socket("127.0.0.1", o.admin_port)},
         "static_resources": {"listeners": listeners, "clusters": clusters},
     }
+    if o.max_connections > 0:
+        config["layered_runtime"] = connection_limits([ln["name"] for ln in listeners], o.max_connections)
     typed_bootstrap(config)  # envoy-data-plane's typed messages: a misspelt field fails here
     return config

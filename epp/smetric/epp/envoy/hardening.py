@@ -18,6 +18,13 @@
   retried on the picker's fallbacks (up to ``retries``); a retry never happens once the response
   started, so a stream cut mid-response reaches the client as a reset (a truncated chunked body /
   HTTP/2 RST), never as a clean end.
+* :func:`connection_limits` and :func:`upload_bounds`: slow clients. A request's headers must
+  arrive within ``request_headers_timeout``, the whole request within ``request_timeout`` (408 past
+  either); a listener holds at most ``max_connections`` downstream connections (the excess is
+  closed) and an HTTP/2 connection at most ``max_concurrent_streams`` requests. Envoy's edge-proxy
+  guidance sets the same knobs (request_headers_timeout, request_timeout, max_concurrent_streams 100,
+  a downstream connection limit). The picker counts a request against its admission limit only once
+  its body is complete, so held partial uploads are bounded here and by its decision budget.
 * :func:`picker_keepalive`: HTTP/2 PINGs on the picker connection. In FULL_DUPLEX_STREAMED mode Envoy
   runs no ``message_timeout`` and the router's timeouts have not started (the request is still in
   the ext_proc filter), so a stopped picker held requests forever (probe: > 40 s). A stopped or
@@ -153,3 +160,28 @@ def retry_policy(retries: int) -> dict[str, Any]:
 
 def picker_keepalive(interval_s: float, timeout_s: float) -> dict[str, Any]:
     return {"interval": f"{interval_s:g}s", "timeout": f"{timeout_s:g}s"}
+
+
+def connection_limits(listeners: list[str], max_connections: int) -> dict[str, Any]:
+    """The bootstrap's ``layered_runtime``: at most ``max_connections`` open downstream
+    connections per listener (Envoy's runtime key ``envoy.resource_limits.listener.<name>
+    .connection_limit``); a connection past it is closed at once and counted in the listener's
+    ``downstream_cx_overflow``."""
+    limits = {f"envoy.resource_limits.listener.{n}.connection_limit": max_connections for n in listeners}
+    return {"layers": [{"name": "connection_limits", "static_layer": limits}]}
+
+
+def upload_bounds(
+    request_headers_timeout_s: float, request_timeout_s: float, max_concurrent_streams: int
+) -> dict[str, Any]:
+    """HttpConnectionManager fields bounding a slow client (0 leaves one off). ``request_timeout``
+    is disarmed once the request is sent upstream (after the picker's decision) or the response
+    starts, so a long prefill is not cut by it."""
+    hcm: dict[str, Any] = {}
+    if request_headers_timeout_s > 0:
+        hcm["request_headers_timeout"] = f"{request_headers_timeout_s:g}s"
+    if request_timeout_s > 0:
+        hcm["request_timeout"] = f"{request_timeout_s:g}s"
+    if max_concurrent_streams > 0:
+        hcm["http2_protocol_options"] = {"max_concurrent_streams": max_concurrent_streams}
+    return hcm

@@ -14,8 +14,11 @@
   clear message instead of growing the picker's memory N-fold.
 * :class:`Admission`: load shedding for an alive but overloaded picker. Envoy runs no message
   timeout in FULL_DUPLEX_STREAMED, so the picker bounds itself: at most ``max_inflight`` requests
-  between "headers arrived" and "routed", and each gets at most ``budget_s`` from its headers to
-  its decision. Past either bound the request gets 503 with ``retry-after`` at once (:class:`Shed`).
+  between "body complete" and "routed", and each gets at most ``budget_s`` from its headers to
+  its decision (upload included). Past either bound the request gets 503 with ``retry-after`` at
+  once (:class:`Shed`). A request still uploading is not counted: slow or stalled uploads cannot
+  fill the limit and shed the complete requests behind them; the budget and the gateway's
+  request timeouts and connection limit bound them.
 """
 
 from __future__ import annotations

@@ -176,6 +176,8 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         st.waiting = True
         try:
             message = await anext(messages)
+            if not st.counted and self._completes_body(st, message):
+                self._admit(st)  # Shed (503) when too many complete requests wait for a decision
             if self._large_final_chunk(st, message):  # parse on a worker, not on the loop
                 message = await self._preparse(st, message)
         except asyncio.CancelledError:
@@ -192,9 +194,27 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         if st.deadline is not None:
             st.deadline.cancel()
             st.deadline = None
-        if st.admitted_at is not None:
-            st.admitted_at = None
+        st.admitted_at = None
+        if st.counted:
+            st.counted = False
             self.admission.leave()
+
+    def _admit(self, st: StreamState) -> None:
+        """Count the request as waiting for a decision: its body is complete. A request still
+        uploading is not counted (slow or stalled uploads cannot fill the limit and shed complete
+        requests); its time is bounded by the decision budget from its headers and by the
+        gateway's request timeouts."""
+        self.admission.enter()
+        st.counted = True
+
+    @staticmethod
+    def _completes_body(st: StreamState, m: ep.ProcessingRequest) -> bool:
+        """``m`` ends an undecided request's body (its last chunk, the one BUFFERED message, or
+        the trailers)."""
+        kind = m.WhichOneof("request")
+        if kind == "request_body":
+            return m.request_body.end_of_stream or st.req_mode == msgs.MODE_BUFFERED
+        return kind == "request_trailers"
 
     def _shed(self, st: StreamState, exc: Shed) -> ep.ProcessingResponse:
         self._leave(st)
@@ -282,11 +302,11 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         st.ledger_id = self.ledger_key(st.headers)
         if not path_allowed(st.headers.path, self.settings.allowed_paths):
             raise RequestError(404, f"path {st.headers.path.split('?', 1)[0]!r} is not an inference API")
-        self.admission.enter()  # Shed (503) when too many requests wait for a decision
-        st.admitted_at = self.clock()
+        st.admitted_at = self.clock()  # the decision budget runs from here (upload included)
         st.subset = msgs.subset_ips(m.metadata_context) if self.settings.subset_filter else None
         if m.request_headers.end_of_stream or st.req_mode not in (msgs.MODE_FULL_DUPLEX, msgs.MODE_BUFFERED):
             # No body will reach the picker (GET, or a body mode it does not take): route on headers.
+            self._admit(st)
             pick = self._decide(st, None)
             return (self._route(st, pick, None),)
         if st.req_mode == msgs.MODE_BUFFERED:

@@ -17,6 +17,7 @@ class StreamState:
         "admitted_at",
         "body",
         "completed",
+        "counted",
         "deadline",
         "dispatched_at",
         "expired",
@@ -44,7 +45,8 @@ class StreamState:
 
     def __init__(self) -> None:
         self.headers: RequestHeaders | None = None
-        self.admitted_at: float | None = None  # headers arrived, no decision yet (admission control)
+        self.admitted_at: float | None = None  # headers arrived, no decision yet (decision budget)
+        self.counted = False  # body complete, counted by admission control until decided
         self.deadline: asyncio.TimerHandle | None = None  # ... the end of its decision budget
         self.expired = False  # ... which has passed
         self.waiting = False  # the stream waits for its next message (the deadline may cancel that)
