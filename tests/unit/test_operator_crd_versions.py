@@ -134,3 +134,16 @@ def test_deploy_guide_kind_script_and_schemas_name_the_same_versions() -> None:
     for url_part in (f"gateway-api/releases/download/{gateway_api.group(1)}/",):
         assert url_part in guide
     assert f"gateway-api-inference-extension/releases/download/{gie.group(1)}/" in guide
+
+
+def test_the_chart_names_the_pinned_crd_versions() -> None:
+    helm = pytest.importorskip("helm_python.chart", reason="helm-python-sdk ([test] extra) renders the chart")
+    chart_dir = ROOT / "charts" / "smetric-operator"
+    annotations = yaml.safe_load((chart_dir / "Chart.yaml").read_text())["annotations"]
+    gie = source_of("InferencePool")["tag"]
+    gateway_api = source_of("HTTPRoute")["tag"]
+    assert annotations["smetric.io/inference-extension-version"] == gie
+    assert annotations["smetric.io/gateway-api-version"] == gateway_api
+    out = helm.Chart.load(chart_dir).render({}, name="smetric", namespace="smetric-system", is_install=True)
+    notes = out["smetric-operator/templates/NOTES.txt"]
+    assert f"Gateway API CRDs {gateway_api}" in notes and f"Inference Extension CRDs {gie}" in notes
