@@ -220,8 +220,8 @@ async def test_two_picker_processes_one_ready_and_failover_on_sigterm(
         "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": [{"number": 8000}]},
     }
     await kmock.post(f"/apis/inference.networking.k8s.io/v1/namespaces/{NS}/inferencepools", json=pool)
-    env = {**os.environ, "KUBECONFIG": str(_kubeconfig(tmp_path, str(kmock.url).rstrip("/")))}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
+    kubeconfig = _kubeconfig(tmp_path, str(kmock.url).rstrip("/"))  # passed as upstream's --kubeconfig
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
     procs: list[tuple[subprocess.Popen[bytes], int]] = []
     try:
         for _ in range(2):
@@ -230,7 +230,7 @@ async def test_two_picker_processes_one_ready_and_failover_on_sigterm(
                 sys.executable, "-m", "smetric.epp.main", "--pool-name=qwen", f"--pool-namespace={NS}",
                 "--ha-enable-leader-election", "--metrics-endpoint-auth=false", "--secure-serving=false",
                 f"--grpc-port={_free_port()}", f"--grpc-health-port={health}", f"--metrics-port={_free_port()}",
-                "--log-level=warning",
+                "--log-level=warning", f"--kubeconfig={kubeconfig}",
             ]  # fmt: skip
             procs.append((subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL), health))
             await _until(lambda: bool(kmock.lease()), "the first picker takes the Lease", timeout_s=20)

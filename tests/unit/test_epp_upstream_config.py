@@ -251,6 +251,7 @@ def test_upstream_flags_take_their_upstream_meaning() -> None:
         (["--endpoints=127.0.0.1:1", "--metrics-endpoint-auth=true"], "Kubernetes API"),
         (["--endpoints=127.0.0.1:1", "--ha-enable-leader-election"], "Lease"),
         (["--zap-log-level=loud"], "zap-log-level"),
+        (["--kubeconfig=/nonexistent/kubeconfig"], "no such file"),
     ],
 )
 def test_upstream_flags_without_an_equivalent_are_refused_with_the_reason(

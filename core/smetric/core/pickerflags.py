@@ -185,6 +185,13 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
     ),
     Flag("zap-log-level", str, "", "debug | info | warn | error | an integer level; used when --v is unset"),
     Flag("zap-devel", bool, False, "zap development mode: console encoding and debug level"),
+    Flag(
+        "kubeconfig",
+        str,
+        "",
+        "kubeconfig for Kubernetes mode outside a cluster (controller-runtime's flag); default: "
+        "$KUBECONFIG, then ~/.kube/config",
+    ),
     # Accepted only with values that mean what this picker does; any other value is refused at
     # start-up with the reason (smetric.epp.upstream.flags).
     Flag("endpoint-selector", str, "", "upstream standalone mode; refused (use --endpoints)"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -253,6 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for warning in loaded.warnings:
         log.warning("config: %s", warning)
+    if args.kubeconfig:  # read by the Kubernetes client's kubeconfig loader (discovery, Lease, reviews)
+        os.environ["KUBECONFIG"] = args.kubeconfig
     if not settings.metrics_auth:
         log.info("metrics endpoint unauthenticated (--metrics-endpoint-auth=false or standalone mode)")
     try:

@@ -39,11 +39,13 @@ MAX_RETRY_S = 30.0
 
 
 async def default_api_client() -> client.ApiClient:
-    """In-cluster service-account config inside a pod, else the local kubeconfig."""
+    """In-cluster service-account config inside a pod, else the local kubeconfig: ``$KUBECONFIG``
+    as it is now (``--kubeconfig`` sets it after the client library read its default at import),
+    then ``~/.kube/config``."""
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config()
     else:
-        await config.load_kube_config()
+        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
     return client.ApiClient()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 _UNITS_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
@@ -118,6 +119,8 @@ def resolve(args: argparse.Namespace) -> UpstreamFlags:
             "--ha-enable-leader-election needs the Kubernetes API (a coordination.k8s.io Lease); "
             "it is available with --pool-name only"
         )
+    if args.kubeconfig and not Path(args.kubeconfig).is_file():
+        errors.append(f"--kubeconfig={args.kubeconfig}: no such file")
     level = None
     if args.zap_devel:
         level = "debug"
