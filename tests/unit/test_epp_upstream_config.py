@@ -272,3 +272,24 @@ def test_main_exits_2_with_the_reason_for_a_refused_flag(capsys: pytest.CaptureF
         main(["--endpoints=127.0.0.1:1", f"--config-text={ENVELOPE}plugins: [{{type: x}}, {{type: x}}]"]) == 2
     )
     assert "two plugins are named 'x'" in capsys.readouterr().err
+
+
+def test_the_pre_decider_pd_handler_threshold_maps_to_tokens() -> None:
+    """llm-d v0.3-v0.5: pd-profile-handler's threshold counts characters (0 = always P/D)."""
+    text = (
+        ENVELOPE
+        + """\
+plugins:
+- type: pd-profile-handler
+  parameters: {threshold: 100, hashBlockSize: 64}
+- type: prefix-cache-scorer
+schedulingProfiles:
+- {name: prefill, plugins: [{pluginRef: prefix-cache-scorer}]}
+- {name: decode, plugins: [{pluginRef: prefix-cache-scorer}]}
+"""
+    )
+    loaded = _read(text)
+    assert loaded.config.pdDisaggregation.enabled and loaded.config.pdDisaggregation.nonCachedTokens == 25
+    assert any("threshold 100 (characters" in w for w in loaded.warnings)
+    always = _read(text.replace("threshold: 100", "threshold: 0"))
+    assert always.config.pdDisaggregation.nonCachedTokens is None

@@ -13,7 +13,8 @@ upstream config is read for what it asks of the pool and mapped to the nearest b
   pod; the decode pod is the least loaded, :mod:`smetric.epp.server.decide`).
 * **P/D deciders** (llm-d): ``prefix-based-pd-decider`` ``nonCachedTokens`` becomes
   ``pdDisaggregation.nonCachedTokens`` (the same rule, :mod:`smetric.policy.selective_pd`);
-  ``always-disagg-pd-decider`` takes the prefill hop for every request.
+  ``always-disagg-pd-decider`` takes the prefill hop for every request; the older
+  ``pd-profile-handler`` ``threshold`` (characters) becomes ``nonCachedTokens`` = threshold / 4.
 * **Scorers and pickers** without one of this picker's types: :data:`SCORER_MAPPING` in
   ``docs/picker.md`` -- a latency scorer -> ``llmd-slo``; session affinity -> ``llmd-session``;
   a prefix scorer and load scorers -> ``bailian`` with ``lambda`` = prefix weight / all weights
@@ -122,6 +123,7 @@ class _Reader:
     def __init__(self, cfg: EndpointPickerConfig) -> None:
         self.cfg = cfg
         self.warnings: list[str] = []
+        self.legacy_threshold: int | None = None  # pd-profile-handler's own threshold (pre-decider)
         self.by_ref: dict[str, PluginSpec] = {}
         for p in cfg.plugins:
             if p.ref in self.by_ref:
@@ -158,7 +160,11 @@ def translate(cfg: EndpointPickerConfig) -> Translation:
     if served is not None:
         doc["servedModels"] = served
     if pd:
-        doc["pdDisaggregation"] = {"enabled": True, "nonCachedTokens": _non_cached(r, decider)}
+        legacy = r.legacy_threshold
+        doc["pdDisaggregation"] = {
+            "enabled": True,
+            "nonCachedTokens": legacy if legacy is not None else _non_cached(r, decider),
+        }
     saturation = _saturation(r)
     if saturation:
         doc["saturation"] = saturation
@@ -198,12 +204,24 @@ def _profiles(r: _Reader) -> tuple[bool, SchedulingProfile | None, PluginSpec | 
     if decider is None:
         found = r.of_type(PREFIX_DECIDER, ALWAYS_DECIDER)
         decider = found[0] if len(found) == 1 else None
-    if handler.type == "pd-profile-handler" and decider is None and params.get("threshold") is not None:
-        r.warn(
-            f"plugins[{handler.ref}]: threshold is the pre-decider parameter; "
-            "use a prefix-based-pd-decider (nonCachedTokens)"
-        )
+    if handler.type == "pd-profile-handler" and decider is None and handler.parameters:
+        r.legacy_threshold = _legacy_threshold(r, handler)
     return True, profile, decider
+
+
+def _legacy_threshold(r: _Reader, handler: PluginSpec) -> int | None:
+    """llm-d v0.3-v0.5 ``pd-profile-handler`` ``threshold``: prefill is skipped when the uncached
+    part of the prompt is shorter than ``threshold`` *characters* (0: always disaggregate). As
+    tokens at the 4 characters per token both upstream rules assume."""
+    chars = _int_param(handler, "threshold")
+    if not chars:
+        return None
+    tokens = -(-chars // 4)
+    r.warn(
+        f"plugins[{handler.ref}]: threshold {chars} (characters, llm-d before the deciders) -> "
+        f"pdDisaggregation.nonCachedTokens {tokens}"
+    )
+    return tokens
 
 
 def _non_cached(r: _Reader, decider: PluginSpec | None) -> int | None:
