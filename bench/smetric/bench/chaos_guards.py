@@ -58,7 +58,7 @@ KV_SEQUENCE = "KV-event sequence check"
 KV_RECONNECT = "KV subscriber reconnects after a dropped connection"
 BODY_BUDGET = "picker body budget"
 PARSE_COST = "bounded cost of a parsed body"
-PICKER_RETRY = "gateway reopens the picker stream on another replica"
+PICKER_RETRY = "gateway fails a dead picker replica over"
 NO_GUARD = ""  # a row that measures the whole path (the load row), not one guard
 
 GUARDS: tuple[Guard, ...] = (

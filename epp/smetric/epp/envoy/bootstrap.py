@@ -98,6 +98,7 @@ class EnvoyOptions:
     # A picker stream whose connection fails (a replica killed or restarting) is opened again on
     # another replica up to this many times (picker_stream_retry); 0: the request fails at once.
     picker_stream_retries: int = 2
+    picker_ejection: bool = True  # PICKER_EJECTION on the picker cluster
     listen_host: str = "127.0.0.1"
     request_body_mode: BodyMode = "FULL_DUPLEX_STREAMED"
     response_body_mode: BodyMode = "FULL_DUPLEX_STREAMED"
@@ -390,7 +391,7 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
             keepalive_s=o.picker_keepalive_s,
             more_ports=o.more_picker_ports,
         )
-        | PICKER_EJECTION,
+        | (PICKER_EJECTION if o.picker_ejection else {}),
     ]
     if o.pool_endpoints:
         clusters.append(pool_cluster("pool", o.pool_endpoints, o.connect_timeout_s, CIRCUIT_BREAKERS))

@@ -35,10 +35,10 @@ ENCODE_CHUNK_CHARS = 1 << 16  # a piece of a long prompt: its token ids are a fe
 _CUT = re.compile(r"(?<=[^\W_]) ")  # a space after a letter or digit: a pre-token boundary
 
 
-def encode_pieces(
-    tokenizer: Tokenizer, text: str, chunk_chars: int = ENCODE_CHUNK_CHARS
-) -> Iterator[list[int]]:
-    """The token ids of ``text`` in consecutive pieces of about ``chunk_chars`` characters."""
+def encode_pieces(tokenizer: Tokenizer, text: str, chunk_chars: int | None = None) -> Iterator[list[int]]:
+    """The token ids of ``text`` in consecutive pieces of about ``chunk_chars`` characters
+    (default :data:`ENCODE_CHUNK_CHARS`)."""
+    chunk_chars = chunk_chars or ENCODE_CHUNK_CHARS
     start, n = 0, len(text)
     while start < n:
         m = _CUT.search(text, start + chunk_chars) if n - start > chunk_chars else None

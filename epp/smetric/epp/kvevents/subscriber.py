@@ -46,7 +46,7 @@ RCVHWM = 10_000
 # costs one reconnect per pause at most (libzmq's own default reconnect interval is 100 ms).
 RECONNECT_DELAY_S = 0.1
 # The monitor event after which the socket is replaced (a dropped connection).
-RECONNECT_ON = zmq.EVENT_DISCONNECTED
+RECONNECT_ON: int = int(zmq.EVENT_DISCONNECTED)
 
 
 class SequenceTracker:
