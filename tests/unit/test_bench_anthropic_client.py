@@ -4,9 +4,11 @@ usage and the server's timing are read from the Anthropic stream, errors are fai
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 
 from smetric.bench.client import AnthropicClient, ChatClient, make_client
@@ -59,3 +61,17 @@ async def test_anthropic_client_measures_the_messages_stream(cluster: RunningClu
         bad = await client.send(_spec("a3", turn1, max_tokens=5000))  # over the context
         assert not bad.ok and bad.status == 400 and "context length" in bad.error
     assert client.in_flight == {}
+
+
+async def test_a_stream_cut_by_the_engine_is_a_failed_outcome(cluster: RunningCluster) -> None:
+    turn = [SYSTEM, {"role": "user", "content": "Write the whole module."}]
+    async with aiohttp.ClientSession() as http, AnthropicClient(_base(cluster), MODEL) as client:
+        async with http.post(_base(cluster) + "/admin/fault", json={"mode": "slow", "slowdown": 50}) as r:
+            assert r.status == 200
+        sending = asyncio.create_task(client.send(_spec("cut", turn, max_tokens=2000)))
+        while "streaming" not in client.in_flight.get("cut", ""):  # the first text delta arrived
+            await asyncio.sleep(0.02)
+        async with http.post(_base(cluster) + "/admin/fault", json={"mode": "dead"}) as r:
+            assert r.status == 200
+        out = await sending
+    assert not out.ok and out.status == 200 and out.error.startswith("stream error: request aborted")
