@@ -243,12 +243,15 @@ async def test_two_picker_processes_one_ready_and_failover_on_sigterm(
         assert sorted(s or 0 for s in states) == sorted([NOT_SERVING, SERVING]), states
         leader = 0 if states[0] == SERVING else 1
         procs[leader][0].send_signal(signal.SIGTERM)
+        t0 = asyncio.get_running_loop().time()
         other = procs[1 - leader][1]
-        for _ in range(100):
+        for _ in range(200):
             if await _readiness(other) == SERVING:
                 break
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.1)
         assert await _readiness(other) == SERVING
+        # the failover gap at the standby's health port (pytest -s shows it; timing is not asserted)
+        print(f"leader-election failover on SIGTERM: {asyncio.get_running_loop().time() - t0:.2f} s")
     finally:
         for proc, _ in procs:
             proc.terminate()
