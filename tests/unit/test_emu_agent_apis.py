@@ -187,3 +187,16 @@ async def test_deeply_nested_input_is_a_400_not_a_crash(cluster: RunningCluster)
     body = b'{"model":"' + MODEL.encode() + b'","max_output_tokens":2,"input":[' + item + b"]}"
     async with aiohttp.ClientSession() as http, http.post(_base(cluster) + "/v1/responses", data=body) as r:
         assert r.status == 400 and "nested" in (await r.json())["error"]["message"]
+
+
+async def test_count_tokens_is_the_prompt_a_generation_sees(cluster: RunningCluster) -> None:
+    claude = _claude(cluster)
+    counted = await claude.messages.count_tokens(model=MODEL, system=SYSTEM, messages=_turn1())  # type: ignore[arg-type]
+    reply = await claude.messages.create(model=MODEL, max_tokens=2, system=SYSTEM, messages=_turn1())  # type: ignore[arg-type]
+    u = reply.usage
+    assert counted.input_tokens == u.input_tokens + (u.cache_read_input_tokens or 0) + (
+        u.cache_creation_input_tokens or 0
+    )
+    with pytest.raises(anthropic.NotFoundError):
+        await claude.messages.count_tokens(model="other", messages=_turn1())  # type: ignore[arg-type]
+    await claude.close()

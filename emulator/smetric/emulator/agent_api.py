@@ -20,7 +20,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from smetric.emulator import anthropic_api, sse
-from smetric.emulator.anthropic_api import AnthropicShaper, MessagesRequest
+from smetric.emulator.anthropic_api import AnthropicShaper, CountTokensRequest, MessagesRequest
 from smetric.emulator.prompt import PreparedRequest
 from smetric.emulator.protocol import ApiError, BodyError, UsageFacts
 from smetric.emulator.responses_api import ResponsesRequest, ResponsesShaper
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from smetric.emulator.server import InstanceServer
 
 AgentApi = Literal["anthropic", "responses"]
+BodyKind = Literal["anthropic", "responses", "count_tokens"]
 _ABORTED = "request aborted: the engine stopped serving it"
 
 
@@ -70,7 +71,7 @@ class Shaper(Protocol):
     def full(self, text: str, u: UsageFacts) -> dict[str, Any]: ...
 
 
-def parse(api: AgentApi, raw: bytes) -> AgentRequest:
+def parse(api: BodyKind, raw: bytes) -> AgentRequest:
     """Decode and validate; raises :class:`BodyError` (400) with pydantic's reason."""
     try:
         body = orjson.loads(raw)
@@ -78,7 +79,12 @@ def parse(api: AgentApi, raw: bytes) -> AgentRequest:
         raise BodyError(400, f"malformed JSON body: {exc}") from None
     if not isinstance(body, dict):
         raise BodyError(400, "request body must be a JSON object")
-    model: type[BaseModel] = MessagesRequest if api == "anthropic" else ResponsesRequest
+    kinds: dict[str, type[BaseModel]] = {
+        "anthropic": MessagesRequest,
+        "responses": ResponsesRequest,
+        "count_tokens": CountTokensRequest,
+    }
+    model = kinds[api]
     try:
         req: AgentRequest = model.model_validate(body)  # type: ignore[assignment]
     except ValidationError as exc:
@@ -107,6 +113,26 @@ class AgentRoutes:
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         return await self._handle(request, "responses")
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """``/v1/messages/count_tokens``: the prompt's token count as a generation would see it."""
+        server = self.server
+        loop = asyncio.get_running_loop()
+        try:
+            server.check_faults()
+            raw = await request.read()
+            n = await loop.run_in_executor(server.executor, self._count, raw)
+        except ApiError as exc:
+            return error_for("anthropic", exc)
+        return web.Response(
+            body=orjson.dumps(anthropic_api.count_tokens_body(n)), content_type="application/json"
+        )
+
+    def _count(self, raw: bytes) -> int:
+        req = parse("count_tokens", raw)
+        if req.model and req.model != self.server.model:
+            raise ApiError(404, f"The model `{req.model}` does not exist.", "model")
+        return self.server.prompter.chat(req.render_messages()).num_tokens
 
     def _prepare(self, api: AgentApi, raw: bytes) -> tuple[AgentRequest, PreparedRequest]:
         req = parse(api, raw)

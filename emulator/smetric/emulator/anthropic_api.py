@@ -21,6 +21,9 @@ Sources (vLLM 0.32.0, ``vllm/entrypoints/anthropic/``):
   ``max_tokens`` (the emulator always generates exactly ``max_tokens``).
 * ``serving.py`` ``messages_full_converter`` (l. 825-880): the non-streaming body, the chat
   completion's id (``chatcmpl-...``), dumped with ``exclude_none``.
+* ``serving.py`` ``count_tokens`` (l. 1235-1268): ``POST /v1/messages/count_tokens`` renders the
+  request as a generation would and answers ``{"input_tokens": N, "context_management":
+  {"original_input_tokens": N}}``; nothing runs on the engine.
 * ``api_router.py`` ``translate_error_response`` (l. 39-48): errors from the handler come as
   ``{"type": "error", "error": {"type": <vLLM's error type>, "message": ...}}`` with the status.
   A body that fails validation is answered by vLLM's generic validation handler
@@ -111,6 +114,18 @@ class MessagesRequest(BaseModel):
             out.append({"role": "system", "content": _dump(self.system)})
         out.extend({"role": m.role, "content": _dump(m.content)} for m in self.messages)
         return out
+
+
+class CountTokensRequest(MessagesRequest):
+    """vLLM's ``AnthropicCountTokensRequest``: a Messages request without ``max_tokens``."""
+
+    max_tokens: int = Field(default=1, gt=0)
+
+
+def count_tokens_body(input_tokens: int) -> dict[str, Any]:
+    """``AnthropicCountTokensResponse`` (``serving.py`` ``count_tokens``, l. 1235-1268), dumped
+    without ``None`` fields (``api_router.py``)."""
+    return {"input_tokens": input_tokens, "context_management": {"original_input_tokens": input_tokens}}
 
 
 def _dump(content: str | list[ContentBlock]) -> str | list[dict[str, Any]]:

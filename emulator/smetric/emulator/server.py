@@ -63,6 +63,7 @@ class InstanceServer:
         app.router.add_post("/v1/completions", self.completions)
         agents = AgentRoutes(self)
         app.router.add_post("/v1/messages", agents.messages)
+        app.router.add_post("/v1/messages/count_tokens", agents.count_tokens)
         app.router.add_post("/v1/responses", agents.responses)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
