@@ -180,6 +180,8 @@ async def test_errors_reach_the_sdks_as_typed_exceptions(cluster: Cluster) -> No
         await gpt.responses.create(model=MODEL, input="hello", max_output_tokens=9000)
     with pytest.raises(anthropic.BadRequestError):  # the picker's own 400: a body it cannot parse
         await claude.messages.create(model=MODEL, max_tokens=5, messages=[])
+    refused = await samples(cluster.stack.metrics_url, "smetric_epp_immediate_responses_total")
+    assert refused.get((("code", "400"),)) == 1  # answered by the picker, not the engine
     for status, a_cls, o_cls in ((429, anthropic.RateLimitError, openai.RateLimitError),
                                  (503, anthropic.InternalServerError, openai.InternalServerError),
                                  (500, anthropic.InternalServerError, openai.InternalServerError)):  # fmt: skip
