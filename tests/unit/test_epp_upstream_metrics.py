@@ -54,7 +54,14 @@ async def test_a_routed_request_and_a_refusal_fill_both_upstream_families(serve:
         ep.ProcessingRequest(response_headers=_hdrs({":status": "200", "content-type": "text/event-stream"}))
     )
     await call.read()
-    usage = {"choices": [], "usage": {"prompt_tokens": 120, "completion_tokens": 10}}
+    usage = {
+        "choices": [],
+        "usage": {
+            "prompt_tokens": 120,
+            "completion_tokens": 10,
+            "prompt_tokens_details": {"cached_tokens": 64},
+        },
+    }
     chunk = b"data: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n"
     await call.write(ep.ProcessingRequest(response_body=ep.HttpBody(body=chunk, end_of_stream=True)))
     await call.read()
@@ -89,6 +96,11 @@ async def test_a_routed_request_and_a_refusal_fill_both_upstream_families(serve:
             ]
             == 1.0
         )
+    # v1.3.0+ series: the inference_objective family only
+    assert s[("inference_objective_request_ttft_seconds_count", labels)] == 1.0
+    assert s[("inference_objective_request_tpot_seconds_count", labels)] == 1.0
+    assert s[("inference_objective_prompt_cached_tokens_sum", labels)] == 64.0
+    assert ("inference_model_request_ttft_seconds_count", labels) not in s
     assert s[("inference_extension_scheduler_e2e_duration_seconds_count", ())] == 1.0
     assert any(name == "inference_extension_info" for name, _ in s)
 

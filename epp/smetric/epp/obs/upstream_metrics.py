@@ -14,6 +14,9 @@ either version work. Exported:
   ``inference_pool_average_kv_cache_utilization``, ``inference_pool_average_queue_size``;
 * ``inference_extension_scheduler_e2e_duration_seconds`` (the routing decision),
   ``inference_extension_info`` (``commit``, ``build_ref``).
+* v1.3.0+ (``inference_objective_*`` only): ``request_ttft_seconds``, ``request_tpot_seconds``
+  (streaming responses: the first chunk after the decision; the rest per output token after the
+  first), ``prompt_cached_tokens`` (the engine's ``usage`` cached tokens).
 
 Not exported: ``response_sizes`` (the picker does not count response bytes),
 ``inference_extension_plugin_duration_seconds`` (no plugin chain) and the
@@ -36,6 +39,8 @@ INPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 
                        262144, 524288, 1048576)  # fmt: skip
 OUTPUT_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 NTPOT_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+TPOT_BUCKETS = (0.0005, 0.00205, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.125, 0.15, 0.2, 0.3, 0.4, 0.5,
+                0.6, 0.8, 1, 1.5, 2, 3, 4.5, 6, 12, 18, 24, 30, 36, 48, 60, 90, 120, 180, 270, 360)  # fmt: skip
 SCHEDULER_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 MODEL_LABELS = ("model_name", "target_model_name")
 
@@ -83,6 +88,30 @@ class _Family:
         self.running = Gauge(
             f"{prefix}_running_requests", "Running requests per model", ("model_name",), registry=r
         )
+        # v1.3.0 and later (the inference_objective family only)
+        self.latest = prefix == "inference_objective"
+        if self.latest:
+            self.ttft = Histogram(
+                f"{prefix}_request_ttft_seconds",
+                "Time to first token (streaming responses)",
+                MODEL_LABELS,
+                buckets=DURATION_BUCKETS,
+                registry=r,
+            )
+            self.tpot = Histogram(
+                f"{prefix}_request_tpot_seconds",
+                "Time per output token after the first (streaming responses)",
+                MODEL_LABELS,
+                buckets=TPOT_BUCKETS,
+                registry=r,
+            )
+            self.cached_tokens = Histogram(
+                f"{prefix}_prompt_cached_tokens",
+                "Prompt tokens the model server reported as cached",
+                MODEL_LABELS,
+                buckets=INPUT_TOKEN_BUCKETS,
+                registry=r,
+            )
 
 
 class UpstreamMetrics:
@@ -131,10 +160,19 @@ class UpstreamMetrics:
             f.errors.labels(model, model, str(status)).inc()
 
     def finished(
-        self, request_id: str, status: int, duration_s: float | None, prompt_tokens: int, output_tokens: int
+        self,
+        request_id: str,
+        status: int,
+        duration_s: float | None,
+        prompt_tokens: int,
+        output_tokens: int,
+        *,
+        ttft_s: float | None = None,
+        cached_tokens: int = 0,
     ) -> None:
         """The response ended (``duration_s`` known) or the stream ended without one (``None``);
-        idempotent per request: the second call for the same id does nothing."""
+        idempotent per request: the second call for the same id does nothing. ``ttft_s``: a
+        streaming response's first chunk after the decision."""
         model = self._running.pop(request_id, None)
         if model is None:
             return
@@ -151,6 +189,14 @@ class UpstreamMetrics:
             if output_tokens:
                 f.output_tokens.labels(model, model).observe(output_tokens)
                 f.ntpot.labels(model, model).observe(duration_s / output_tokens)
+            if not f.latest:
+                continue
+            if cached_tokens:
+                f.cached_tokens.labels(model, model).observe(cached_tokens)
+            if ttft_s is not None:
+                f.ttft.labels(model, model).observe(ttft_s)
+                if output_tokens > 1:
+                    f.tpot.labels(model, model).observe(max(0.0, duration_s - ttft_s) / (output_tokens - 1))
 
     def pool(self, ready: int, kv_usages: list[float], queues: list[int]) -> None:
         name = self.pool_name

@@ -134,6 +134,8 @@ class ResponsePath:
                 self.clock() - st.dispatched_at,
                 (usage.prompt_tokens or 0) if usage is not None else 0,
                 (usage.completion_tokens or 0) if usage is not None else 0,
+                ttft_s=st.first_byte_at - st.dispatched_at if st.resp_sse and st.first_byte_at else None,
+                cached_tokens=(usage.cached_tokens or 0) if usage is not None else 0,
             )
         if pick is None or st.first_byte_at is None or not st.resp_sse or st.resp_status != 200:
             return
