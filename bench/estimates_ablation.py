@@ -17,10 +17,16 @@ Variants (``--variants``, comma-separated names of :data:`VARIANTS` or plain pol
   (smetric before the tier estimate);
 * ``local``: algorithms.md literally (local hits only in both).
 
+Any name may end in ``@sync`` or ``@async`` (that run's global-tier load mode); ``--load-modes
+sync,async`` runs every variant both ways and adds each variant's paired margin async vs sync.
+
 Example (the run in docs/policies.md)::
 
     python bench/estimates_ablation.py --modes disaggregated,colocated --instances 16 \\
         --rates 3,4 --seeds 0,1,2 --json out/estimates.json
+    # the load model both ways (docs/simulator.md, "Load mode")
+    python bench/estimates_ablation.py --variants tier,llmd-slo,lmetric --load-modes sync,async \\
+        --rates 2,3,4,5 --json out/load_modes.json
 """
 
 from __future__ import annotations
@@ -60,15 +66,20 @@ def _work(trace: str, preset: str) -> PreparedWorkload:
     return prepare(load_agentic(Path(trace), share_system_prompt=True), get_preset(preset))
 
 
-def variant(name: str) -> tuple[str, dict[str, object]]:
-    """``(policy, parameters)`` of a named variant; any other name is that policy's defaults."""
-    return VARIANTS.get(name, (name, {}))
+def variant(name: str) -> tuple[str, dict[str, object], str | None]:
+    """``(policy, parameters, load mode)`` of a variant name: one of :data:`VARIANTS` or a policy
+    name (its defaults), optionally suffixed ``@sync`` / ``@async`` (the global-tier load mode
+    of that run; none = the run's ``--global-load-mode``)."""
+    base, _, load_mode = name.partition("@")
+    policy, params = VARIANTS.get(base, (base, {}))
+    return policy, params, load_mode or None
 
 
 def _run(task: tuple[str, str, SimConfig, str, int, float, float]) -> dict[str, Any]:
     trace, preset, cfg, name, seed, mult, families_per_s = task
-    policy, params = variant(name)
-    r = simulate(_work(trace, preset), policy, families_per_s, replace(cfg, seed=seed).with_params(**params))
+    policy, params, load_mode = variant(name)
+    cfg = replace(cfg, seed=seed, global_load_mode=load_mode or cfg.global_load_mode)
+    r = simulate(_work(trace, preset), policy, families_per_s, cfg.with_params(**params))
     m = r.metrics
     key = "tps_within_slo" if cfg.mode == "colocated" else "prefill_tps_within_slo"
     return {
@@ -91,8 +102,11 @@ def paired(a: list[float], b: list[float]) -> dict[str, Any]:
     return {"mean": mean, "ci95": ci, "per_seed": rel}
 
 
-def summarise(rows: list[dict[str, Any]], variants: list[str], seeds: list[int], ref: str) -> dict[str, Any]:
-    """Per mode: each variant's TPS per rate and peak (per seed), and paired margins vs ``ref``."""
+def summarise(
+    rows: list[dict[str, Any]], variants: list[str], seeds: list[int], pairs: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """Per mode: each variant's TPS per rate and peak (per seed), and the paired margin of ``a``
+    over ``b`` for each ``(a, b)`` in ``pairs``."""
     out: dict[str, Any] = {}
     for mode in sorted({r["mode"] for r in rows}):
         tps = {(r["variant"], r["seed"], r["rate_multiplier"]): r["tps"] for r in rows if r["mode"] == mode}
@@ -106,9 +120,7 @@ def summarise(rows: list[dict[str, Any]], variants: list[str], seeds: list[int],
                 "peak_mean_ci": mean_ci95(peak),
             }
         margins: dict[str, Any] = {}
-        for v in variants:
-            if v == ref:
-                continue
+        for v, ref in pairs:
             m = {f"{f:g}x": paired(per[v]["per_rate"][f], per[ref]["per_rate"][f]) for f in rates}
             m["peak"] = paired(per[v]["peak"], per[ref]["peak"])
             margins[f"{v} vs {ref}"] = m
@@ -134,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reference", default="tier", help="the variant the margins are against")
     p.add_argument("--global-tier", default="full")
     p.add_argument("--global-load-mode", default="sync", choices=("sync", "async"))
+    p.add_argument(
+        "--load-modes",
+        default="",
+        help="comma-separated load modes to run every variant under (e.g. sync,async): variants "
+        "become NAME@MODE and each gets its paired margin of every mode over the first",
+    )
     p.add_argument("--warmup-s", type=float, default=1200.0)
     p.add_argument("--measure-s", type=float, default=1200.0)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -144,6 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     variants = [x.strip() for x in a.variants.split(",") if x.strip()]
     if a.reference not in variants:
         p.error(f"--reference {a.reference!r} is not among --variants")
+    pairs = [(v, a.reference) for v in variants if v != a.reference]
+    load_modes = [x.strip() for x in a.load_modes.split(",") if x.strip()]
+    if any(m not in ("sync", "async") for m in load_modes):
+        p.error(f"--load-modes must name sync and/or async, got {a.load_modes!r}")
+    if load_modes:
+        first = load_modes[0]
+        pairs = [(f"{v}@{first}", f"{r}@{first}") for v, r in pairs]
+        pairs += [(f"{v}@{m}", f"{v}@{first}") for v in variants for m in load_modes[1:]]
+        variants = [f"{v}@{m}" for v in variants for m in load_modes]
     base = BASE_FAMILIES_PER_S_PER_32 * a.instances / 32.0
     tasks = []
     for mode in (x.strip() for x in a.modes.split(",") if x.strip()):
@@ -162,18 +189,18 @@ def main(argv: list[str] | None = None) -> int:
         for r in pool.map(_run, tasks):
             rows.append(r)
             print(
-                f"{r['mode']:<13} {r['variant']:<12} seed {r['seed']} {r['rate_multiplier']:g}x "
+                f"{r['mode']:<13} {r['variant']:<18} seed {r['seed']} {r['rate_multiplier']:g}x "
                 f"tps {r['tps']:10.1f} drift {r['arrival_drift']:+.2f}",
                 file=sys.stderr,
             )
-    summary = summarise(rows, variants, seeds, a.reference)
+    summary = summarise(rows, variants, seeds, pairs)
     for mode, s in summary.items():
         print(f"\n{mode} ({a.instances} instances, {a.global_tier} tier, {a.global_load_mode} loads)")
         for v, d in s["variants"].items():
             rate_means = "  ".join(f"{f:g}x {sum(x) / len(x):9.0f}" for f, x in d["per_rate"].items())
             mean, ci = d["peak_mean_ci"]
             half = f"± {(ci[1] - ci[0]) / 2:.0f}" if ci else ""
-            print(f"  {v:<14} {rate_means}   peak {mean:9.0f} {half}")
+            print(f"  {v:<20} {rate_means}   peak {mean:9.0f} {half}")
         for k, m in s["margins"].items():
             print(f"  {k}: " + "; ".join(f"{name} {_fmt(x)}" for name, x in m.items()))
     wall = time.perf_counter() - t0

@@ -90,6 +90,11 @@ def tier_times_s(
     and this is :func:`prefill_time_s` plus the queued fetch; ``fetch_s_per_token`` ``None``
     counts loaded tokens at 0 s, as the ledger does. One cost-model evaluation per distinct
     ``h`` (most endpoints share ``h = g``).
+
+    The same form serves asynchronous loads (LMCacheMPConnector: the request waits while the
+    batch runs on): the request's own load still queues behind its node's link backlog, and its
+    compute behind the queue once loaded; an overlapping form ``max(q / rate, fetch) + cost /
+    rate`` without the queued fetch was measured and did worse (docs/policies.md).
     """
     n = prompt_tokens(request)
     cost = cost_model.cost

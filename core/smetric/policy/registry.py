@@ -137,6 +137,7 @@ def default_policy(global_tier: bool) -> str:
     """The default policy of a pool with (``True``) or without a global KV tier."""
     return DEFAULT_POLICY if global_tier else DEFAULT_POLICY_WITHOUT_GLOBAL_TIER
 
+
 POLICY_NAMES: tuple[str, ...] = REGISTRY.names
 BASELINE_POLICIES: tuple[str, ...] = REGISTRY.names_of("baseline")
 ABLATION_POLICIES: tuple[str, ...] = (*REGISTRY.names_of("ablation"), "smetric")

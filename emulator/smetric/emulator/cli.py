@@ -13,6 +13,7 @@ from smetric.core.presets import PRESETS
 from smetric.emulator.cluster import start_cluster
 from smetric.emulator.config import EmulatorConfig
 from smetric.engine import GLOBAL_TIER_KINDS
+from smetric.engine.global_tier import LOAD_MODES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
         help="shared global KV tier across this process's instances",
     )
     p.add_argument(
+        "--global-load-mode",
+        default="sync",
+        choices=LOAD_MODES,
+        help="sync: a global-tier load stalls the instance's batch (LMCacheConnectorV1, the operator's "
+        "default); async: only the request waits (LMCacheMPConnector)",
+    )
+    p.add_argument(
         "--fail-after",
         type=int,
         default=0,
@@ -95,6 +103,7 @@ def config_from_args(argv: Sequence[str]) -> EmulatorConfig:
         fail_after=a.fail_after,
         tokenizer=a.tokenizer,
         global_tier=a.global_tier,
+        global_load_mode=a.global_load_mode,
         stream_interval_s=a.stream_interval_ms / 1000.0,
         token_cost_scale=a.token_cost_scale,
     )

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import zmq.asyncio
 from aiohttp import web
@@ -23,7 +23,7 @@ from smetric.emulator.metrics import InstanceMetrics
 from smetric.emulator.prompt import Prompter
 from smetric.emulator.server import InstanceServer, start_servers, stop_servers
 from smetric.engine import EngineConfig, StepModel, make_global_tier
-from smetric.engine.global_tier import instances_per_node
+from smetric.engine.global_tier import CALIBRATED, instances_per_node
 
 log = logging.getLogger("smetric.emulator")
 
@@ -39,6 +39,7 @@ def build_instances(config: EmulatorConfig, ctx: zmq.asyncio.Context | None) -> 
         preset,
         config.instances,
         config.block_size,
+        path=replace(CALIBRATED, load_mode=config.global_load_mode),
         token_cost_scale=config.token_cost_scale,
     )
     per_node = instances_per_node(preset)

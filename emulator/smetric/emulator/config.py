@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from smetric.core.presets import InstancePreset, get_preset
 from smetric.engine import GLOBAL_TIER_KINDS
+from smetric.engine.global_tier import LOAD_MODES
 
 DEFAULT_MAX_TOKENS = 16
 
@@ -38,6 +39,10 @@ class EmulatorConfig:
     fail_after: int = 0
     tokenizer: str = ""  # "" = the shared deterministic fallback tokenizer; else a tokenizer.json path
     global_tier: str = "none"  # none | small | full (shared by the process's instances)
+    # How a global-tier load is timed: the simulator's calibrated LMCache + Mooncake path with
+    # the load mode of the connector the operator renders (sync: LMCacheConnectorV1 stalls the
+    # batch; async: LMCacheMPConnector parks the request), smetric.engine.global_tier.
+    global_load_mode: str = "sync"
     stream_interval_s: float = 0.01
     # Cost-preserving token scale k (>= 1): each prompt/output token stands for k tokens of the
     # modelled instance, which charges time (and global-tier bytes) as for the full-size request
@@ -63,6 +68,8 @@ class EmulatorConfig:
             raise ValueError("--token-cost-scale must be >= 1")
         if self.global_tier not in GLOBAL_TIER_KINDS:
             raise ValueError(f"--global-tier must be one of {', '.join(GLOBAL_TIER_KINDS)}")
+        if self.global_load_mode not in LOAD_MODES:
+            raise ValueError(f"--global-load-mode must be one of {', '.join(LOAD_MODES)}")
         get_preset(self.preset_name)  # raises a clear ValueError for an unknown preset
 
     @property
