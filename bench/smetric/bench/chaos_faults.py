@@ -8,12 +8,12 @@ import asyncio
 import signal
 import time
 
+from smetric.bench.chaos_frozen import endpoint_stop
 from smetric.bench.chaos_guards import (
     BODY_LIMITS,
     CUT_STREAM,
     FAIL_CLOSE,
     GATEWAY_PINGS,
-    IDLE_TIMEOUT,
     KV_SEQUENCE,
     KV_STORE_CAP,
     RETRIES,
@@ -130,52 +130,8 @@ async def endpoint_kill(st: ChaosStack, quick: bool) -> list[Row]:
     ]
 
 
-async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
-    idle = st.settings.stream_idle_timeout_s
-    victim, long_req = await _long_stream(st, "stop", idle + 10.0)
-    i = int(victim.removeprefix("engine"))
-    st.signal(victim, signal.SIGSTOP)
-    t_stop = time.monotonic()
-    try:
-        hung = await long_req
-        cut_after = time.monotonic() - t_stop
-        await asyncio.sleep(2.5)  # its scrapes fail: stale after --staleness-threshold-ms
-        others = await asyncio.gather(*(st.post(chat(f"stop-{i}", 0)) for i in range(9)))
-    finally:
-        st.signal(victim, signal.SIGCONT)
-    avoid = sum(1 for r in others if r.status == 200 and r.served != st.endpoints[i])
-    return [
-        Row(
-            "endpoint SIGSTOP mid-stream",
-            f"cut by the stream idle timeout ({idle:g} s here), reported as an error",
-            f"{hung.status} from {_name(st, hung.served)}: {hung.error or 'clean end'} {cut_after:.1f} s after SIGSTOP",
-            hung.served == st.endpoints[i] and bool(hung.error) and cut_after < idle + 3.0,
-            IDLE_TIMEOUT,
-        ),
-        Row(
-            "endpoint SIGSTOP: new requests",
-            "avoid the stopped endpoint once it is stale",
-            f"{avoid}/{len(others)} ok elsewhere",
-            avoid == len(others),
-            STALENESS,
-        ),
-    ]
-
-
 async def _long_stream(st: ChaosStack, tag: str, timeout_s: float) -> tuple[str, asyncio.Task[Reply]]:
-    """A long streaming request, started; returns the engine serving it (once its first bytes
-    arrived) and the request's task."""
-    served: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    req = asyncio.create_task(
-        st.post(
-            chat(f"{tag}-{time.monotonic_ns()}", 1, max_tokens=LONG_TOKENS),
-            timeout_s=timeout_s,
-            served_to=served,
-        )
-    )
-    address = await asyncio.wait_for(served, 30.0)
-    await asyncio.sleep(0.5)  # well into the stream
-    return _name(st, address), req
+    return await st.long_stream(tag, timeout_s, LONG_TOKENS)
 
 
 def _name(st: ChaosStack, served: str) -> str:

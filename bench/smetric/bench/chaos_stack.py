@@ -330,6 +330,28 @@ class ChaosStack:
 
     # -- requests -------------------------------------------------------------------------------
 
+    def engine_name(self, served: str) -> str:
+        """``engineN`` for a pool address, else the address itself (or ``-``)."""
+        return f"engine{self.endpoints.index(served)}" if served in self.endpoints else (served or "-")
+
+    async def long_stream(
+        self, tag: str, timeout_s: float, tokens: int = 20_000, url: str = ""
+    ) -> tuple[str, asyncio.Task[Reply]]:
+        """A long streaming request, started; returns the engine serving it (once its first bytes
+        arrived, plus half a second: well into the stream) and the request's task."""
+        served: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        req = asyncio.create_task(
+            self.post(
+                chat(f"{tag}-{time.monotonic_ns()}", 1, max_tokens=tokens),
+                timeout_s=timeout_s,
+                served_to=served,
+                url=url,
+            )
+        )
+        address = await asyncio.wait_for(served, 30.0)
+        await asyncio.sleep(0.5)
+        return self.engine_name(address), req
+
     async def post(
         self,
         body: dict[str, object] | bytes,
