@@ -134,7 +134,9 @@ class MetricsServer:
             if status != OK:
                 text = {UNAUTHENTICATED: "Unauthorized", FORBIDDEN: "Forbidden"}.get(status, "Unavailable")
                 return web.Response(status=status, text=f"{text}\n")
-        body = generate_latest(self.registry)
+        # rendered on a worker thread, as prometheus_client's own exporter does: the event loop
+        # keeps serving ext_proc streams while a large registry is formatted
+        body = await asyncio.to_thread(generate_latest, self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def start(self) -> None:
