@@ -39,7 +39,7 @@ class Reviews(kmock.KubernetesEmulator):
         if str(request.method).upper().endswith("POST") and path.endswith("/tokenreviews"):
             token = request.data["spec"]["token"]
             self.seen.append(("tokenreview", request.data))
-            if token == "slow-token":
+            if token.startswith("slow"):
                 await asyncio.sleep(5)
             user = USERS.get(token)
             status: dict[str, Any] = {"authenticated": user is not None}
@@ -155,3 +155,13 @@ def test_the_operators_picker_leaves_metrics_open_for_its_monitors() -> None:
         epp = container(by_name(render(variant), "Deployment", "p-epp"), "epp")
         resolved = resolve(build_parser().parse_args(epp["args"]))
         assert resolved.errors == () and resolved.metrics_auth is False
+
+
+async def test_a_burst_of_unknown_tokens_sends_at_most_max_inflight_reviews(
+    server: Any, kmock: Reviews
+) -> None:
+    srv, auth, _ = server
+    auth.max_inflight = 3
+    replies = await asyncio.wait_for(asyncio.gather(*(_get(srv, f"slow-{i}") for i in range(10))), 5.0)
+    assert [status for status, _ in replies] == [503] * 10
+    assert sum(1 for kind, _ in kmock.seen if kind == "tokenreview") == 3

@@ -8,8 +8,10 @@ whose role grants ``nonResourceURLs: [/metrics], verbs: [get]``.
 
 Answers: no bearer token or a token the API server does not authenticate -> 401; authenticated
 but not allowed -> 403; the API server unreachable, slower than ``timeout_s`` or answering
-something that is not a review -> 503 (not cached). Results are cached by the token's SHA-256 for ``cache_ttl_s`` (at most ``max_cached``
-entries, the oldest dropped first), so a scrape every few seconds costs two API calls per TTL.
+something that is not a review -> 503 (not cached), or at once when ``max_inflight`` reviews are already waiting (a burst of unknown tokens
+does not become a burst of API calls). Results are cached by the token's SHA-256 for
+``cache_ttl_s`` (at most ``max_cached`` entries, the oldest dropped first), so a scrape every few
+seconds costs two API calls per TTL.
 Needs RBAC: ``create`` on ``tokenreviews`` (authentication.k8s.io) and ``subjectaccessreviews``
 (authorization.k8s.io), cluster-wide, as the upstream chart's ClusterRole grants.
 """
@@ -50,6 +52,7 @@ class KubeAuthorizer:
         cache_ttl_s: float = 10.0,
         max_cached: int = 1024,
         timeout_s: float = 5.0,
+        max_inflight: int = 8,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = api_client
@@ -61,6 +64,8 @@ class KubeAuthorizer:
         self._clock = clock
         self._cache: OrderedDict[str, tuple[float, int]] = OrderedDict()
         self.reviews = 0  # TokenReviews sent (what the cache saves)
+        self.max_inflight = max_inflight
+        self._inflight = 0
 
     async def check(self, token: str) -> int:
         key = hashlib.sha256(token.encode()).hexdigest()
@@ -68,11 +73,16 @@ class KubeAuthorizer:
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
+        if self._inflight >= self.max_inflight:  # uncached tokens must not flood the API server
+            return UNAVAILABLE
+        self._inflight += 1
         try:
             status = await asyncio.wait_for(self._review(token), self.timeout_s)
         except (TimeoutError, client.ApiException, aiohttp.ClientError, OSError, ValueError) as exc:
             log.warning("metrics auth: the API server did not answer the review: %s", exc)
             return UNAVAILABLE
+        finally:
+            self._inflight -= 1
         self._cache[key] = (now + self.cache_ttl_s, status)
         self._cache.move_to_end(key)
         while len(self._cache) > self.max_cached:
