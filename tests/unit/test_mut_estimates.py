@@ -117,25 +117,6 @@ def test_tier_times_sync_charge_fetch_only_for_tokens_not_held() -> None:
     assert no_link == pytest.approx([(0.5 + cost(400, 1000)) / 2.0 + 0.3])
 
 
-def test_tier_times_async_overlap_the_load_with_the_queue() -> None:
-    queue_longer = ep(
-        local_hit_tokens=200,
-        global_hit_tokens=600,
-        queued_prefill_cost=0.5,
-        prefill_speed=2.0,
-        queued_fetch_s=9.0,
-    )
-    load_longer = ep(local_hit_tokens=200, global_hit_tokens=600, queued_prefill_cost=0.01)
-    got = tier_times_s(REQ, [queue_longer, load_longer], CM, FETCH, load_async=True)
-    assert got == pytest.approx(
-        [
-            max(0.5 / 2.0, 400 * FETCH) + cost(400, 1000) / 2.0,  # queued fetch never enters
-            max(0.01, 400 * FETCH) + cost(400, 1000),
-        ]
-    )
-    assert 400 * FETCH < 0.5 / 2.0 and 400 * FETCH > 0.01  # each branch of the max is taken
-
-
 def test_tier_time_tokens() -> None:
     e = ep(
         local_hit_tokens=200,
@@ -152,11 +133,6 @@ def test_tier_time_tokens() -> None:
         300 * unit + 400 * unit + 400 * FETCH
     )
     assert tier_time_tokens_s(REQ, e, 2e-3, None) == pytest.approx(300 * unit + 400 * unit + 0.3)
-    assert tier_time_tokens_s(REQ, e, 2e-3, FETCH, load_async=True) == pytest.approx(
-        max(300 * unit, 400 * FETCH) + 400 * unit
-    )
-    slow_link = tier_time_tokens_s(REQ, e, 2e-3, 1e-2, load_async=True)
-    assert slow_link == pytest.approx(400 * 1e-2 + 400 * unit)
     held = ep(local_hit_tokens=600, global_hit_tokens=200, queued_fetch_s=-2.0)
     assert tier_time_tokens_s(REQ, held, 1e-3, FETCH) == pytest.approx(0.4)
 

@@ -573,6 +573,8 @@ BOUNDS: list[tuple[str, Any, Any]] = [
     ("router.parameters.globalFetchSPerToken", 0.0, -1e-9),
     ("router.parameters.costModel", {"cLinS": 1e-9, "cAttS": 0.0}, {"cLinS": 0.0, "cAttS": 0.0}),
     ("router.parameters.costModel", {"cLinS": 1e-9, "cAttS": 0.0}, {"cLinS": 1e-9, "cAttS": -1e-9}),
+    ("topology.routingSidecar.image", "i", ""),
+    ("topology.routingSidecar.tag", "t", ""),
     ("engine.drainS", 0, -1),
     ("engine.drainS", 3600, 3601),
     ("model.storage", {"claimName": "c", "mountPath": "/w"}, {"claimName": "c", "mountPath": "w"}),
@@ -592,6 +594,12 @@ def test_bounds(path: str, ok: Any, bad: Any) -> None:
     with pytest.raises(InvalidSpecError) as err:
         parse_spec(_set(path, bad))
     assert path.split(".")[-1] in str(err.value)
+
+
+def test_block_size_above_its_bound_is_refused_by_the_bound() -> None:
+    rejects(
+        "model.blockSize: Input should be less than or equal to 1024", model={"name": "m", "blockSize": 1025}
+    )
 
 
 def test_gpus_per_pod_zero_is_a_cpu_only_role_whatever_its_tensor_parallel_size() -> None:
@@ -733,6 +741,17 @@ def test_policy_owned_parameters_are_kept_as_given() -> None:
     p = parse(router={"policy": "smetric", "parameters": {"slack": 1.5, "hitRatio": 0.4}}).router.parameters
     assert p.policy_owned == {"slack": 1.5, "hitRatio": 0.4}
     rejects("router.parameters", router={"parameters": {"slack": "fast"}})
+
+
+def test_policy_context_is_typed_and_kept_apart_from_policy_owned_keys() -> None:
+    p = parse(
+        router={"parameters": {"costModel": {"cLinS": 1e-4, "cAttS": 0.0}, "tpot_slo_s": 0.05, "slack": 2.0}}
+    ).router.parameters
+    assert p.cost_model is not None and (p.cost_model.c_lin_s, p.cost_model.c_att_s) == (1e-4, 0.0)
+    assert p.tpot_slo_s == 0.05  # the Python name works as well as tpotSloS
+    assert p.policy_owned == {"slack": 2.0}
+    with pytest.raises(ValueError, match="frozen"):
+        p.tpot_slo_s = 1.0
 
 
 def test_spec_must_be_a_mapping() -> None:

@@ -113,8 +113,6 @@ def test_balance_estimate_tier_counts_the_global_tier_and_local_does_not() -> No
     assert local == pytest.approx([0.9, 0.9])
     no_qf = smetric(p, queued_fetch=False).balance_times_s(FOLLOW_UP, eps)
     assert no_qf == pytest.approx([0.4 + 500 * 1e-4, 0.9])
-    async_load = SMetric(replace(p, global_load_mode="async")).balance_times_s(FOLLOW_UP, eps)
-    assert async_load == pytest.approx([max(0.0, 500 * 1e-4) + 0.4, 0.9])
 
 
 # ---- SMetric's rule ---------------------------------------------------------------------------
@@ -195,8 +193,3 @@ def test_meets_estimates() -> None:
     assert local._meets_times_s(req, eps, balance) == pytest.approx([0.9, 0.9])
     both_local = smetric(p, meets_estimate="local", balance_estimate="local")
     assert both_local._meets_times_s(req, eps, [7.0, 8.0]) == [7.0, 8.0]
-    assert SMetric(replace(p, global_load_mode="async")).params.global_load_mode == "async"
-    async_meets = smetric(replace(p, global_load_mode="async"), balance_estimate="local")
-    assert async_meets._meets_times_s(req, eps, [7.0, 7.0]) == pytest.approx(
-        [max(0.0, 500 * 1e-4) + 0.4, 0.9]
-    )
