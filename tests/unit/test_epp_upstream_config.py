@@ -293,3 +293,14 @@ schedulingProfiles:
     assert any("threshold 100 (characters" in w for w in loaded.warnings)
     always = _read(text.replace("threshold: 100", "threshold: 0"))
     assert always.config.pdDisaggregation.nonCachedTokens is None
+
+
+def test_scorers_beside_a_named_policy_are_reported_as_ignored() -> None:
+    loaded = _read(
+        ENVELOPE
+        + "plugins: [{type: smetric}, {type: queue-scorer}]\n"
+        + "schedulingProfiles: [{name: d, plugins: [{pluginRef: smetric}, {pluginRef: queue-scorer, weight: 3}]}]\n"
+    )
+    assert loaded.config.policy.name == "smetric"
+    (warning,) = loaded.warnings
+    assert "scores alone" in warning and "queue-scorer" in warning

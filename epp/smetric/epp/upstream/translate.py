@@ -57,6 +57,7 @@ LOAD_SCORERS = frozenset(
 )
 SESSION_SCORERS = frozenset({"session-affinity-scorer"})
 LATENCY_SCORERS = frozenset({"latency-scorer"})
+SCORERS = PREFIX_SCORERS | LOAD_SCORERS | SESSION_SCORERS | LATENCY_SCORERS
 PICKERS = frozenset({"max-score-picker", "random-picker", "weighted-random-picker"})
 # Upstream types whose work the picker does itself: no warning.
 BUILT_IN = frozenset(
@@ -261,6 +262,12 @@ def _policy(r: _Reader, profile: SchedulingProfile | None) -> tuple[str, dict[st
             not isinstance(served, list) or not all(isinstance(m, str) for m in served)
         ):
             raise TranslateError(f"plugins[{p.ref}]: servedModels must be a list of model names")
+        beside = sorted({q.type for q, _ in refs if q.type in SCORERS})
+        if beside:
+            r.warn(
+                f"plugins[{p.ref}]: the policy {_policy_name(p)!r} scores alone; the scorers beside it in "
+                f"the profile ({', '.join(beside)}) are ignored"
+            )
         return _policy_name(p), params, served
     name, params = _nearest(r, profile, refs)
     return name, params, None
