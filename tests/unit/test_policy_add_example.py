@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.operator.gencrd import CRD_PATHS, render, router_schema
+from smetric.operator.gencrd import crd_text, router_schema
 from smetric.policy import Router, params_from_mapping
 from smetric.policy.registry import REGISTRY, Registry
 from smetric.sim import cli
@@ -104,4 +104,4 @@ def test_generated_crd_schema_lists_it(registry: Registry) -> None:
     assert weight["type"] == "number" and weight["exclusiveMinimum"] is True and weight["minimum"] == 0
     assert "Default 1.0" in weight["description"]
     # `smetric-operator gen-crd --write` would rewrite both CRD copies with it (the generated files)
-    assert "queueWeight" in render(CRD_PATHS[0].read_text(encoding="utf-8"), registry)
+    assert "queueWeight" in crd_text(registry=registry)

@@ -1,5 +1,5 @@
 """``smetric-operator``: ``render FILE`` (offline, YAML stream), ``run`` (the kopf controller) or
-``gen-crd`` (the CRD's policy schema from the policy registry, :mod:`smetric.operator.gencrd`)."""
+``gen-crd`` (the CRD from the spec model and the policy registry, :mod:`smetric.operator.gencrd`)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--verbose", action="store_true")
     gen = sub.add_parser(
-        "gen-crd", help="write router.policy/parameters of the CRD and its chart copy from the policy models"
+        "gen-crd", help="write the CRD and its chart copy from the spec model and the policy registry"
     )
     gen.add_argument("--write", action="store_true", help="rewrite both copies in place")
     gen.add_argument("--check", action="store_true", help="exit 1 when a copy is out of date")

@@ -1,22 +1,25 @@
 """Typed ``SMetricPool`` spec: the operator's trust boundary (pydantic, camelCase like the CRD).
 
-Defaults here mirror the CRD's OpenAPI defaults (``crds/smetricpools.smetric.io.yaml``); a unit
-test checks they agree. Cross-field rules the CRD also enforces with CEL are re-checked here, so
-a CR that reached the operator without the API server's validation (an older CRD, ``kubectl
---validate=false`` against a cluster without CEL) still gets a clear ``InvalidSpec`` condition.
+The CRD's ``.spec`` schema is generated from these models (``smetric-operator gen-crd --write``,
+:mod:`smetric.operator.gencrd`): each field's type, default, range and ``description`` here is
+what the API server validates and ``kubectl explain`` shows; ``json_schema_extra`` carries what
+the CRD states beyond pydantic's constraints (the CEL rules of :data:`CEL_RULES`, a ``pattern``
+a validator checks with a clearer message). Cross-field rules the CRD enforces with CEL are
+re-checked here (:func:`cross_field_problems`), so a CR that reached the operator without the
+API server's validation (an older CRD, ``kubectl --validate=false`` against a cluster without
+CEL) still gets a clear ``InvalidSpec`` condition.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from smetric.operator.sidecar import sidecar_problem
+from smetric.operator.spec_rules import CEL_RULES, QUANTITY_PATTERN, cross_field_problems, quantity_bytes
 from smetric.policy.config import params_from_mapping, policy_keys
-from smetric.policy.registry import POLICY_NAMES, default_policy
+from smetric.policy.registry import default_policy
 
 DEFAULT_GPU_PRODUCTS: tuple[str, ...] = ("NVIDIA-H20", "NVIDIA-H20-3e")
 # Pinned, overridable images. vLLM 0.32.0: the engine version whose flags, metrics and KV events
@@ -25,30 +28,8 @@ VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
 # Mooncake master: images/mooncake.Dockerfile (mooncake-transfer-engine 0.3.13.post1 from PyPI).
 MOONCAKE_IMAGE = "ghcr.io/smetric/mooncake-master:0.3.13.post1"
 EPP_IMAGE = "ghcr.io/smetric/smetric-epp:0.1.0"
-QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
-_QUANTITY_FACTORS: dict[str, int] = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-}
-
-
-def quantity_bytes(quantity: str) -> int:
-    """``"32Gi" -> 34359738368``: a Kubernetes memory quantity (binary or decimal suffix) in bytes."""
-    match = re.fullmatch(QUANTITY_PATTERN, quantity.strip())
-    if match is None:
-        raise ValueError(f"{quantity!r} is not a memory quantity like 32Gi or 500M")
-    suffix = match.group(2) or ""
-    number = quantity.strip()[: len(quantity.strip()) - len(suffix)]
-    return int(float(number) * _QUANTITY_FACTORS[suffix])
+# The CRD states the quantity pattern; the field validators check it with a clearer message.
+_QUANTITY_SCHEMA: dict[str, Any] = {"pattern": QUANTITY_PATTERN}
 
 
 class _Spec(BaseModel):
@@ -58,11 +39,15 @@ class _Spec(BaseModel):
 class ModelStorage(_Spec):
     """A volume holding the weights, mounted into every engine (and the picker, for its tokenizer)."""
 
-    claim_name: str = Field(min_length=1)  # PVC (ReadOnlyMany / ReadWriteMany for more than one pod)
+    claim_name: str = Field(
+        min_length=1, description="PersistentVolumeClaim (ReadOnlyMany/ReadWriteMany for more than one pod)."
+    )
     mount_path: str = Field(default="/models", pattern=r"^/")
     read_only: bool = True
-    hf_cache: bool = (
-        True  # the volume holds a Hugging Face hub cache (HF_HOME); False: model.name is a path in it
+    hf_cache: bool = Field(
+        default=True,
+        description="The volume holds a Hugging Face hub cache (HF_HOME=mountPath; offline when readOnly). "
+        "false = model.name is the path of the model directory inside the volume.",
     )
 
 
@@ -72,19 +57,48 @@ class HfSecret(_Spec):
 
 
 class ModelSpec(_Spec):
-    name: str = Field(min_length=1)
-    served_name: str | None = None
-    image: str = VLLM_IMAGE
-    command: tuple[str, ...] = ()  # replaces `vllm serve <model>` + generated engine flags
-    extra_args: tuple[str, ...] = ()
+    name: str = Field(
+        min_length=1,
+        description="Model to serve (Hugging Face id or path), e.g. Qwen/Qwen3-Coder-30B-A3B-Instruct.",
+    )
+    served_name: str | None = Field(
+        default=None, description="Name clients send in `model` (default = name)."
+    )
+    image: str = Field(
+        default=VLLM_IMAGE,
+        description="vLLM image (pinned; the rendered flags are vLLM 0.32's engine arguments).",
+    )
+    command: tuple[str, ...] = Field(
+        default=(),
+        description="Replaces `vllm serve <model>` and the generated engine flags (e.g. the SMetric "
+        "emulator: [smetric, emulate]); extraArgs follow it.",
+    )
+    extra_args: tuple[str, ...] = Field(default=(), description="Appended to the engine's command line.")
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
     max_model_len: int | None = Field(default=None, ge=1)
-    block_size: int = Field(default=16, ge=16, le=1024)
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
-    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
-    storage: ModelStorage | None = None
-    hf_token_secret: HfSecret | None = None
-    env: tuple[dict[str, Any], ...] = ()
+    # multipleOf in the CRD; cross_field_problems checks it with the field's value in the message.
+    block_size: int = Field(default=16, ge=16, le=1024, json_schema_extra={"multipleOf": 16})
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        default="auto",
+        description="vLLM --kv-cache-dtype (fp8 halves KV bytes per token; longer agent contexts fit).",
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        description="vLLM --gpu-memory-utilization (omitted = vLLM's default, 0.9).",
+    )
+    storage: ModelStorage | None = Field(
+        default=None,
+        description="PersistentVolumeClaim with the weights, mounted in every engine (and the picker for its "
+        "tokenizer). ReadOnlyMany/ReadWriteMany when more than one pod mounts it.",
+    )
+    hf_token_secret: HfSecret | None = Field(
+        default=None, description="Secret with a Hugging Face token (gated models); exported as HF_TOKEN."
+    )
+    env: tuple[dict[str, Any], ...] = Field(
+        default=(), description="Extra environment variables of every engine container."
+    )
 
     @property
     def served(self) -> str:
@@ -109,41 +123,70 @@ class PodOverrides(_Spec):
 
 class RoleReplicas(_Spec):
     replicas: int = Field(ge=0, le=1024)
-    autoscaled: bool = False  # an autoscaler owns the Deployment's replicas: the operator never applies them
-    tensor_parallel_size: int | None = Field(default=None, ge=1, le=64)  # default: model.tensorParallelSize
-    gpus_per_pod: int | None = Field(default=None, ge=0, le=64)  # default: gpus.countPerPod
-    extra_args: tuple[str, ...] = ()  # appended after model.extraArgs for this role
-    pod: PodOverrides = PodOverrides()
+    autoscaled: bool = Field(
+        default=False,
+        description="An autoscaler owns the Deployment's replicas (never applied by the operator).",
+    )
+    tensor_parallel_size: int | None = Field(
+        default=None, ge=1, le=64, description="Omitted = model.tensorParallelSize."
+    )
+    gpus_per_pod: int | None = Field(default=None, ge=0, le=64, description="Omitted = gpus.countPerPod.")
+    extra_args: tuple[str, ...] = Field(
+        default=(), description="Appended after model.extraArgs for this role."
+    )
+    pod: PodOverrides = Field(
+        default=PodOverrides(), description="Pod overrides for this role (merged after engine.pod)."
+    )
 
 
 class RoutingSidecarSpec(_Spec):
-    # Unset: the release and image that speak topology.pdConnector (smetric.operator.sidecar).
+    # Unset: the release and image that speak topology.pdConnector (smetric.operator.sidecar;
+    # the routingSidecar field's description names them).
     image: str | None = Field(default=None, min_length=1)
     tag: str | None = Field(default=None, min_length=1)
 
 
 class TopologySpec(_Spec):
     mode: Literal["colocated", "disaggregated"] = "colocated"
-    replicas: int | None = Field(default=None, ge=0, le=1024)
-    autoscaled: bool = False  # colocated: an autoscaler owns the engine Deployment's replicas
+    replicas: int | None = Field(
+        default=None, ge=0, le=1024, description="Engines serving prefill and decode (mode=colocated)."
+    )
+    autoscaled: bool = Field(
+        default=False,
+        description="mode=colocated: an autoscaler (HPA/KEDA on the engine Deployment) owns its replicas; "
+        "the operator's server-side apply then never sends them.",
+    )
     prefill: RoleReplicas | None = None
     decode: RoleReplicas | None = None
     pd_connector: Literal["nixl", "mooncake"] = "nixl"
-    routing_sidecar: RoutingSidecarSpec = RoutingSidecarSpec()
+    routing_sidecar: RoutingSidecarSpec = Field(
+        default=RoutingSidecarSpec(),
+        description="llm-d routing sidecar on decode pods (mode=disaggregated). Unset: the release that "
+        "speaks pdConnector (nixl: ghcr.io/llm-d/llm-d-routing-sidecar:v0.8.0, mooncake: "
+        "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.10.0); mooncake needs v0.9.0 or later.",
+    )
 
 
 class RdmaSpec(_Spec):
-    resource_name: str = Field(min_length=1)
+    resource_name: str = Field(min_length=1, description="e.g. rdma/ib or rdma/hca_shared_devices_a.")
     count: int = Field(default=1, ge=1)
 
 
 class GpuSpec(_Spec):
-    count_per_pod: int = Field(default=1, ge=0, le=64)  # 0 = CPU-only (emulator)
-    products: tuple[str, ...] = DEFAULT_GPU_PRODUCTS
+    count_per_pod: int = Field(
+        default=1, ge=0, le=64, description="nvidia.com/gpu per engine pod; 0 = CPU-only (the emulator)."
+    )
+    products: tuple[str, ...] = Field(
+        default=DEFAULT_GPU_PRODUCTS,
+        description="Required node label values of nvidia.com/gpu.product ([] = no affinity).",
+    )
     tolerations: tuple[dict[str, Any], ...] = ()
     rdma: RdmaSpec | None = None
-    shm_size: str = "16Gi"
-    resources: dict[str, Any] = Field(default_factory=dict)
+    shm_size: str = Field(default="16Gi", json_schema_extra=_QUANTITY_SCHEMA)
+    resources: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra requests/limits (cpu, memory) merged with the GPU/RDMA resources.",
+    )
 
     @field_validator("shm_size")
     @classmethod
@@ -159,7 +202,8 @@ class MooncakeMasterSpec(_Spec):
     eviction_high_watermark_ratio: float = Field(default=0.9, gt=0.0, le=1.0)
     # The master keeps only object metadata (segments live in the engines): a small default.
     resources: dict[str, Any] = Field(
-        default_factory=lambda: {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
+        default_factory=lambda: {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
+        description="The Mooncake master container's requests and limits.",
     )
 
 
@@ -170,12 +214,23 @@ class LmcacheSpec(_Spec):
 
 class GlobalKvSpec(_Spec):
     enabled: bool = False
-    mooncake_image: str = MOONCAKE_IMAGE
+    mooncake_image: str = Field(
+        default=MOONCAKE_IMAGE,
+        description="Built from images/mooncake.Dockerfile (mooncake-transfer-engine 0.3.13.post1).",
+    )
     master: MooncakeMasterSpec = MooncakeMasterSpec()
-    segment_size: str = "32Gi"
-    local_buffer_size: str = "2Gi"
+    segment_size: str = Field(
+        default="32Gi",
+        description="Memory each engine pod contributes to the global tier.",
+        json_schema_extra=_QUANTITY_SCHEMA,
+    )
+    local_buffer_size: str = Field(default="2Gi", json_schema_extra=_QUANTITY_SCHEMA)
     protocol: Literal["tcp", "rdma"] = "tcp"
-    device_names: tuple[str, ...] = ()
+    # default [] so the CEL rule's size(deviceNames) reads a value; _device_names checks the pattern.
+    device_names: tuple[str, ...] = Field(
+        default=(),
+        json_schema_extra={"default": [], "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"}},
+    )
     lmcache: LmcacheSpec = LmcacheSpec()
 
     @field_validator("segment_size", "local_buffer_size")
@@ -242,33 +297,75 @@ class PolicyParameters(_Spec):
 
 class RouterSpec(_Spec):
     # None = the pool's default: llmd-slo with a global KV tier, lmetric without one
-    # (smetric.policy.registry.default_policy; SMetricPoolSpec.routing_policy resolves it)
+    # (smetric.policy.registry.default_policy; SMetricPoolSpec.routing_policy resolves it). The
+    # CRD's enum and the parameters' policy-owned keys come from the registry (gencrd.router_schema).
     policy: str | None = None
     parameters: PolicyParameters = PolicyParameters()
-    # None = the pool's default (SMetricPoolSpec.prefix_index, .picker_replicas): the precise index
-    # on 2 replicas where the operator renders vLLM (it publishes KV events), else approximate on 1.
-    prefix_index: Literal["precise", "approximate"] | None = None
-    image: str = EPP_IMAGE
-    replicas: int | None = Field(default=None, ge=0, le=16)
-    resources: dict[str, Any] = Field(
-        default_factory=lambda: {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
+    # None = the pool's default (SMetricPoolSpec.prefix_index, .picker_replicas).
+    prefix_index: Literal["precise", "approximate"] | None = Field(
+        default=None,
+        description="Unset = precise with the rendered vLLM engines (they publish KV events), approximate "
+        "with model.command.",
     )
-    failure_mode: Literal["FailOpen", "FailClose"] = "FailClose"
-    hash_seed: str = Field(default="0", pattern=r"^[0-9]+$")
-    secure_serving: bool = True  # TLS on 9002 (upstream default); false for gateways that speak h2c
-    cert_secret_name: str | None = None  # kubernetes.io/tls Secret; none = self-signed at start-up
-    decision_log: bool = False  # one log line per routing decision (SIGUSR1 toggles at runtime)
-    pod: PodOverrides = PodOverrides()
+    image: str = Field(
+        default=EPP_IMAGE, description="Built from images/epp.Dockerfile (docs/deploy.md); not published."
+    )
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        le=16,
+        description="Unset = 2 with the precise prefix index (a picker restart keeps routing), 1 with the "
+        "approximate one.",
+    )
+    resources: dict[str, Any] = Field(
+        default_factory=lambda: {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}},
+        description="The picker container's requests and limits.",
+    )
+    failure_mode: Literal["FailOpen", "FailClose"] = Field(
+        default="FailClose",
+        description="The InferencePool's endpointPickerRef.failureMode (GIE v1): when the picker does not "
+        "respond, FailOpen lets the gateway forward to an endpoint of its own choosing, FailClose drops the "
+        "request.",
+    )
+    hash_seed: str = Field(
+        default="0",
+        pattern=r"^[0-9]+$",
+        description="PYTHONHASHSEED shared by every engine and the picker (block hashes).",
+    )
+    secure_serving: bool = Field(
+        default=True,
+        description="TLS on the ext_proc port (upstream default); false for gateways that speak h2c.",
+    )
+    cert_secret_name: str | None = Field(
+        default=None,
+        description="kubernetes.io/tls Secret for the picker (default a self-signed certificate).",
+    )
+    decision_log: bool = Field(
+        default=False, description="One log line per routing decision (SIGUSR1 toggles it at runtime)."
+    )
+    pod: PodOverrides = Field(default=PodOverrides(), description="Pod overrides for the picker.")
 
 
 class EngineSpec(_Spec):
     """Every model-server pod: overrides, host memory and draining of long agent streams."""
 
-    pod: PodOverrides = PodOverrides()
+    pod: PodOverrides = Field(
+        default=PodOverrides(),
+        description="Pod overrides for every engine pod (like LLMInferenceService template).",
+    )
     # vLLM process host memory besides the sized buffers (CUDA context, pinned staging, tokenizer):
     # a stated assumption; shm and the global tier's buffers are added on top (render_engine).
-    host_memory: str = "32Gi"
-    drain_s: int = Field(default=300, ge=0, le=3600)  # preStop wait: a long agent turn streams for minutes
+    host_memory: str = Field(
+        default="32Gi",
+        description="vLLM process host memory; shm and global-tier buffers are added to the request.",
+        json_schema_extra=_QUANTITY_SCHEMA,
+    )
+    drain_s: int = Field(
+        default=300,
+        ge=0,
+        le=3600,
+        description="preStop wait so long agent streams finish (grace period = drainS + 30).",
+    )
 
     @field_validator("host_memory")
     @classmethod
@@ -278,14 +375,22 @@ class EngineSpec(_Spec):
 
 
 class ObservabilitySpec(_Spec):
-    pod_monitor: bool = False  # monitoring.coreos.com/v1 PodMonitors (Prometheus Operator)
-    # A ServiceMonitor on the picker's Service (port http-metrics) instead of its PodMonitor.
-    service_monitor: bool = False
+    pod_monitor: bool = Field(
+        default=False, description="monitoring.coreos.com/v1 PodMonitors (Prometheus Operator)."
+    )
+    service_monitor: bool = Field(
+        default=False,
+        description="A ServiceMonitor on the picker's Service (port http-metrics) instead of its PodMonitor.",
+    )
 
 
 class PolicySpec(_Spec):
-    network_policy: bool = True  # NetworkPolicies for the picker, the engines and the Mooncake master
-    pod_disruption_budget: bool = True  # maxUnavailable 1 per engine role with 2+ replicas
+    network_policy: bool = Field(
+        default=True, description="NetworkPolicies for the picker, the engines and the Mooncake master."
+    )
+    pod_disruption_budget: bool = Field(
+        default=True, description="PodDisruptionBudgets: maxUnavailable 1 per engine role with 2+ replicas."
+    )
 
 
 class ParentRef(_Spec):
@@ -297,25 +402,40 @@ class GatewaySpec(_Spec):
     parent_ref: ParentRef
     path: str = Field(default="/", pattern=r"^/")
     hostnames: tuple[str, ...] = ()
-    # Match X-Gateway-Model-Name = model.servedName (GIE body-based routing copies `model` into it):
-    # several pools on one Gateway and path. Without BBR use distinct paths or hostnames.
-    match_model_header: bool = False
-    provider: Literal["none", "istio", "gke", "kgateway", "envoy-gateway"] = "none"
+    match_model_header: bool = Field(
+        default=False,
+        description="Also match X-Gateway-Model-Name = model.servedName (set by GIE body-based routing): "
+        "several pools on one Gateway and path. Without it use distinct paths or hostnames.",
+    )
+    provider: Literal["none", "istio", "gke", "kgateway", "envoy-gateway"] = Field(
+        default="none",
+        description="Gateway implementation; renders what it needs (Istio DestinationRule, GKE policies).",
+    )
 
 
 class SMetricPoolSpec(_Spec):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in CEL_RULES]},
+    )
     model: ModelSpec
     topology: TopologySpec = TopologySpec()
     gpus: GpuSpec = GpuSpec()
     global_kv: GlobalKvSpec = Field(default=GlobalKvSpec(), alias="globalKV")
     router: RouterSpec = RouterSpec()
     gateway: GatewaySpec | None = None
-    engine: EngineSpec = EngineSpec()
+    engine: EngineSpec = Field(default=EngineSpec(), description="Every model-server pod.")
     observability: ObservabilitySpec = ObservabilitySpec()
     policies: PolicySpec = PolicySpec()
-    # Take over objects of the children's names that another owner holds (a Helm release, a
-    # same-named pool's leftovers); off: they are left alone and the status names them.
-    adopt_existing: bool = False
+    adopt_existing: bool = Field(
+        default=False,
+        description="Take over objects with a child's name that the pool does not own (a Helm release's "
+        "InferencePool or Service, an earlier pool's leftovers). Off: they are left alone and the Degraded "
+        "condition (reason NotOwned) names them and their holder.",
+    )
 
     @property
     def routing_policy(self) -> str:
@@ -343,54 +463,6 @@ class SMetricPoolSpec(_Spec):
         if problems:
             raise ValueError("; ".join(problems))
         return self
-
-
-def cross_field_problems(spec: SMetricPoolSpec) -> list[str]:
-    """Rules spanning fields (the CRD states the same ones as CEL ``x-kubernetes-validations``)."""
-    problems: list[str] = []
-    topo = spec.topology
-    if topo.mode == "colocated":
-        if topo.replicas is None:
-            problems.append("topology.mode=colocated requires topology.replicas")
-        if topo.prefill is not None or topo.decode is not None:
-            problems.append("topology.prefill/decode are only valid with mode=disaggregated")
-    else:
-        if topo.prefill is None or topo.decode is None:
-            problems.append(
-                "topology.mode=disaggregated requires topology.prefill.replicas and topology.decode.replicas"
-            )
-        if topo.replicas is not None:
-            problems.append("topology.replicas is only valid with mode=colocated (use prefill/decode)")
-    if spec.model.block_size % 16 != 0:
-        problems.append(f"model.blockSize={spec.model.block_size} must be a multiple of 16")
-    tp, gpus = spec.model.tensor_parallel_size, spec.gpus.count_per_pod
-    if gpus > 0 and gpus % tp != 0:
-        problems.append(f"model.tensorParallelSize={tp} must divide gpus.countPerPod={gpus}")
-    for role_name, role in (("prefill", topo.prefill), ("decode", topo.decode)):
-        if role is None:
-            continue
-        role_tp = role.tensor_parallel_size or tp
-        role_gpus = gpus if role.gpus_per_pod is None else role.gpus_per_pod
-        if role_gpus > 0 and role_gpus % role_tp != 0:
-            problems.append(
-                f"topology.{role_name}: tensorParallelSize={role_tp} must divide gpusPerPod={role_gpus}"
-            )
-    if topo.mode == "disaggregated":
-        sidecar = topo.routing_sidecar
-        problem = sidecar_problem(topo.pd_connector, sidecar.image, sidecar.tag)
-        if problem:
-            problems.append(problem)
-    if spec.picker_replicas > 1 and spec.prefix_index == "approximate":
-        problems.append(
-            f"router.replicas={spec.picker_replicas} with the approximate prefix index: each replica learns "
-            "only from its own routing, so follow-up turns lose their engine (docs/picker.md); use "
-            "router.prefixIndex=precise or router.replicas=1"
-        )
-    if spec.router.policy is not None and spec.router.policy not in POLICY_NAMES:
-        problems.append(f"router.policy={spec.router.policy!r} is not one of {', '.join(POLICY_NAMES)}")
-    if spec.global_kv.enabled and spec.global_kv.protocol == "rdma" and not spec.global_kv.device_names:
-        problems.append("globalKV.protocol=rdma requires globalKV.deviceNames (e.g. [mlx5_0])")
-    return problems
 
 
 class InvalidSpecError(ValueError):
