@@ -37,7 +37,7 @@ from smetric.bench.replay import RequestRecord, SendSpec
 from smetric.bench.report import PolicyResult, record_line
 from smetric.bench.rowreport import plot_rows, render_rows, summary_markdown, write_rows_json
 from smetric.bench.runner import RunSettings, run_row
-from smetric.bench.stacks import ClusterSpec, Frontend, check_peer, frontends
+from smetric.bench.stacks import ClusterSpec, Frontend, check_peer, frontends, replica_counts
 from smetric.bench.sweep import (
     KNEE_ATTAINMENT,
     Cell,
@@ -121,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="picker rows: Envoy's pool cluster (override_host: pool endpoints only, retries on the "
         "picker's fallbacks) or the header-driven ORIGINAL_DST cluster (no retry)",
     )
+    p.add_argument(
+        "--pickers", default="1", help="picker rows: replica counts behind one ext_proc cluster, e.g. 1,2,4"
+    )
+    p.add_argument("--prefix-index", choices=("auto", "precise", "approximate"), default="auto",
+                   help="picker rows: the pickers' prefix index (precise reads each engine's KV events)")  # fmt: skip
     p.add_argument("--api", choices=APIS, default="chat",
                    help="wire API of the replayed traffic: OpenAI chat completions or Anthropic Messages (/v1/messages)")  # fmt: skip
     p.add_argument("--compare-sim", action="store_true",
@@ -335,8 +340,9 @@ class Bench:
             console.print(f"[yellow]smetric bench: {missing_peer}[/]")
             peers = [p for p in peers if not p.startswith("vllm-router")]
         self.rows = frontends(
-            _split(preset.policies), peers, args.envoy, args.response_path, args.envoy_upstream
-        )
+            _split(preset.policies), peers, args.envoy, args.response_path, args.envoy_upstream,
+            replica_counts(args.pickers), args.prefix_index,
+        )  # fmt: skip
         if not self.rows:
             raise BenchError("nothing to run: give --policies and/or --peer")
         self.labels = [fe.label for fe in self.rows]

@@ -125,6 +125,8 @@ class PickerFrontend:
     startup_timeout_s: float = 60.0
     response_path: str = "inline"  # or "observer": the picker's --response-path and Envoy's filter
     upstream: str = "pool"  # or "original-dst"
+    pickers: int = 1  # replicas behind one Envoy ext_proc cluster (round robin per request)
+    prefix_index: str = "auto"  # the picker's --prefix-index (precise: each engine's KV events)
 
     @property
     def router(self) -> str:
@@ -132,10 +134,10 @@ class PickerFrontend:
 
     @property
     def label(self) -> str:
-        return self.policy
+        return self.policy if self.pickers == 1 else f"{self.policy} x{self.pickers}"
 
     def envoy_options(
-        self, cluster: Cluster, listen_port: int, admin_port: int, picker_port: int
+        self, cluster: Cluster, listen_port: int, admin_port: int, picker_port: int, *more_pickers: int
     ) -> EnvoyOptions:
         from smetric.epp.envoy import EnvoyOptions
 
@@ -143,6 +145,7 @@ class PickerFrontend:
             listen_port=listen_port,
             admin_port=admin_port,
             picker_port=picker_port,
+            more_picker_ports=more_pickers,
             response_path="observer" if self.response_path == "observer" else "inline",
             pool_endpoints=tuple(cluster.endpoints) if self.upstream == "pool" else (),
         )
@@ -161,24 +164,39 @@ class PickerFrontend:
         config = work_dir / f"picker-{self.policy}.yaml"
         parameters = picker_parameters(spec.preset, spec.token_cost_scale)
         config.write_text(yaml.safe_dump({"policy": {"name": self.policy, "parameters": parameters}}))
-        grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
-        argv = [
+        endpoints = f"--endpoints={','.join(cluster.endpoints)}"
+        if self.prefix_index == "precise":  # each engine publishes its KV events on its own port
+            pool = work_dir / "endpoints.yaml"
+            entries = zip(cluster.endpoints, cluster.kv_event_endpoints, strict=True)
+            pool.write_text(yaml.safe_dump([{"address": e, "kv_events": k} for e, k in entries]))
+            endpoints = f"--endpoints=@{pool}"
+        base = [
             *smetric_argv("epp"),
-            f"--endpoints={','.join(cluster.endpoints)}",
+            endpoints,
+            f"--prefix-index={self.prefix_index}",
             f"--config={config}",
-            f"--grpc-port={grpc_port}",
-            f"--grpc-health-port={health_port}",
-            f"--metrics-port={metrics_port}",
             f"--block-size={spec.block_size}",
             f"--hash-seed={spec.hash_seed}",
             f"--response-path={self.response_path}",
             "--log-level=warning",
             "--secure-serving=false",  # the local Envoy speaks h2c to the picker
         ]
-        await sup.start("picker", argv, env={"PYTHONHASHSEED": spec.hash_seed})
-        await wait_grpc_serving(f"{HOST}:{health_port}", sup, self.startup_timeout_s, "picker")
+        grpc_ports: list[int] = []
+        metrics_port = 0
+        for i in range(self.pickers):  # the first one's metrics are the row's (one replica's view)
+            grpc_port, health_port, port = free_port(), free_port(), free_port()
+            metrics_port = metrics_port or port
+            ports = [
+                f"--grpc-port={grpc_port}",
+                f"--grpc-health-port={health_port}",
+                f"--metrics-port={port}",
+            ]
+            name = "picker" if i == 0 else f"picker{i}"
+            await sup.start(name, [*base, *ports], env={"PYTHONHASHSEED": spec.hash_seed})
+            await wait_grpc_serving(f"{HOST}:{health_port}", sup, self.startup_timeout_s, name)
+            grpc_ports.append(grpc_port)
         listen_port, admin_port = free_port(), free_port()
-        options = self.envoy_options(cluster, listen_port, admin_port, grpc_port)
+        options = self.envoy_options(cluster, listen_port, admin_port, *grpc_ports)
         bootstrap_path = work_dir / "envoy.json"
         bootstrap_path.write_text(json.dumps(bootstrap(options)))
         envoy_argv = [str(envoy), "-c", str(bootstrap_path), "--disable-hot-restart", "--log-level", "warning",
@@ -281,20 +299,43 @@ def frontends(
     envoy_binary: str,
     response_path: str = "inline",
     upstream: str = "pool",
+    pickers: Sequence[int] = (1,),
+    prefix_index: str = "auto",
 ) -> list[Frontend]:
-    """Rows in run order: every picker policy, then each peer router's policies."""
+    """Rows in run order: every picker policy (once per replica count), then each peer router's
+    policies."""
     if response_path not in ("inline", "observer"):
         raise BenchError(f"--response-path must be inline or observer, got {response_path!r}")
     if upstream not in ("pool", "original-dst"):
         raise BenchError(f"--envoy-upstream must be pool or original-dst, got {upstream!r}")
     out: list[Frontend] = [
-        PickerFrontend(p, envoy_binary, response_path=response_path, upstream=upstream) for p in policies
+        PickerFrontend(
+            p,
+            envoy_binary,
+            response_path=response_path,
+            upstream=upstream,
+            pickers=n,
+            prefix_index=prefix_index,
+        )
+        for p in policies
+        for n in pickers
     ]
     for peer in peers:
         check_peer(peer)
         only = peer.partition(":")[2]
         out += [VllmRouterFrontend(p) for p in ((only,) if only else PEER_POLICIES)]
     return out
+
+
+def replica_counts(text: str) -> list[int]:
+    """``--pickers 1,2,4`` -> [1, 2, 4]; anything but positive integers is a :class:`BenchError`."""
+    try:
+        counts = [int(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise BenchError(f"--pickers takes replica counts >= 1 (e.g. 1,2,4), got {text!r}")
+    return counts
 
 
 def check_peer(peer: str) -> None:
