@@ -325,7 +325,9 @@ async def test_buffered_mode_routes_and_delivers_the_body() -> None:
 
 
 async def test_pd_disaggregation_routes_to_decode_with_the_prefiller_header() -> None:
-    cfg = parse_config({"policy": {"name": "smetric"}, "pdDisaggregation": {"enabled": True}})  # sticky sessions: smetric
+    cfg = parse_config(
+        {"policy": {"name": "smetric"}, "pdDisaggregation": {"enabled": True}}
+    )  # sticky sessions: smetric
     async for s in make_stack(roles=("prefill", "prefill", "decode"), cfg=cfg):
         prefill = {s.backends[0].address, s.backends[1].address}
         prefillers = []
@@ -334,6 +336,22 @@ async def test_pd_disaggregation_routes_to_decode_with_the_prefiller_header() ->
             assert status == 200 and info["served_by"] == s.backends[2].address
             prefillers.append(info["prefiller"])
         assert prefillers[0] in prefill and len(set(prefillers)) == 1  # the session sticks to its prefill pod
+
+
+async def test_selective_pd_keeps_later_turns_on_the_decode_pod() -> None:
+    """pdDisaggregation.nonCachedTokens: the first turn takes the prefill hop; once the decode pod
+    holds the session's prompt, a turn whose new part is short skips it (no x-prefiller-host-port)."""
+    cfg = parse_config(
+        {"policy": {"name": "smetric"}, "pdDisaggregation": {"enabled": True, "nonCachedTokens": 200}}
+    )
+    async for s in make_stack(roles=("prefill", "decode", "decode"), cfg=cfg):
+        decode = {s.backends[1].address, s.backends[2].address}
+        status, first = await s.post(session_body("sel", 0))
+        assert status == 200 and first["served_by"] in decode and first["prefiller"]
+        for turns in range(1, 4):
+            status, info = await s.post(session_body("sel", turns))
+            assert status == 200 and info["served_by"] == first["served_by"]
+            assert not info["prefiller"]  # about 100 new tokens per turn: under the threshold
 
 
 async def _until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:

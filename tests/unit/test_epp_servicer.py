@@ -326,7 +326,8 @@ async def test_pd_disaggregation_sets_decode_destination_and_prefiller_header(se
     hdrs = set_headers(out[0])
     assert hdrs["x-smetric-destination-primary"] == "10.0.2.2:8000"  # least loaded decode pod
     assert hdrs["x-prefiller-host-port"] in ("10.0.1.1:8000", "10.0.1.2:8000")
-    assert index.routed == [hdrs["x-prefiller-host-port"]]
+    # both pods hold the prompt afterwards: the prefill pod computed it, the decode pod received it
+    assert index.routed == [hdrs["x-prefiller-host-port"], "10.0.2.2:8000"]
 
 
 async def test_two_replicas_given_the_same_inputs_make_the_same_decisions(serve: object) -> None:

@@ -198,6 +198,10 @@ class Picker:
             request.request_id, pick.ledger_address, pick.uncached_tokens, pick.cost_s, pick.fetch_s
         )
         self.index.on_routed(key, pick.ledger_address)
+        if pick.prefill and pick.destination != pick.ledger_address:
+            # P/D: the KV crosses to the decode pod, which then holds the prompt too (what lets
+            # selective P/D keep the session's next turn there)
+            self.index.on_routed(key, pick.destination)
         if tier is not None:  # the tokens it writes into the target's local tier: L - c
             tier.dispatched(key, pick.ledger_address, pick.uncached_tokens + pick.fetched_tokens)
         return pick
