@@ -14,7 +14,7 @@ Shape (the operator renders exactly the ``policy`` block)::
       kvCacheUtilThreshold: 0.8
     servedModels: []              # empty = accept any model (the engine answers 404 itself)
 
-An empty path gives the defaults: SMetric with the paper's parameters, colocated, no PD.
+An empty path gives the defaults: the default policy (``DEFAULT_POLICY``, llmd-slo), colocated, no PD.
 
 The upstream picker's ``EndpointPickerConfig`` (``apiVersion: inference.networking.x-k8s.io/v1alpha1``,
 ``plugins`` + ``schedulingProfiles``) is accepted too: :mod:`smetric.epp.upstream.translate` maps it
