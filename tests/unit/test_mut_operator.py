@@ -654,7 +654,41 @@ def test_quantity_bytes_refuses(bad: str) -> None:
         ({"model": {"name": "m", "blockSize": 24}}, "model.blockSize=24 must be a multiple of 16"),
         (
             {"gpus": {"countPerPod": 3}, "model": {"name": "m", "tensorParallelSize": 2}},
-            "tensorParallelSize=2 must divide gpus.countPerPod=3",
+            "model.tensorParallelSize=2 must divide gpus.countPerPod=3",
+        ),
+        (
+            {"model": {"name": "m", "tensorParallelSize": 2}},
+            "model.tensorParallelSize=2 must divide gpus.countPerPod=1",
+        ),
+        (
+            {
+                "gpus": {"countPerPod": 2},
+                "topology": {
+                    "mode": "disaggregated",
+                    "prefill": {"replicas": 1, "tensorParallelSize": 2, "gpusPerPod": 1},
+                    "decode": {"replicas": 1},
+                },
+            },
+            "topology.prefill: tensorParallelSize=2 must divide gpusPerPod=1",
+        ),
+        (
+            {
+                "topology": {
+                    "mode": "disaggregated",
+                    "prefill": {"replicas": 1},
+                    "decode": {"replicas": 1},
+                    "pdConnector": "mooncake",
+                    "routingSidecar": {"tag": "v0.8.0"},
+                },
+            },
+            "topology.pdConnector=mooncake needs a routing sidecar",
+        ),
+        (
+            {
+                "gpus": {"countPerPod": 4},
+                "topology": {"mode": "disaggregated", "decode": {"replicas": 1, "tensorParallelSize": 3}},
+            },
+            "topology.decode: tensorParallelSize=3 must divide gpusPerPod=4",  # checked without a prefill
         ),
         ({"router": {"policy": "nope"}}, "router.policy='nope' is not one of"),
         ({"router": {"parameters": {"bogus": 1}}}, "router.parameters: unknown key(s) bogus"),
@@ -673,11 +707,11 @@ def test_quantity_bytes_refuses(bad: str) -> None:
         ),
         (
             {"topology": {"mode": "disaggregated", "prefill": {"replicas": 1}}},
-            "requires topology.prefill.replicas and topology.decode.replicas",
+            "topology.mode=disaggregated requires topology.prefill.replicas and topology.decode.replicas",
         ),
         (
             {"topology": {"mode": "disaggregated", "decode": {"replicas": 1}}},
-            "requires topology.prefill.replicas and topology.decode.replicas",
+            "topology.mode=disaggregated requires topology.prefill.replicas and topology.decode.replicas",
         ),
         (
             {
@@ -716,7 +750,11 @@ def test_quantity_bytes_refuses(bad: str) -> None:
     ],
 )
 def test_invalid_specs_name_the_problem(over: dict[str, Any], fragment: str) -> None:
-    rejects(fragment, **over)
+    with pytest.raises(InvalidSpecError) as err:
+        parse(**over)
+    # each problem starts its own "; "-separated item (after the field's location, if any)
+    parts = str(err.value).split("; ")
+    assert any(p.startswith(fragment) or f": {fragment}" in p for p in parts), parts
 
 
 def test_several_problems_are_reported_together_without_pydantic_prefixes() -> None:
@@ -727,6 +765,13 @@ def test_several_problems_are_reported_together_without_pydantic_prefixes() -> N
     assert "Value error" not in msg
 
 
+def test_field_errors_are_reported_together() -> None:
+    with pytest.raises(InvalidSpecError) as err:
+        parse(model={"name": "m", "blockSize": 0}, router={"replicas": -1})
+    items = str(err.value).split("; ")
+    assert [i.split(":")[0] for i in items] == ["model.blockSize", "router.replicas"]
+
+
 def test_valid_cross_field_combinations() -> None:
     assert parse(globalKV={"enabled": True, "protocol": "rdma", "deviceNames": ["mlx5_0", "a.b-c"]})
     assert parse(globalKV={"protocol": "rdma"})  # rdma without the tier enabled needs no device
@@ -735,6 +780,11 @@ def test_valid_cross_field_combinations() -> None:
     role = {"replicas": 1, "tensorParallelSize": 2, "gpusPerPod": 2}
     s = parse(gpus={"countPerPod": 3}, topology={"mode": "disaggregated", "prefill": role, "decode": role})
     assert s.topology.decode is not None and s.topology.decode.gpus_per_pod == 2
+
+
+def test_a_colocated_pool_runs_no_sidecar_so_its_tag_is_not_checked() -> None:
+    s = parse(topology={"replicas": 1, "pdConnector": "mooncake", "routingSidecar": {"tag": "v0.8.0"}})
+    assert s.topology.routing_sidecar.tag == "v0.8.0"
 
 
 def test_policy_owned_parameters_are_kept_as_given() -> None:
