@@ -58,22 +58,55 @@ class _DecodeStepIn(BaseModel):
 
 
 class _ContextIn(BaseModel):
+    """The shared context keys; ``None`` = what ``preset`` (or :class:`PolicyParams`) gives."""
+
     model_config = _CONFIG
-    preset: str | None = None
-    mode: Literal["colocated", "disaggregated"] | None = None
+    preset: str | None = Field(
+        None,
+        description="Instance preset (smetric.core.presets): derives costModel, decodeStep, SLO, blockTokens.",
+    )
+    mode: Literal["colocated", "disaggregated"] | None = Field(None, description="Serving mode of the pool.")
     ttft_slo_base_s: float | None = Field(
-        None, gt=0, validation_alias=_key("ttftSloBaseS", "ttft_slo_base_s")
+        None,
+        gt=0,
+        validation_alias=_key("ttftSloBaseS", "ttft_slo_base_s"),
+        description="TTFT SLO b (seconds): the deadline is b + a * prompt tokens / 1000.",
     )
     ttft_slo_per_ktok_s: float | None = Field(
-        None, ge=0, validation_alias=_key("ttftSloPerKTokS", "ttft_slo_per_ktok_s")
+        None,
+        ge=0,
+        validation_alias=_key("ttftSloPerKTokS", "ttft_slo_per_ktok_s"),
+        description="TTFT SLO a: seconds added per 1000 prompt tokens.",
     )
-    tpot_slo_s: float | None = Field(None, gt=0, validation_alias=_key("tpotSloS", "tpot_slo_s"))
-    cost_model: _CostModelIn | None = Field(None, validation_alias=_key("costModel", "cost_model"))
-    decode_step: _DecodeStepIn | None = Field(None, validation_alias=_key("decodeStep", "decode_step"))
-    block_tokens: int | None = Field(None, ge=1, validation_alias=_key("blockTokens", "block_tokens"))
-    seed: int | None = None
+    tpot_slo_s: float | None = Field(
+        None,
+        gt=0,
+        validation_alias=_key("tpotSloS", "tpot_slo_s"),
+        description="TPOT SLO (seconds per token).",
+    )
+    cost_model: _CostModelIn | None = Field(
+        None,
+        validation_alias=_key("costModel", "cost_model"),
+        description="Eq. 1 prefill cost coefficients {cLinS, cAttS} in seconds.",
+    )
+    decode_step: _DecodeStepIn | None = Field(
+        None,
+        validation_alias=_key("decodeStep", "decode_step"),
+        description="Decode-step model {baseS, perKvTokenS} (TPOT guard, llm-d SLO).",
+    )
+    block_tokens: int | None = Field(
+        None,
+        ge=1,
+        validation_alias=_key("blockTokens", "block_tokens"),
+        description="The engine's KV block size in tokens (vLLM --block-size; Dynamo's block overlap).",
+    )
+    seed: int | None = Field(None, description="Seed of the random policy.")
     global_fetch_s_per_token: float | None = Field(
-        None, ge=0, validation_alias=_key("globalFetchSPerToken", "global_fetch_s_per_token")
+        None,
+        ge=0,
+        validation_alias=_key("globalFetchSPerToken", "global_fetch_s_per_token"),
+        description="Seconds to load one token's KV from the global tier (SMetric's meets); "
+        "omitted = local hits only.",
     )
 
 
@@ -112,6 +145,8 @@ def _accepted(model: type[BaseModel]) -> set[str]:
 
 
 CONTEXT_KEYS: frozenset[str] = frozenset(_accepted(_ContextIn))
+# The context keys' schema (types, ranges, descriptions) for generated docs.
+CONTEXT_MODEL: type[BaseModel] = _ContextIn
 
 
 def policy_keys(registry: Registry = REGISTRY) -> frozenset[str]:

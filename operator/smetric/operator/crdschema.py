@@ -129,7 +129,8 @@ def field_schema(info: FieldInfo, schema_default: bool = True) -> dict[str, Any]
             out["default"] = default
         elif out["type"] != "object":
             shown = str(default).lower() if isinstance(default, bool) else repr(default)
-            description = f"{description} Default {shown}.".strip()
+            sentence = description if not description or description.endswith(".") else f"{description}."
+            description = f"{sentence} Default {shown}.".strip()
     out.update(_constraints(info))
     if description:
         out["description"] = description
