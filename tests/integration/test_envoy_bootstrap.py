@@ -57,7 +57,8 @@ def test_bootstrap_shape() -> None:
     cfg = bootstrap(EnvoyOptions(listen_port=1, admin_port=2, picker_port=3))
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     names = [f["name"] for f in hcm["http_filters"]]
-    assert names[0] == "smetric.scrub"  # client routing headers go before the picker sees them
+    # refused protocols answered first, then client routing headers go before the picker sees them
+    assert names[:2] == ["smetric.protocol_guard", "smetric.scrub"]
     ext = hcm["http_filters"][names.index("envoy.filters.http.ext_proc")]["typed_config"]
     assert ext["processing_mode"]["request_body_mode"] == "FULL_DUPLEX_STREAMED"
     assert ext["processing_mode"]["request_trailer_mode"] == "SEND"

@@ -21,7 +21,7 @@ from smetric.bench.chaos_guards import (
     STALENESS,
     STATE_FILE,
 )
-from smetric.bench.chaos_headers import hostile_headers_and_paths, long_prefill
+from smetric.bench.chaos_headers import hostile_headers_and_paths, long_prefill, protocol_errors
 from smetric.bench.chaos_row import Fault, Row
 from smetric.bench.chaos_stack import ChaosStack, Reply, chat
 from smetric.bench.chaos_uploads import slow_uploads
@@ -307,6 +307,7 @@ async def kv_events(st: ChaosStack, quick: bool) -> list[Row]:
 
 FAULTS: tuple[Fault, ...] = (
     hostile_headers_and_paths,
+    protocol_errors,
     hostile_bodies,
     slow_uploads,
     hostile_metrics,

@@ -46,6 +46,7 @@ CUT_STREAM = "a cut stream ends with an error the client sees"
 STALENESS = "stale endpoints avoided"
 ADMISSION = "picker decision budget"
 UPLOAD_COUNTING = "admission counts a request once its body is complete"
+PROTOCOL_GUARD = "gateway answers refused requests with a status"
 UPLOAD_BOUNDS = "gateway upload bounds"
 STATE_FILE = "picker state file"
 FAIL_CLOSE = "ext_proc fail-closed"
@@ -101,6 +102,13 @@ GUARDS: tuple[Guard, ...] = (
         "engine went silent",
         ("endpoint_stop",),
         envoy=(("stream_idle_timeout_s", 300.0),),
+    ),
+    Guard(
+        PROTOCOL_GUARD,
+        "the Lua filter smetric.protocol_guard answers HTTP/1.0 with 426 and oversized headers with "
+        "431 (Envoy's codec closes the connection without a status when ext_proc is in the chain)",
+        ("protocol_errors",),
+        envoy=(("protocol_guard", False),),
     ),
     Guard(
         ADMISSION,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from smetric.bench.chaos_guards import LEDGER_KEY, PATHS, PICKER_PINGS, SCRUB
+from smetric.bench.chaos_guards import LEDGER_KEY, PATHS, PICKER_PINGS, PROTOCOL_GUARD, SCRUB
 from smetric.bench.chaos_row import Row
 from smetric.bench.chaos_stack import MODEL, ChaosStack, Reply, chat
 from smetric.bench.procs import free_port
@@ -122,6 +122,54 @@ async def long_prefill(st: ChaosStack, quick: bool) -> list[Row]:
             f"{r.status} {r.error or r.body[:100]!r}, first byte {ttft:.2f} s, {r.elapsed_s:.2f} s",
             r.status == 200 and not r.error and ttft > QUIET_PAST_S,
             PICKER_PINGS,
+        )
+    ]
+
+
+async def _raw(st: ChaosStack, data: bytes) -> bytes:
+    """One raw request on its own connection; the first bytes of the answer (b"" if none)."""
+    host, port = st.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(data)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(64), 10.0)
+    except (ConnectionError, TimeoutError):
+        return b""
+    finally:
+        writer.close()
+
+
+async def protocol_errors(st: ChaosStack, quick: bool) -> list[Row]:
+    """Requests the HTTP codec refuses: HTTP/1.0, 100 KiB of headers, 101 header fields."""
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2}'
+
+    def post(version: bytes, extra: bytes) -> bytes:
+        return (
+            b"POST /v1/chat/completions "
+            + version
+            + b"\r\nhost: gw\r\ncontent-type: application/json\r\n"
+            + extra
+            + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+            + body
+        )
+
+    answers = {
+        "HTTP/1.0": (await _raw(st, post(b"HTTP/1.0", b"")), b"426"),
+        "100 KiB header": (await _raw(st, post(b"HTTP/1.1", b"x-big: " + b"a" * 102_400 + b"\r\n")), b"431"),
+        "101 header fields": (
+            await _raw(st, post(b"HTTP/1.1", b"".join(b"x-h%d: v\r\n" % i for i in range(101)))),
+            b"431",
+        ),
+    }
+    seen = {k: (a.split(b"\r\n", 1)[0].decode("latin-1") or "no answer") for k, (a, _) in answers.items()}
+    return [
+        Row(
+            "HTTP/1.0 request, 100 KiB of headers, 101 header fields",
+            "426, 431, 431 from the gateway (not a closed connection)",
+            "; ".join(f"{k}: {v}" for k, v in seen.items()),
+            all(a.split(b" ")[1:2] == [code] for a, code in answers.values()),
+            PROTOCOL_GUARD,
         )
     ]
 

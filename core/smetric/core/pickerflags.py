@@ -24,6 +24,13 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true/false)")
 
 
+def default_bind_address() -> str:
+    """Every interface inside a Kubernetes pod (``KUBERNETES_SERVICE_HOST`` is set there: the pod
+    network is the boundary, as for the upstream picker), loopback anywhere else (a workstation or
+    a shared host, where 0.0.0.0 would expose the picker to the whole network)."""
+    return "0.0.0.0" if os.environ.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
+
+
 @dataclass(frozen=True, slots=True)
 class Flag:
     name: str  # without leading dashes; also the argparse dest (dashes -> underscores)
@@ -93,7 +100,13 @@ FLAGS: tuple[Flag, ...] = (
         "longest time from a request's headers to its decision (body upload + parse + policy); past it "
         "503 + retry-after",
     ),
-    Flag("bind-address", str, "0.0.0.0", "address every listener binds (ext_proc, health, metrics)"),
+    Flag(
+        "bind-address",
+        str,
+        default_bind_address(),
+        "address every listener binds (ext_proc, health, metrics, snapshot); default: 0.0.0.0 in a "
+        "Kubernetes pod (the gateway reaches it over the pod network), else 127.0.0.1",
+    ),
     Flag(
         "event-loop",
         str,

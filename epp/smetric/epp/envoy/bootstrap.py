@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from smetric.epp.envoy.hardening import (
+    codec_limits,
     connection_limits,
     destination_guard_filter,
     picker_keepalive,
     pool_cluster,
+    protocol_guard_filter,
     retry_policy,
     scrub_filter,
     upload_bounds,
@@ -131,6 +133,12 @@ class EnvoyOptions:
     request_timeout_s: float = 60.0
     max_connections: int = 10_000
     max_concurrent_streams: int = 100
+    # HTTP/1.0 -> 426, headers past 60 KiB or 100 fields (Envoy's own defaults) -> 431, answered by
+    # a Lua filter (hardening.protocol_guard_filter); False: Envoy's codec refuses them itself and,
+    # with ext_proc in the chain, closes the connection without a status.
+    protocol_guard: bool = True
+    max_request_header_bytes: int = 60 * 1024
+    max_request_headers: int = 100
     served_by_header: bool = False  # response header x-smetric-served-by: upstream ip:port (tests, chaos)
 
 
@@ -328,6 +336,7 @@ def _listener(
                             "stat_prefix": name,
                             "codec_type": "AUTO",
                             "stream_idle_timeout": _secs(o.stream_idle_timeout_s),
+                            **(codec_limits() if o.protocol_guard else {}),
                             **upload_bounds(
                                 o.request_headers_timeout_s, o.request_timeout_s, o.max_concurrent_streams
                             ),
@@ -369,6 +378,8 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
         lua_config = {"@type": _LUA, "default_source_code": {"inline_string": SUBSET_FROM_HEADER_LUA}}
         filters.insert(0, {"name": "envoy.filters.http.lua", "typed_config": lua_config})
     filters.insert(0, scrub_filter(o.allowed_paths, keep=(SUBSET_KEY,) if o.subset_hint_header else ()))
+    if o.protocol_guard:
+        filters.insert(0, protocol_guard_filter(o.max_request_header_bytes, o.max_request_headers))
     upstream = "pool" if o.pool_endpoints else "original_destination"
     retries = o.retries if o.pool_endpoints else 0  # ORIGINAL_DST would retry the same address
     listeners = [_listener("gateway", o.listen_host, o.listen_port, filters, upstream, o, retries)]

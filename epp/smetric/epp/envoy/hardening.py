@@ -185,3 +185,56 @@ def upload_bounds(
     if max_concurrent_streams > 0:
         hcm["http2_protocol_options"] = {"max_concurrent_streams": max_concurrent_streams}
     return hcm
+
+
+# Envoy's HTTP codec limits, raised so that the protocol guard (a filter, whose local replies reach
+# the client) answers first; past these the codec closes the connection without a status when an
+# ext_proc filter is in the chain (envoyproxy/envoy#29440).
+CODEC_MAX_HEADERS_KB = 1024
+CODEC_MAX_HEADERS = 1000
+
+
+def protocol_guard_lua(max_header_bytes: int, max_headers: int) -> str:
+    return f"""
+function envoy_on_request(h)
+  if h:streamInfo():protocol() == "HTTP/1.0" then
+    h:respond({{[":status"] = "426", ["upgrade"] = "HTTP/1.1", ["content-type"] = "application/json"}},
+      '{{"error": {{"message": "HTTP/1.0 is not supported: use HTTP/1.1 or HTTP/2", "type": "smetric_gateway", "code": 426}}}}')
+    return
+  end
+  local size, count = 0, 0
+  for key, value in pairs(h:headers()) do
+    size = size + #key + #value
+    count = count + 1
+  end
+  if size > {max_header_bytes} or count > {max_headers} then
+    h:respond({{[":status"] = "431", ["content-type"] = "application/json"}},
+      '{{"error": {{"message": "request headers exceed {max_header_bytes} bytes or {max_headers} fields", "type": "smetric_gateway", "code": 431}}}}')
+  end
+end
+"""
+
+
+def protocol_guard_filter(max_header_bytes: int, max_headers: int) -> dict[str, Any]:
+    """First HTTP filter: HTTP/1.0 gets 426 Upgrade Required, headers past ``max_header_bytes`` or
+    ``max_headers`` fields get 431. Envoy's codec would refuse both itself (HTTP/1.0 by default,
+    headers past 60 KiB / 100 fields), but with an ext_proc filter in the chain its local reply
+    never reaches the client (envoyproxy/envoy#29440: the connection is closed without a status),
+    so the codec accepts them (:func:`codec_limits`) and this filter answers."""
+    return {
+        "name": "smetric.protocol_guard",
+        "typed_config": {
+            "@type": _LUA,
+            "default_source_code": {"inline_string": protocol_guard_lua(max_header_bytes, max_headers)},
+        },
+    }
+
+
+def codec_limits() -> dict[str, Any]:
+    """HttpConnectionManager fields: the codec accepts HTTP/1.0 and headers up to
+    ``CODEC_MAX_HEADERS_KB`` / ``CODEC_MAX_HEADERS`` (the protocol guard answers below that)."""
+    return {
+        "http_protocol_options": {"accept_http_10": True, "default_host_for_http_10": "gateway"},
+        "max_request_headers_kb": CODEC_MAX_HEADERS_KB,
+        "common_http_protocol_options": {"max_headers_count": CODEC_MAX_HEADERS},
+    }

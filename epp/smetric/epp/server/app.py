@@ -76,7 +76,7 @@ class PickerServer:
         servicer: ExtProcServicer,
         health: HealthReporter | None = None,
         *,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         grpc_port: int = 9002,
         health_port: int | None = 9003,
         tls_key_pair: tuple[bytes, bytes] | None = None,

@@ -106,7 +106,7 @@ class StateKeeper:
         interval_s: float = 2.0,
         peers: tuple[str, ...] = (),
         serve_port: int = 0,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
     ) -> None:
         self.index = index
         self.path = Path(path) if path else None
