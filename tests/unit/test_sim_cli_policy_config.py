@@ -93,3 +93,19 @@ def _mapping(sim: SimConfig) -> dict[str, object]:
 
     out: dict[str, object] = json.loads(sim.policy_parameters)
     return out
+
+
+def test_an_upstream_endpoint_picker_config_is_refused_clearly(tmp_path: Path) -> None:
+    """The simulator reads the picker's own format (the core's schema); only smetric-epp
+    translates GIE's EndpointPickerConfig."""
+    upstream = tmp_path / "epc.yaml"
+    upstream.write_text(
+        "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+        "plugins: [{type: smetric-picker}]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match="upstream EndpointPickerConfig"):
+        spec_of("--policy-config", str(upstream))
+    assert cli.main(["--trace", "t.jsonl.gz", "--policy-config", str(upstream)]) == 2
+    with pytest.raises(ValueError, match="cannot read config"):
+        spec_of("--policy-config", str(tmp_path / "absent.yaml"))

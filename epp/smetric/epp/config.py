@@ -1,6 +1,9 @@
 """The picker's policy config file (YAML), validated at the trust boundary with pydantic.
 
-Shape (the operator renders exactly the ``policy`` block)::
+The format's schema is :mod:`smetric.policy.pickerconfig` (in the core: the simulator reads the
+same files); this module adds what only the picker does: ``--config-text``, and the upstream
+``EndpointPickerConfig`` translated to the picker's own format. Shape (the operator renders
+exactly the ``policy`` block)::
 
     policy:
       name: smetric               # one of smetric.policy.registry.POLICY_NAMES (default: DEFAULT_POLICY, llmd-slo)
@@ -23,64 +26,41 @@ to this format and returns warnings for what maps only approximately or not at a
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from smetric.epp.upstream.epc import EndpointPickerConfig, is_upstream
 from smetric.epp.upstream.translate import TranslateError, translate
-from smetric.policy.base import PolicyParams
-from smetric.policy.config import params_from_mapping
-from smetric.policy.registry import DEFAULT_POLICY, POLICY_NAMES
+from smetric.policy.pickerconfig import (
+    ConfigError,
+    PdSection,
+    PickerConfig,
+    PolicySection,
+    SaturationSection,
+    describe,
+    policy_params,
+    read_yaml,
+    validate_config,
+    with_mode,
+)
 
-
-class ConfigError(ValueError):
-    """A bad config file; the message names the file and the offending field."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PolicySection(_Strict):
-    name: str = DEFAULT_POLICY
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in POLICY_NAMES:
-            raise ValueError(f"unknown policy {v!r}; expected one of {', '.join(POLICY_NAMES)}")
-        return v
-
-
-class PdSection(_Strict):
-    enabled: bool = False
-    nonCachedTokens: int | None = Field(default=None, ge=0)
-
-
-class SaturationSection(_Strict):
-    queueDepthThreshold: int = Field(default=5, ge=0)
-    kvCacheUtilThreshold: float = Field(default=0.8, ge=0.0, le=1.0)
-
-
-class PickerConfig(_Strict):
-    policy: PolicySection = Field(default_factory=PolicySection)
-    pdDisaggregation: PdSection = Field(default_factory=PdSection)
-    saturation: SaturationSection = Field(default_factory=SaturationSection)
-    servedModels: tuple[str, ...] = ()
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
+__all__ = [
+    "ConfigError",
+    "LoadedConfig",
+    "PdSection",
+    "PickerConfig",
+    "PolicySection",
+    "SaturationSection",
+    "load_config",
+    "load_picker_config",
+    "parse_config",
+    "policy_params",
+    "read_config",
+    "with_mode",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,22 +75,15 @@ def read_config(doc: object, source: str = "<config>") -> LoadedConfig:
     if doc is None:
         return LoadedConfig(PickerConfig())
     if not is_upstream(doc):
-        return LoadedConfig(_validate(doc, source))
+        return LoadedConfig(validate_config(doc, source))
     try:
         envelope = EndpointPickerConfig.model_validate(doc)
         result = translate(envelope)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc)}") from None
+        raise ConfigError(f"{source}: {describe(exc)}") from None
     except TranslateError as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    return LoadedConfig(_validate(result.doc, source), result.warnings, upstream=True)
-
-
-def _validate(doc: object, source: str) -> PickerConfig:
-    try:
-        return PickerConfig.model_validate(doc)
-    except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc)}") from None
+    return LoadedConfig(validate_config(result.doc, source), result.warnings, upstream=True)
 
 
 def parse_config(doc: object, source: str = "<config>") -> PickerConfig:
@@ -129,29 +102,9 @@ def load_picker_config(path: str | Path | None, text: str = "") -> LoadedConfig:
         return read_config(doc, "--config-text")
     if not path:
         return LoadedConfig(PickerConfig())
-    p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    return read_config(doc, str(p))
+    return read_config(read_yaml(path), str(Path(path)))
 
 
 def load_config(path: str | Path | None, text: str = "") -> PickerConfig:
     """Read and validate a config file (or text); ``None`` or ``""`` gives the defaults."""
     return load_picker_config(path, text).config
-
-
-def policy_params(cfg: PickerConfig) -> PolicyParams:
-    """The policy's parameters: the policies' own mapping parser, so the picker, the operator and
-    the simulator read ``parameters`` identically. Bad parameters raise :class:`ConfigError`."""
-    try:
-        return params_from_mapping(cfg.policy.parameters)
-    except ValueError as exc:
-        raise ConfigError(f"policy.parameters: {exc}") from None
-
-
-def with_mode(params: PolicyParams, mode: str) -> PolicyParams:
-    return dataclasses.replace(params, mode=mode)  # type: ignore[arg-type]

@@ -278,13 +278,13 @@ def policy_parameters(a: argparse.Namespace) -> tuple[str | None, str, list[str]
     """``(policy of --policy-config or None, policy-owned parameters as canonical JSON, notes)``:
     the file's ``policy.parameters`` without the context keys, then --slack, --hit-ratio and
     --tiered-off on top."""
-    from smetric.epp.config import load_config, policy_params
+    from smetric.policy.pickerconfig import load_own_config, policy_params
 
     name: str | None = None
     given: dict[str, object] = {}
     notes: list[str] = []
     if a.policy_config is not None:
-        cfg = load_config(a.policy_config)
+        cfg = load_own_config(a.policy_config)
         policy_params(cfg)  # validated exactly as the picker validates it
         name = cfg.policy.name
         given = {k: v for k, v in cfg.policy.parameters.items() if k not in CONTEXT_KEYS}

@@ -1,0 +1,142 @@
+"""The picker's own config file format (YAML), validated at the trust boundary with pydantic.
+
+Shape (the operator renders exactly the ``policy`` block)::
+
+    policy:
+      name: smetric               # one of smetric.policy.registry.POLICY_NAMES (default: DEFAULT_POLICY, llmd-slo)
+      parameters: {slack: 1.0}    # context + policy-owned keys, parsed by smetric.policy.params_from_mapping
+    pdDisaggregation:
+      enabled: false
+      nonCachedTokens: null       # selective P/D: take the prefill hop only when the decode pod's
+                                  # uncached suffix is >= this many tokens (0: never; null: always)
+    saturation:                   # when an endpoint counts as saturated (429 for sheddable requests)
+      queueDepthThreshold: 5      # GIE saturation detector defaults
+      kvCacheUtilThreshold: 0.8
+    servedModels: []              # empty = accept any model (the engine answers 404 itself)
+
+It lives in the core because two subsystems read it: the picker (``smetric-epp --config``,
+:mod:`smetric.epp.config`, which also accepts the upstream ``EndpointPickerConfig`` and
+translates it to this format) and the simulator (``smetric simulate --policy-config``, this
+format only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from smetric.policy.base import PolicyParams
+from smetric.policy.config import params_from_mapping
+from smetric.policy.registry import DEFAULT_POLICY, POLICY_NAMES
+
+# The upstream EndpointPickerConfig's markers (inference.networking.x-k8s.io/v1alpha1): the
+# picker's own format has none of them.
+UPSTREAM_KEYS: tuple[str, ...] = ("plugins", "schedulingProfiles")
+UPSTREAM_API_GROUP = "inference.networking.x-k8s.io"
+UPSTREAM_KIND = "EndpointPickerConfig"
+
+
+class ConfigError(ValueError):
+    """A bad config file; the message names the file and the offending field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PolicySection(_Strict):
+    name: str = DEFAULT_POLICY
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {v!r}; expected one of {', '.join(POLICY_NAMES)}")
+        return v
+
+
+class PdSection(_Strict):
+    enabled: bool = False
+    nonCachedTokens: int | None = Field(default=None, ge=0)
+
+
+class SaturationSection(_Strict):
+    queueDepthThreshold: int = Field(default=5, ge=0)
+    kvCacheUtilThreshold: float = Field(default=0.8, ge=0.0, le=1.0)
+
+
+class PickerConfig(_Strict):
+    policy: PolicySection = Field(default_factory=PolicySection)
+    pdDisaggregation: PdSection = Field(default_factory=PdSection)
+    saturation: SaturationSection = Field(default_factory=SaturationSection)
+    servedModels: tuple[str, ...] = ()
+
+
+def describe(exc: ValidationError) -> str:
+    """``where: message; ...`` for each of a validation error's problems."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def validate_config(doc: object, source: str = "<config>") -> PickerConfig:
+    """The picker's own format; ``None`` (an empty file) gives the defaults."""
+    if doc is None:
+        return PickerConfig()
+    try:
+        return PickerConfig.model_validate(doc)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {describe(exc)}") from None
+
+
+def looks_upstream(doc: object) -> bool:
+    """An upstream ``EndpointPickerConfig`` envelope rather than the picker's own format."""
+    if not isinstance(doc, Mapping):
+        return False
+    if doc.get("kind") == UPSTREAM_KIND or str(doc.get("apiVersion", "")).startswith(UPSTREAM_API_GROUP):
+        return True
+    return any(k in doc for k in UPSTREAM_KEYS)
+
+
+def read_yaml(path: str | Path) -> object:
+    """A config file's YAML document; :class:`ConfigError` naming the file when it cannot be read."""
+    p = Path(path)
+    try:
+        return yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+
+
+def load_own_config(path: str | Path) -> PickerConfig:
+    """A file in the picker's own format; an upstream ``EndpointPickerConfig`` is refused with
+    a :class:`ConfigError` that says so (only ``smetric-epp`` translates that format)."""
+    doc = read_yaml(path)
+    if looks_upstream(doc):
+        raise ConfigError(
+            f"{path}: an upstream EndpointPickerConfig (plugins/schedulingProfiles); this reads the "
+            "picker's own format (policy, pdDisaggregation, saturation, servedModels: docs/picker.md)"
+        )
+    return validate_config(doc, str(path))
+
+
+def policy_params(cfg: PickerConfig) -> PolicyParams:
+    """The policy's parameters: the policies' own mapping parser, so the picker, the operator and
+    the simulator read ``parameters`` identically. Bad parameters raise :class:`ConfigError`."""
+    try:
+        return params_from_mapping(cfg.policy.parameters)
+    except ValueError as exc:
+        raise ConfigError(f"policy.parameters: {exc}") from None
+
+
+def with_mode(params: PolicyParams, mode: str) -> PolicyParams:
+    return dataclasses.replace(params, mode=mode)  # type: ignore[arg-type]
