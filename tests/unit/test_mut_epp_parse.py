@@ -37,7 +37,7 @@ def refused(fragment: str, raw: bytes, path: str = "") -> None:
     with pytest.raises(RequestError) as err:
         parse_body(raw, path)
     assert err.value.status == 400
-    assert fragment in err.value.message
+    assert err.value.message.startswith(fragment), err.value.message
 
 
 # ---- headers ---------------------------------------------------------------------------------
@@ -243,6 +243,52 @@ def test_responses_items_and_assistant_runs() -> None:
     assert len(p.messages) == 10
 
 
+def test_assistant_turns_group_only_in_responses() -> None:
+    chat = body(
+        messages=[
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "a"},
+            {"role": "assistant", "content": "b"},
+        ]
+    )
+    assert parse_body(chat, "/v1/chat/completions").turn == 2  # two assistant messages, two turns
+    first = body(
+        input=[{"type": "function_call", "name": "f", "arguments": "{}"}, {"role": "user", "content": "q"}]
+    )
+    assert parse_body(first, "/v1/responses").turn == 1  # an opening assistant item is a turn
+
+
+def test_responses_items_with_a_role_keep_their_type() -> None:
+    items = [
+        {"type": "function_call", "role": "assistant", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "role": "tool", "output": "R"},
+    ]
+    p = parse_body(body(input=items), "/v1/responses")
+    assert p.prompt_text == "<|assistant|>f{}\n<|tool|>R\n"
+
+
+def test_responses_items_without_a_role() -> None:
+    items = [{"content": "a"}, {"type": "message", "content": "b"}, {"type": "item_reference", "id": "r"}]
+    p = parse_body(body(input=items), "/v1/responses")
+    # untyped and typed messages are the user's; an unknown item without a role has no text
+    assert p.prompt_text == "<|user|>a\n<|user|>b\n<|tool|>\n"
+
+
+def test_hit_counts_every_character_up_to_the_last_answer() -> None:
+    # 9 + 15 = 24 characters up to the answer's end: exactly 6 estimated tokens
+    p = parse_body(
+        body(
+            messages=[
+                {"role": "user", "content": ""},
+                {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "x"},
+            ]
+        )
+    )
+    assert p.prompt_text == "<|user|>\n<|assistant|>a\n<|user|>x\n"
+    assert (p.turn, p.est_hit_tokens) == (1, 6)
+
+
 def test_responses_string_input_and_no_instructions() -> None:
     p = parse_body(body(input="hello", instructions=""), "/v1/responses")
     assert (p.prompt_text, p.turn, p.est_hit_tokens, p.messages) == (
@@ -285,6 +331,7 @@ def test_completions_prompts() -> None:
         ("", {"prompt": "p"}, "completions"),
         ("", {"input": "i"}, "responses"),
         ("/other", {"prompt": "p", "input": "i"}, "completions"),
+        ("/v1/completionsX", {"input": "i"}, "responses"),  # only slashes are trimmed
         ("/other", {"messages": [], "prompt": "p"}, "chat"),
     ],
 )
@@ -326,6 +373,10 @@ def test_detect_api_refuses_an_unknown_shape() -> None:
             b'{"model": "m", "messages": [{"role": "user", "content": [5]}]}',
             "messages[0]: a content part must be",
         ),
+        (
+            b'{"model": "m", "system": 5, "messages": [{"role": "user", "content": "x"}]}',
+            "system: content must be",
+        ),
         (b'{"model": "m", "input": []}', "'input' must be a string or a non-empty list"),
         (b'{"model": "m", "input": 5}', "'input' must be a string or a non-empty list"),
         (b'{"model": "m", "input": ["x"]}', "input[0] must be an object"),
@@ -365,6 +416,37 @@ def test_content_depth_limit() -> None:
     assert (err.value.status, err.value.message) == (400, "w: content is nested more than 64 levels deep")
     with pytest.raises(RequestError):
         content_text(_nested(33), "w")
+
+
+def test_depth_limit_through_a_responses_tool_output() -> None:
+    # the item itself is level 0: its 32nd nested part sits exactly at the limit
+    ok = body(input=[{"type": "function_call_output", "output": _nested(32)}])
+    assert parse_body(ok, "/v1/responses").prompt_text == "<|tool|>x\n"
+    refused(
+        "input[0]: content is nested more than 64 levels deep",
+        body(input=[{"type": "function_call_output", "output": _nested(33)}]),
+        "/v1/responses",
+    )
+
+
+NESTING = [("reasoning", "summary"), ("function_call_output", "output"), ("tool_result", "content")]
+
+
+def _chain(levels: int, kind: str, key: str, in_lists: bool = True) -> object:
+    content: object = "x"
+    for _ in range(levels):
+        part = {"type": kind, key: content}
+        content = [part] if in_lists else part
+    return content
+
+
+@pytest.mark.parametrize("kind, key", NESTING)
+@pytest.mark.parametrize("in_lists", [True, False])
+def test_every_nesting_part_counts_towards_the_depth_limit(kind: str, key: str, in_lists: bool) -> None:
+    assert content_text(_chain(32, kind, key, in_lists), "w") == "x"  # deepest part at depth 63
+    with pytest.raises(RequestError) as err:
+        content_text(_chain(33, kind, key, in_lists), "w")
+    assert err.value.message == "w: content is nested more than 64 levels deep"
 
 
 def test_deeply_nested_tools_are_a_400_not_a_crash() -> None:
