@@ -139,6 +139,10 @@ BAD_SPECS: dict[str, tuple[dict[str, Any], str]] = {
         "tensorParallelSize",
     ),
     "rdma-without-devices": (minimal(globalKV={"enabled": True, "protocol": "rdma"}), "deviceNames"),
+    "async-load-without-mooncake-l2-adapter": (
+        minimal(globalKV={"enabled": True, "loadMode": "async"}),
+        "globalKV.loadMode=async renders LMCacheMPConnector",
+    ),
     "role-tp-not-dividing-role-gpus": (  # issue 16 item 11: TP and GPUs per role
         minimal(
             topology={

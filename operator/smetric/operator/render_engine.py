@@ -20,7 +20,12 @@ from typing import Any
 
 from smetric.core.names import ROLE_BOTH, ROLE_DECODE, ROLE_LABEL, ROLE_PREFILL
 from smetric.operator.meta import MODEL_SERVER, Manifest, PoolRef, metadata, selector_labels
-from smetric.operator.render_kv import LMCACHE_CONFIG_DIR, LMCACHE_CONFIG_FILE, lmcache_launcher
+from smetric.operator.render_kv import (
+    LMCACHE_CONFIG_DIR,
+    LMCACHE_CONFIG_FILE,
+    lmcache_connector,
+    lmcache_launcher,
+)
 from smetric.operator.sidecar import MOONCAKE_BOOTSTRAP_PORT, PD_PROTOCOLS, connector_args, sidecar_image
 from smetric.operator.spec import PodOverrides, SMetricPoolSpec, quantity_bytes
 
@@ -29,8 +34,6 @@ DECODE_VLLM_PORT = 8200  # decode vLLM behind the routing sidecar (llm-d convent
 KV_EVENTS_PORT = 5557
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-
-_LMCACHE_CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +79,12 @@ def roles(spec: SMetricPoolSpec) -> list[Role]:
     ]
 
 
-def kv_transfer_config(spec: SMetricPoolSpec, role: Role) -> dict[str, Any] | None:
-    """The ``--kv-transfer-config`` for this role, or None when the engine needs no connector."""
+def kv_transfer_config(pool: PoolRef, spec: SMetricPoolSpec, role: Role) -> dict[str, Any] | None:
+    """The ``--kv-transfer-config`` for this role, or None when the engine needs no connector. The
+    global tier's LMCache connector follows ``globalKV.loadMode`` (:func:`lmcache_connector`)."""
     global_kv = spec.global_kv.enabled
     if spec.topology.mode == "colocated":
-        return dict(_LMCACHE_CONNECTOR) if global_kv else None
+        return lmcache_connector(pool, spec) if global_kv else None
     connector = PD_PROTOCOLS[spec.topology.pd_connector].vllm
     if connector == "NixlConnector":
         pd: dict[str, Any] = {"kv_connector": connector, "kv_role": "kv_both"}
@@ -94,7 +98,7 @@ def kv_transfer_config(spec: SMetricPoolSpec, role: Role) -> dict[str, Any] | No
     return {
         "kv_connector": "MultiConnector",
         "kv_role": pd["kv_role"],
-        "kv_connector_extra_config": {"connectors": [pd, dict(_LMCACHE_CONNECTOR)]},
+        "kv_connector_extra_config": {"connectors": [pd, lmcache_connector(pool, spec)]},
     }
 
 
@@ -108,7 +112,7 @@ def kv_events_config(spec: SMetricPoolSpec) -> dict[str, Any]:
     }
 
 
-def engine_argv(spec: SMetricPoolSpec, role: Role) -> list[str]:
+def engine_argv(pool: PoolRef, spec: SMetricPoolSpec, role: Role) -> list[str]:
     """``vllm serve ...`` argv (or the custom ``model.command`` followed by ``extraArgs``)."""
     model = spec.model
     if model.command:
@@ -124,7 +128,7 @@ def engine_argv(spec: SMetricPoolSpec, role: Role) -> list[str]:
     if model.gpu_memory_utilization is not None:
         argv += ["--gpu-memory-utilization", str(model.gpu_memory_utilization)]
     argv += ["--enable-prefix-caching", "--kv-events-config", _json(kv_events_config(spec))]
-    transfer = kv_transfer_config(spec, role)
+    transfer = kv_transfer_config(pool, spec, role)
     if transfer is not None:
         argv += ["--kv-transfer-config", _json(transfer)]
     return [*argv, *model.extra_args, *role.extra_args]
@@ -239,7 +243,7 @@ def container_security(add_caps: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def engine_container(pool: PoolRef, spec: SMetricPoolSpec, role: Role) -> dict[str, Any]:
-    argv = engine_argv(spec, role)
+    argv = engine_argv(pool, spec, role)
     if spec.global_kv.enabled and not spec.model.command:
         command, args = lmcache_launcher(pool, spec), argv
     else:

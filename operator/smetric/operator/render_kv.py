@@ -1,7 +1,30 @@
-"""The cluster-wide global KV tier: Mooncake master (Deployment + Service) and each engine's LMCache file."""
+"""The cluster-wide global KV tier: Mooncake master (Deployment + Service), each engine's LMCache
+file and the LMCache entry of its ``--kv-transfer-config``.
+
+``globalKV.loadMode`` picks the connector (docs/operator.md, "Global-tier load mode"; sources
+checked in vLLM 0.32.0 and LMCache 0.5.6):
+
+* ``sync``: ``LMCacheConnectorV1``. vLLM's wrapper returns ``(n, False)`` from
+  ``get_num_new_matched_tokens`` (vllm/distributed/kv_transfer/kv_connector/v1/lmcache_connector.py
+  265-285), so the load is a synchronous one that precedes the step's forward
+  (vllm/v1/worker/kv_connector_model_runner_mixin.py 79-85), and LMCache retrieves request after
+  request with a blocking ``retrieve`` (lmcache/integration/vllm/vllm_v1_adapter.py 756-870). The
+  LMCache file below configures it.
+* ``async``: ``LMCacheMPConnector``: ``(need_to_load, need_to_load > 0)``
+  (lmcache/integration/vllm/lmcache_mp_connector.py 1351, which vLLM uses when LMCache is installed:
+  lmcache_mp_connector.py 1191-1217), so vLLM parks the request in ``WAITING_FOR_REMOTE_KVS``
+  (vllm/v1/core/sched/scheduler.py 1320-1323) and the batch runs on. It talks to an LMCache server
+  process (``lmcache.mp.host``/``lmcache.mp.port``, default tcp://localhost:5555); the connector
+  starts it in the engine container (``lmcache.mp.autostart``, local hosts only:
+  lmcache/integration/vllm/mp_server_launcher.py 26-31, 315-329) with Mooncake as its
+  ``mooncake_store`` L2 adapter, whose setup keys are Mooncake's dict ``setup`` keys (the ones the
+  LMCache file passes: lmcache/v1/storage_backend/connector/mooncakestore_connector.py 27-33).
+"""
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import Any
 
 from smetric.operator.meta import MOONCAKE_MASTER, Manifest, PoolRef, metadata, selector_labels
@@ -37,6 +60,53 @@ def lmcache_config_text(pool: PoolRef, spec: SMetricPoolSpec, pod_ip: str = "${P
         f"  local_buffer_size: {quantity_bytes(kv.local_buffer_size)}",
     ]
     return "\n".join(lines) + "\n"
+
+
+LMCACHE_MP_PORT = 5555  # LMCacheMPConnector's default lmcache.mp.port (vLLM 0.32.0, LMCache 0.5.6)
+
+
+def lmcache_connector(pool: PoolRef, spec: SMetricPoolSpec) -> dict[str, Any]:
+    """The LMCache connector of ``--kv-transfer-config`` for ``globalKV.loadMode``."""
+    if spec.global_kv.load_mode == "sync":
+        return {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+    return {
+        "kv_connector": "LMCacheMPConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "lmcache.mp.host": "tcp://localhost",
+            "lmcache.mp.port": LMCACHE_MP_PORT,
+            "lmcache.mp.autostart": True,
+            "lmcache.mp.autostart.server_args": lmcache_server_args(pool, spec),
+        },
+    }
+
+
+def lmcache_server_args(pool: PoolRef, spec: SMetricPoolSpec, pod_ip: str = "$(POD_IP)") -> str:
+    """``lmcache server`` options of the async path (the connector adds ``--host``/``--port``):
+    chunk size, the CPU L1 cache and Mooncake as the L2 adapter, set up as the LMCache file sets
+    up LMCacheConnectorV1's Mooncake backend. ``pod_ip`` is expanded by the kubelet."""
+    kv = spec.global_kv
+    host = pool.mooncake_host()
+    master = kv.master
+    l2 = {
+        "type": "mooncake_store",
+        "local_hostname": pod_ip,
+        "metadata_server": f"http://{host}:{master.metadata_port}/metadata",
+        "master_server_address": f"{host}:{master.rpc_port}",
+        "protocol": kv.protocol,
+        "device_name": ",".join(kv.device_names),
+        "global_segment_size": str(quantity_bytes(kv.segment_size)),
+        "local_buffer_size": str(quantity_bytes(kv.local_buffer_size)),
+    }
+    args = [
+        "--chunk-size",
+        str(kv.lmcache.chunk_size),
+        "--l1-size-gb",
+        str(kv.lmcache.max_local_cpu_size_gb),
+        "--l2-adapter",
+        json.dumps(l2, separators=(",", ":")),
+    ]
+    return shlex.join(args)
 
 
 def lmcache_launcher(pool: PoolRef, spec: SMetricPoolSpec) -> list[str]:

@@ -210,6 +210,12 @@ class MooncakeMasterSpec(_Spec):
 class LmcacheSpec(_Spec):
     chunk_size: int = Field(default=256, ge=16)
     max_local_cpu_size_gb: float = Field(default=5.0, ge=0.0, alias="maxLocalCpuSizeGB")
+    mooncake_l2_adapter: bool = Field(
+        default=False,
+        alias="mooncakeL2Adapter",
+        description="The engine image's LMCache server has the mooncake_store L2 adapter (C++ extension "
+        "lmcache.lmcache_mooncake, a source build); the pinned PyPI lmcache 0.5.6 lacks it.",
+    )
 
 
 class GlobalKvSpec(_Spec):
@@ -232,6 +238,12 @@ class GlobalKvSpec(_Spec):
         json_schema_extra={"default": [], "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"}},
     )
     lmcache: LmcacheSpec = LmcacheSpec()
+    load_mode: Literal["sync", "async"] = Field(
+        default="sync",
+        description="How engines load global-tier KV. sync: LMCacheConnectorV1, the load stalls the "
+        "engine's batch. async: LMCacheMPConnector and its LMCache server; only the request waits "
+        "(WAITING_FOR_REMOTE_KVS). async needs lmcache.mooncakeL2Adapter (docs/operator.md).",
+    )
 
     @field_validator("segment_size", "local_buffer_size")
     @classmethod

@@ -52,6 +52,14 @@ def _role_tp_rule(role: str) -> str:
     return f"!has(self.topology.{role}) || {gpus} == 0 || {gpus} % {tp} == 0"
 
 
+ASYNC_LOAD_NEEDS_MOONCAKE_L2 = (
+    "globalKV.loadMode=async renders LMCacheMPConnector, whose LMCache server reaches Mooncake through "
+    "its mooncake_store L2 adapter; the pinned engine image (PyPI lmcache 0.5.6) lacks that adapter's "
+    "C++ extension (lmcache.lmcache_mooncake), so the server could not start. Use loadMode=sync "
+    "(LMCacheConnectorV1), or an image whose LMCache is built with the extension and set "
+    "globalKV.lmcache.mooncakeL2Adapter=true"
+)
+
 # The CRD's x-kubernetes-validations on .spec (rule, message): the API server evaluates them on
 # the defaulted object; cross_field_problems states the same rules for the operator.
 CEL_RULES: tuple[tuple[str, str], ...] = (
@@ -78,6 +86,12 @@ CEL_RULES: tuple[tuple[str, str], ...] = (
     (
         "!self.globalKV.enabled || self.globalKV.protocol != 'rdma' || size(self.globalKV.deviceNames) > 0",
         "globalKV.protocol=rdma requires globalKV.deviceNames (e.g. [mlx5_0])",
+    ),
+    (
+        "!self.globalKV.enabled || !has(self.globalKV.loadMode) || self.globalKV.loadMode != 'async' || "
+        "(has(self.globalKV.lmcache) && has(self.globalKV.lmcache.mooncakeL2Adapter) && "
+        "self.globalKV.lmcache.mooncakeL2Adapter)",
+        ASYNC_LOAD_NEEDS_MOONCAKE_L2,
     ),
     (_role_tp_rule("prefill"), "topology.prefill: tensorParallelSize must divide gpusPerPod"),
     (_role_tp_rule("decode"), "topology.decode: tensorParallelSize must divide gpusPerPod"),
@@ -107,6 +121,9 @@ def cross_field_problems(spec: SMetricPoolSpec) -> list[str]:
             )
         if topo.replicas is not None:
             problems.append("topology.replicas is only valid with mode=colocated (use prefill/decode)")
+    kv = spec.global_kv
+    if kv.enabled and kv.load_mode == "async" and not kv.lmcache.mooncake_l2_adapter:
+        problems.append(ASYNC_LOAD_NEEDS_MOONCAKE_L2)
     if spec.model.block_size % 16 != 0:
         problems.append(f"model.blockSize={spec.model.block_size} must be a multiple of 16")
     tp, gpus = spec.model.tensor_parallel_size, spec.gpus.count_per_pod
