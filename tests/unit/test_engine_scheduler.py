@@ -262,6 +262,23 @@ def test_lookup_latency_is_paid_by_every_admission() -> None:
     assert ttft - ttft_ref == pytest.approx(lookup)
 
 
+def test_async_lookup_delays_only_the_request_sync_stalls_the_batch() -> None:
+    """LMCacheConnectorV1 looks up in the scheduler (the step waits); LMCacheMPConnector's lookup
+    answers "not yet" and vLLM skips only that request."""
+    lookup = 0.05
+    finish: dict[str, float] = {}
+    for mode in ("sync", "async"):
+        path = GlobalPath(None, None, lookup, False, mode)
+        inst = Instance("b", MODEL, cfg(), GlobalTier(None, BT * P30.model.kv_bytes_per_token, 25e9, 1, path))
+        inst.submit(req("d", 1_000, 2_000, 500_000), 0.0)  # a long decode
+        run(inst, 0.5)
+        inst.submit(req("x", 640, 1, 0), 1.0)  # no global hit: only its lookup
+        ev = run(inst)
+        assert by(ev, "first_token", "x").time_s - 1.0 >= lookup  # the request waits either way
+        finish[mode] = by(ev, "finished", "d").time_s
+    assert finish["sync"] - finish["async"] == pytest.approx(lookup, rel=0.05)
+
+
 def test_computed_kv_is_written_back_over_the_writer_node_link() -> None:
     tier = GlobalTier(
         None, BT * P30.model.kv_bytes_per_token, 25e9, 2, GlobalPath(None, None, 0.0, True, "async")

@@ -32,8 +32,9 @@ Model
   returns ``load_async=False`` from ``get_num_new_matched_tokens`` and retrieves in
   ``start_load_kv`` before the forward pass, request after request); ``async`` -- only the
   request waits (vLLM's ``WAITING_FOR_REMOTE_KVS``), the batch keeps running. Lookup latency
-  (``lookup_s``) is charged per admitted request to the scheduler step (vLLM asks the connector
-  synchronously in both modes). The engine side is in :mod:`smetric.engine.scheduler`.
+  (``lookup_s``) is paid per admitted request: by the scheduler step in ``sync`` (a blocking
+  lookup), by the request alone in ``async`` (LMCacheMPConnector's lookup answers "not yet" and
+  vLLM skips the request meanwhile). The engine side is in :mod:`smetric.engine.scheduler`.
 * Nodes: ``8 // gpus_per_instance`` instances per 8-GPU node (paper §5.1), one NIC of
   ``nic_gbit_s`` per node (200 Gb/s RDMA, §5.1).
 * Placement (``path.placement``, docs/simulator.md "Node-local path" has the sources):

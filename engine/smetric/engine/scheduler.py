@@ -9,10 +9,10 @@ Scheduling (at every step boundary, like vLLM V1's ``Scheduler.schedule``):
    tokens), so a running request never runs out of KV. A full hit is capped at ``prompt - 1``
    tokens (vLLM always recomputes the last prompt token).
 2. Global tier: the part of the prompt beyond the local hit that the global tier holds is loaded
-   first, then the request prefills only the rest. Each admission costs the tier's lookup
-   latency in the scheduler. Synchronous tier (LMCache's vLLM connector, the default): the load
-   runs before the step's forward pass and stalls the whole batch. Asynchronous tier: the
-   request waits in ``loading`` (vLLM's ``WAITING_FOR_REMOTE_KVS``) while the batch runs on.
+   first, then the request prefills only the rest. Synchronous tier (LMCacheConnectorV1, the
+   default): each admission's lookup latency and load run before the step's forward pass and
+   stall the whole batch. Asynchronous tier (LMCacheMPConnector): the request waits in
+   ``loading`` (vLLM's ``WAITING_FOR_REMOTE_KVS``) for its lookup and load while the batch runs on.
    Timing of a load (per-GPU rate, node link, store side): :mod:`smetric.engine.global_tier`.
 3. Step composition: every decoding request takes one token of the ``max_num_batched_tokens``
    budget, then prefill chunks fill the rest FCFS.
@@ -283,10 +283,12 @@ class Instance:
     def _admit(self, t: float) -> float:
         """Admit waiting requests at ``t``; returns when the engine can start the step.
 
-        Every admission asks the global tier first (``lookup_s``, synchronous in vLLM's scheduler).
-        A synchronous tier (LMCache's connector) then loads the request's global hit before the
-        forward pass, stalling the whole batch; an asynchronous one parks the request in
-        ``loading`` while the batch runs on."""
+        Every admission asks the global tier first (``lookup_s``). A synchronous tier
+        (LMCacheConnectorV1: a blocking lookup in vLLM's scheduler, the load before the forward
+        pass) charges both to the step, stalling the whole batch; an asynchronous one
+        (LMCacheMPConnector: the lookup answers "not yet" and vLLM skips the request, then
+        ``WAITING_FOR_REMOTE_KVS`` during the load) parks only the request in ``loading`` for its
+        lookup and load while the batch runs on."""
         cfg, cache, gt = self.config, self.cache, self.global_tier
         bt = cfg.block_tokens
         busy = t
@@ -312,19 +314,25 @@ class Instance:
             extra = gb - lb if gb > lb else 0
             r.global_blocks = extra
             r.done_tokens = (lb + extra) * bt
-            if gt is not None:
-                busy += gt.lookup_s
-            if gt is not None and extra > 0:
-                pieces = slice_blocks(spec.prompt_pieces, lb, gb)
-                if gt.synchronous:
-                    busy = gt.load(cfg.node, extra, busy, pieces)
-                    r.phase, r.loaded_s = _PREFILL, busy
-                    self._prefill.append(r)
-                else:
-                    ready = gt.load(cfg.node, extra, busy, pieces)
+            if gt is not None and not gt.synchronous:
+                # asynchronous: the lookup and the load delay only this request
+                ready = t + gt.lookup_s
+                if extra > 0:
+                    ready = gt.load(cfg.node, extra, ready, slice_blocks(spec.prompt_pieces, lb, gb))
+                if ready > t:
                     r.phase = _LOADING
                     self._seq += 1
                     heapq.heappush(self._loading, (ready, self._seq, r))
+                else:
+                    r.phase, r.loaded_s = _PREFILL, t
+                    self._prefill.append(r)
+                continue
+            if gt is not None:
+                busy += gt.lookup_s
+            if gt is not None and extra > 0:
+                busy = gt.load(cfg.node, extra, busy, slice_blocks(spec.prompt_pieces, lb, gb))
+                r.phase, r.loaded_s = _PREFILL, busy
+                self._prefill.append(r)
             else:
                 r.phase, r.loaded_s = _PREFILL, t
                 self._prefill.append(r)
