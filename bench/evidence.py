@@ -178,13 +178,31 @@ def markdown(evs: Sequence[RegimeEvidence], policy: str) -> str:
     )
     lines = []
     for e in evs:
-        unit = "" if e.metric == "tps_within_slo" else " (prefill)"
+        k, unit = (1.0, "") if e.metric == "tps_within_slo" else (1e-3, "k prefill")
         past = "n/a" if e.past_knee is None else f"{_ci(e.past_knee)} ({e.past:g}x)"
         lines.append(
-            f"| {e.name} | {e.best_baseline} | {e.knee:g}x | {e.policy_at_knee:.0f} / {e.baseline_at_knee:.0f}{unit} "
+            f"| {e.name} | {e.best_baseline} | {e.knee:g}x | {k * e.policy_at_knee:.0f} / {k * e.baseline_at_knee:.0f}{unit} "
             f"| {_ci(e.at_knee)} | {past} | {_ci(e.peak)} | {100 * e.drift_max:.0f} % ({e.drift_over}/{e.drift_runs}) |"
         )
     return head + "\n".join(lines)
+
+
+def per_rate(name: str, doc: Mapping[str, Any], knee: float | None = None) -> str:
+    """Markdown: mean over seeds of the headline per policy (rows) and rate (columns)."""
+    key = headline(doc)
+    t = table(doc["results"], key)
+    rates = sorted({r for curves in t.values() for c in curves.values() for r in c})
+    scale = 1.0 if key == "tps_within_slo" else 1e-3
+    unit = "TPS within SLO" if key == "tps_within_slo" else "prefill ktok/s within SLO"
+    cols = " | ".join(f"**{r:g}x**" if r == knee else f"{r:g}x" for r in rates)
+    out = [f"| {name} ({unit}) | {cols} |", "|---" * (len(rates) + 1) + "|"]
+    for p, curves in t.items():
+        cells = []
+        for r in rates:
+            vals = [c[r] for c in curves.values() if r in c]
+            cells.append(f"{scale * _mean(vals):.0f}" if vals else "")
+        out.append(f"| {p} | {' | '.join(cells)} |")
+    return "\n".join(out)
 
 
 def load(spec: str) -> dict[str, Any]:
@@ -208,6 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(e.g. an extra rate), rows merged",
     )
     ap.add_argument("--policy", default="smetric")
+    ap.add_argument("--per-rate", action="store_true", help="also each regime's mean per policy and rate")
     ap.add_argument(
         "--headroom", action="append", default=[], metavar="REAL=IDEAL", help="regime JSON = idealised JSON"
     )
@@ -215,6 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     docs = {_name(p): load(p) for p in a.json}
     evs = [evidence(name, doc, a.policy) for name, doc in docs.items()]
     print(markdown(evs, a.policy))
+    if a.per_rate:
+        for e, (name, doc) in zip(evs, docs.items(), strict=True):
+            print()
+            print(per_rate(name, doc, e.knee))
     for pair in a.headroom:
         real, _, ideal = pair.partition("=")
         if not ideal:
