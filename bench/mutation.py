@@ -46,40 +46,21 @@ EQUIVALENT_FILE = ROOT / "bench" / "mutation_equivalent.txt"
 # A mutant runs against the focused tests first; only their survivors run the rest (same verdict as
 # running all of them, at a fraction of the cost: a kill needs one failing test).
 MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "policy.sessioncentric": (
-        "core/smetric/policy/sessioncentric.py",
-        ("tests/unit/test_mut_policy.py",),
-        ("tests/unit/test_policy_ablations.py", "tests/unit/test_policy_smetric.py"),
+    "operator.render_picker": (
+        "operator/smetric/operator/render_picker.py",
+        ("tests/unit/test_mut_operator.py",),
+        ("tests/unit/test_operator_render_picker.py",),
     ),
-    "policy.smetric": (
-        "core/smetric/policy/smetric.py",
-        ("tests/unit/test_mut_policy.py",),
-        ("tests/unit/test_policy_smetric.py", "tests/unit/test_policy_ablations.py"),
+    "operator.spec": (
+        "operator/smetric/operator/spec.py",
+        ("tests/unit/test_mut_operator.py",),
+        ("tests/unit/test_operator_spec.py",),
     ),
-    "policy.estimates": (
-        "core/smetric/policy/estimates.py",
-        ("tests/unit/test_mut_estimates.py",),
-        (
-            "tests/unit/test_policy_estimates_tier.py",
-            "tests/unit/test_policy_smetric.py",
-            "tests/unit/test_policy_ablations.py",
-            "tests/unit/test_policy_tiered.py",
-        ),
-    ),
-    "router.work": (
-        "core/smetric/router/work.py",
-        ("tests/unit/test_mut_router.py",),
-        ("tests/unit/test_router_core.py",),
-    ),
-    "router.ledger": (
-        "core/smetric/router/ledger.py",
-        ("tests/unit/test_mut_router.py",),
-        ("tests/unit/test_epp_ledger.py", "tests/unit/test_router_core.py"),
-    ),
-    "epp.server.guard": (
-        "epp/smetric/epp/server/guard.py",
-        ("tests/unit/test_mut_epp_guard.py",),
-        ("tests/unit/test_epp_hostile.py", "tests/unit/test_epp_admission.py"),
+    # spec.py's quantities, cross-field rules and their CEL twins (split out of spec.py)
+    "operator.spec_rules": (
+        "operator/smetric/operator/spec_rules.py",
+        ("tests/unit/test_mut_operator.py",),
+        ("tests/unit/test_operator_spec.py", "tests/unit/test_operator_gencrd.py"),
     ),
     "epp.parse.headers": (
         "epp/smetric/epp/parse/headers.py",
@@ -91,15 +72,41 @@ MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         ("tests/unit/test_mut_epp_parse.py",),
         ("tests/unit/test_epp_parse.py",),
     ),
-    "operator.render_picker": (
-        "operator/smetric/operator/render_picker.py",
-        ("tests/unit/test_mut_operator.py",),
-        ("tests/unit/test_operator_render_picker.py",),
+    "router.work": (
+        "core/smetric/router/work.py",
+        ("tests/unit/test_mut_router.py",),
+        ("tests/unit/test_router_core.py",),
     ),
-    "operator.spec": (
-        "operator/smetric/operator/spec.py",
-        ("tests/unit/test_mut_operator.py",),
-        ("tests/unit/test_operator_spec.py",),
+    "router.ledger": (
+        "core/smetric/router/ledger.py",
+        ("tests/unit/test_mut_router.py",),
+        ("tests/unit/test_epp_ledger.py", "tests/unit/test_router_core.py"),
+    ),
+    "policy.sessioncentric": (
+        "core/smetric/policy/sessioncentric.py",
+        ("tests/unit/test_mut_policy.py",),
+        ("tests/unit/test_policy_ablations.py", "tests/unit/test_policy_smetric.py"),
+    ),
+    "policy.smetric": (
+        "core/smetric/policy/smetric.py",
+        ("tests/unit/test_mut_policy.py",),
+        ("tests/unit/test_policy_smetric.py", "tests/unit/test_policy_ablations.py"),
+    ),
+    # other people change these two most: they run last
+    "policy.estimates": (
+        "core/smetric/policy/estimates.py",
+        ("tests/unit/test_mut_estimates.py",),
+        (
+            "tests/unit/test_policy_estimates_tier.py",
+            "tests/unit/test_policy_smetric.py",
+            "tests/unit/test_policy_ablations.py",
+            "tests/unit/test_policy_tiered.py",
+        ),
+    ),
+    "epp.server.guard": (
+        "epp/smetric/epp/server/guard.py",
+        ("tests/unit/test_mut_epp_guard.py",),
+        ("tests/unit/test_epp_hostile.py", "tests/unit/test_epp_admission.py"),
     ),
 }
 

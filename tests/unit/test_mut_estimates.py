@@ -70,6 +70,7 @@ def test_session_hit() -> None:
     long_hit = RequestView("r", prompt_tokens=500, est_hit_tokens=900)
     assert session_hit(long_hit, ep()) == 500
     assert session_hit(RequestView("r", prompt_tokens=500, est_hit_tokens=-9), ep(local_hit_tokens=10)) == 10
+    assert session_hit(RequestView("r", prompt_tokens=500, est_hit_tokens=-9), ep()) == 0
 
 
 def test_request_slo_overrides() -> None:
@@ -172,12 +173,13 @@ STEP = DecodeStepModel(base_s=0.01, per_kv_token_s=0.0)
 
 def test_tpot_guard_boundaries() -> None:
     busy = ep(running=1)
-    # d / (1 - p/h) = 0.01 / 0.5 = 0.02: exactly the SLO passes
-    assert tpot_guard_ok(busy, 0.5, 1.0, 0.02, STEP)
-    assert not tpot_guard_ok(busy, 0.5, 1.0, 0.0199, STEP)
+    # d / (1 - p/h) = 0.01 / (1 - 1/2) = 0.02: exactly the SLO passes
+    assert tpot_guard_ok(busy, 1.0, 2.0, 0.02, STEP)
+    assert not tpot_guard_ok(busy, 1.0, 2.0, 0.0199, STEP)
     assert tpot_guard_ok(busy, 0.0, 1.0, 0.01, STEP)
     assert not tpot_guard_ok(busy, 1.0, 1.0, 1e9, STEP)  # the prefill fills the whole horizon
     assert not tpot_guard_ok(busy, 0.0, 0.0, 1e9, STEP)
+    assert not tpot_guard_ok(busy, -1.0, 0.0, 1e9, STEP)  # no horizon at all: refused, not divided by
     assert not tpot_guard_ok(busy, -1.0, -0.5, 1e9, STEP)
     assert tpot_guard_ok(ep(running=0), 5.0, 1.0, 0.0, STEP)  # no decode to hurt
     assert tpot_guard_ok(ep(running=-1, waiting=9), 5.0, 1.0, 0.0, STEP)

@@ -118,6 +118,10 @@ def test_balance_estimate_tier_counts_the_global_tier_and_local_does_not() -> No
 # ---- SMetric's rule ---------------------------------------------------------------------------
 
 
+def test_registered_name() -> None:
+    assert SMetric.name == "smetric"
+
+
 def test_meets_at_exactly_the_slo_keeps_the_session() -> None:
     # prev: 0.5 queued + 500 uncached tokens = exactly 1.0 s = the SLO; the other endpoint is faster
     eps = [ep(q=0.0), ep(hit=500, q=0.5)]
