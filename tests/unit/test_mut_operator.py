@@ -480,7 +480,8 @@ def test_defaults() -> None:
     assert (p.cost_model, p.global_fetch_s_per_token, p.policy_owned) == (None, None, {})
     assert (s.engine.host_memory, s.engine.drain_s) == ("32Gi", 300)
     assert (s.observability.pod_monitor, s.observability.service_monitor) == (False, False)
-    assert (s.policies.network_policy, s.policies.pod_disruption_budget) == (True, True)
+    assert (s.protection.network_policy, s.protection.pod_disruption_budget) == (True, True)
+    assert s.policies is None
     assert s.gateway is None
     pod = r.pod
     assert (pod.resources, pod.env, pod.volumes, pod.volume_mounts, pod.node_selector) == ({}, (), (), (), {})

@@ -1,4 +1,5 @@
-"""Render-time advice: warn when a pool's context limit is far below what agents send.
+"""Render-time advice: warn when a pool's context limit is far below what agents send, and when a
+pool sets a deprecated field.
 
 Reference: the shared agentic trace (``../shared/traces/claude-code-agentic.jsonl.gz``, 38,510
 requests, Claude Code sessions). Share of requests whose prompt + output fits a context limit,
@@ -36,6 +37,16 @@ def servable_share(max_model_len: int) -> float:
         if max_model_len >= limit:
             share = pct
     return share
+
+
+def deprecation_warnings(name: str, spec: SMetricPoolSpec) -> list[str]:
+    """One line per deprecated field the pool sets (it still works; the line names the new one)."""
+    if spec.policies is None:
+        return []
+    return [
+        f"SMetricPool {name}: spec.policies is deprecated (it reads like the routing policy); "
+        "the same fields are spec.protection"
+    ]
 
 
 def context_warnings(name: str, spec: SMetricPoolSpec) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from smetric.operator.advice import context_warnings
+from smetric.operator.advice import context_warnings, deprecation_warnings
 from smetric.operator.render import render_resource
 from smetric.operator.spec import InvalidSpecError, parse_spec
 
@@ -83,7 +83,8 @@ def _render(path: str, namespace: str) -> int:
         try:
             manifests += render_resource(pool, namespace)
             name = (pool.get("metadata") or {}).get("name", "?")
-            for warning in context_warnings(str(name), parse_spec(pool.get("spec"))):
+            spec = parse_spec(pool.get("spec"))
+            for warning in [*deprecation_warnings(str(name), spec), *context_warnings(str(name), spec)]:
                 print(f"smetric-operator: warning: {warning}", file=sys.stderr)
         except (InvalidSpecError, ValueError) as exc:
             name = (pool.get("metadata") or {}).get("name", "?")

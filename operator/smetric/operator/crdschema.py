@@ -13,7 +13,8 @@ The mapping, field by field (alias = the CRD key):
 - a default that is neither ``None`` nor empty -> ``default``; ``description`` -> ``description``;
 - ``json_schema_extra`` (a field's or a model's) -> merged in last: the validations pydantic
   does not state as constraints (a CEL ``x-kubernetes-validations`` list, a ``pattern`` whose
-  check a validator does with a clearer message, ``multipleOf``, an explicit ``default``).
+  check a validator does with a clearer message, ``multipleOf``, an explicit ``default``); a key
+  given as ``None`` is removed (``{"default": None}``: no schema default).
 
 ``schema_default=False`` leaves defaults out of the schema and says them in the description
 (the policy-owned ``router.parameters`` keys: the picker applies the model's default itself).
@@ -134,7 +135,11 @@ def field_schema(info: FieldInfo, schema_default: bool = True) -> dict[str, Any]
     out.update(_constraints(info))
     if description:
         out["description"] = description
-    out.update(_extra(info.json_schema_extra))
+    for key, value in _extra(info.json_schema_extra).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
     return out
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from smetric.operator.advice import deprecation_warnings
 from smetric.operator.client import CHILD_KINDS, ApiError, KubeClient
 from smetric.operator.meta import (
     API_VERSION,
@@ -72,6 +73,8 @@ async def reconcile(
             await api.patch_status(API_VERSION, KIND, pool.namespace, pool.name, status)
         log.warning("SMetricPool %s/%s: invalid spec, nothing applied: %s", pool.namespace, pool.name, exc)
         return Outcome(status=status, invalid=str(exc))
+    for warning in deprecation_warnings(f"{pool.namespace}/{pool.name}", spec):
+        log.warning("%s", warning)  # a Kubernetes Event on the pool (kopf posts warnings)
 
     rendered = render_children(pool, spec)
     selector = f"{POOL_LABEL}={pool.name},{MANAGED_BY_LABEL}={FIELD_MANAGER}"

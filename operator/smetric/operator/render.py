@@ -12,8 +12,9 @@ from smetric.operator.meta import Manifest, PoolRef, stamp_hash
 from smetric.operator.render_engine import engine_deployments, pod_disruption_budgets
 from smetric.operator.render_gateway import http_route, inference_pool, provider_objects
 from smetric.operator.render_kv import mooncake_master
+from smetric.operator.render_monitors import pod_monitors
+from smetric.operator.render_netpol import network_policies
 from smetric.operator.render_picker import picker
-from smetric.operator.render_policy import network_policies, pod_monitors
 from smetric.operator.spec import SMetricPoolSpec, parse_spec
 
 

@@ -399,7 +399,7 @@ def engine_deployment(pool: PoolRef, spec: SMetricPoolSpec, role: Role) -> Manif
 
 def pod_disruption_budgets(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
     """maxUnavailable 1 per engine role with 2+ replicas: a node drain never empties a role."""
-    if not spec.policies.pod_disruption_budget:
+    if not spec.protection.pod_disruption_budget:
         return []
     out: list[Manifest] = []
     for role in roles(spec):

@@ -247,7 +247,7 @@ def _strategy(spec: SMetricPoolSpec) -> dict[str, Any]:
 
 def _disruption_budget(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
     """maxUnavailable 1 with 2+ replicas: a node drain or eviction keeps a picker serving."""
-    if not spec.policies.pod_disruption_budget or spec.picker_replicas < 2:
+    if not spec.protection.pod_disruption_budget or spec.picker_replicas < 2:
         return []
     return [
         {

@@ -396,7 +396,10 @@ class ObservabilitySpec(_Spec):
     )
 
 
-class PolicySpec(_Spec):
+class ProtectionSpec(_Spec):
+    """The pool's network isolation and disruption protection (Kubernetes NetworkPolicy and
+    PodDisruptionBudget objects); the routing policy is ``router.policy``."""
+
     network_policy: bool = Field(
         default=True, description="NetworkPolicies for the picker, the engines and the Mooncake master."
     )
@@ -441,7 +444,18 @@ class SMetricPoolSpec(_Spec):
     gateway: GatewaySpec | None = None
     engine: EngineSpec = Field(default=EngineSpec(), description="Every model-server pod.")
     observability: ObservabilitySpec = ObservabilitySpec()
-    policies: PolicySpec = PolicySpec()
+    protection: ProtectionSpec = Field(
+        default=ProtectionSpec(),
+        description="NetworkPolicies and PodDisruptionBudgets (not the routing policy: router.policy).",
+        # no schema default: a CR that still sets the deprecated `policies` must not also get a
+        # defaulted `protection` from the API server (the two would conflict)
+        json_schema_extra={"default": None},
+    )
+    policies: ProtectionSpec | None = Field(
+        default=None,
+        description="Deprecated: the former name of protection (same fields), still accepted; set "
+        "protection instead. Setting both to different values is refused.",
+    )
     adopt_existing: bool = Field(
         default=False,
         description="Take over objects with a child's name that the pool does not own (a Helm release's "
@@ -468,6 +482,22 @@ class SMetricPoolSpec(_Spec):
         if self.router.replicas is not None:
             return self.router.replicas
         return 2 if self.prefix_index == "precise" else 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated_policies(cls, data: Any) -> Any:
+        """``policies`` (deprecated) sets ``protection`` when that is not given."""
+        if not isinstance(data, dict) or data.get("policies") is None:
+            return data
+        if data.get("protection") is None:
+            return {**data, "protection": data["policies"]}
+        if ProtectionSpec.model_validate(data["protection"]) != ProtectionSpec.model_validate(
+            data["policies"]
+        ):
+            raise ValueError(
+                "protection and its deprecated name policies are both set, to different values; set protection only"
+            )
+        return data
 
     @model_validator(mode="after")
     def _cross_field(self) -> SMetricPoolSpec:
