@@ -71,3 +71,20 @@ def test_the_picker_default_index_is_precise_when_the_engines_tokenizer_is_given
     assert PickerSettings.from_argv(["--tokenizer=Qwen/Qwen3-8B"]).prefix_index == "precise"
     explicit = PickerSettings.from_argv(["--tokenizer=Qwen/Qwen3-8B", "--prefix-index=approximate"])
     assert explicit.prefix_index == "approximate"
+
+
+async def test_restored_blocks_survive_the_first_subscription() -> None:
+    """Kubernetes discovery may name the endpoints after the state file was read: subscribing to
+    an endpoint keeps the blocks restored for it."""
+    from smetric.epp.contracts import EndpointInfo
+    from smetric.epp.kvevents.subscriber import KvEventManager
+
+    warm, prompts = _warm()
+    fresh = _index()
+    assert load(fresh, dump(warm), "file")
+    manager = KvEventManager(fresh.store)
+    manager.sync([EndpointInfo(a, kv_events_endpoint="tcp://127.0.0.1:9") for a in EPS])
+    try:
+        assert _hits(fresh, prompts) == _hits(warm, prompts)
+    finally:
+        await manager.stop()

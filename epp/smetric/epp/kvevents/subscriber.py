@@ -138,8 +138,9 @@ class KvEventManager:
                 self._add(address, zmq_endpoint)
 
     def _add(self, address: str, zmq_endpoint: str) -> None:
+        # The endpoint's blocks are kept: a restarted picker may have restored them from its state
+        # file before discovery named the endpoint (a removed endpoint's set went with _drop).
         sub = KvEventSubscriber(address, self._store, self._on_gap)
-        self._store.resync(address)
         self.subscribers[address] = sub
         task = asyncio.get_running_loop().create_task(
             self._run(sub, zmq_endpoint), name=f"kv-events:{address}"
