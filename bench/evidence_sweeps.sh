@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The simulator evidence in docs/simulator.md ("Evidence: SMetric against the best baseline"):
+# The simulator evidence in docs/evidence.md (SMetric against the best baseline, steady load):
 # steady agents (the default arrivals), 3 seeds paired, 20 + 40 simulated minutes per run, SMetric
 # and the three strongest baselines, three rates around each regime's knee, no knee extension.
 # 16 instances: colocated and PD x full, small and no global tier; the headroom bound (free
 # global-tier loads and HBM that never evicts, the request limit held at 217,664 tokens);
-# 32 instances: full tier. Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
+# 32 instances: the same six regimes. Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
 # OUT/i32-*.json --headroom OUT/i16-coloc-full.json=OUT/i16-coloc-ideal.json --headroom OUT/i16-pd-full.json=OUT/i16-pd-ideal.json
-# Usage: bench/evidence_sweeps.sh [OUT_DIR] (default results/evidence); ~1,000 CPU-s for the 16-instance
-# part, ~2x that per 32-instance regime; --resume after an interruption.
+# Usage: bench/evidence_sweeps.sh [OUT_DIR] (default results/evidence); ~52 min for the 16-instance
+# part and the full-tier 32-instance runs on 2 shared cores; add --resume to S after an interruption.
 set -euo pipefail
 OUT="${1:-results/evidence}"
 mkdir -p "$OUT"
@@ -19,9 +19,13 @@ $S --instances 16 --mode colocated --global-tier full --policies $P --rates 3.5,
 $S --instances 16 --mode disaggregated --global-tier full --policies $P --rates 5,6,7 --json "$OUT/i16-pd-full.json"
 $S --instances 16 --mode colocated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-coloc-none.json"
 $S --instances 16 --mode disaggregated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-pd-none.json"
-$S --instances 16 --mode colocated --global-tier small --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-coloc-small.json"
+$S --instances 16 --mode colocated --global-tier small --policies $P --rates 0.5,0.75,1,1.25,1.5 --json "$OUT/i16-coloc-small.json"
 $S --instances 16 --mode disaggregated --global-tier small --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-pd-small.json"
 $S --instances 16 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5,5 $IDEAL --json "$OUT/i16-coloc-ideal.json"
 $S --instances 16 --mode disaggregated --global-tier full --policies $P --rates 5,6,7,8 $IDEAL --json "$OUT/i16-pd-ideal.json"
 $S --instances 32 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5 --json "$OUT/i32-coloc-full.json"
 $S --instances 32 --mode disaggregated --global-tier full --policies $P --rates 5,6,7 --json "$OUT/i32-pd-full.json"
+$S --instances 32 --mode colocated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i32-coloc-none.json"
+$S --instances 32 --mode disaggregated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i32-pd-none.json"
+$S --instances 32 --mode colocated --global-tier small --policies $P --rates 0.5,0.75,1,1.25,1.5 --json "$OUT/i32-coloc-small.json"
+$S --instances 32 --mode disaggregated --global-tier small --policies $P --rates 0.5,0.75,1 --json "$OUT/i32-pd-small.json"
