@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from smetric.core.pickerflags import render_args
+from smetric.core.presets import PRESETS, get_preset, variant_name
 from smetric.operator.meta import EPP, Manifest, PoolRef, metadata, selector_labels
 from smetric.operator.render_engine import (
     KV_EVENTS_PORT,
@@ -54,12 +55,33 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
     }
     if params.cost_model is not None:
         parameters["costModel"] = {"cLinS": params.cost_model.c_lin_s, "cAttS": params.cost_model.c_att_s}
-    if params.global_fetch_s_per_token is not None and spec.global_kv.enabled:
-        parameters["globalFetchSPerToken"] = params.global_fetch_s_per_token
+    if spec.global_kv.enabled:
+        fetch = params.global_fetch_s_per_token
+        if fetch is None:
+            fetch = default_global_fetch_s_per_token(spec)
+        if fetch is not None:
+            parameters["globalFetchSPerToken"] = fetch
     return {
         "policy": {"name": spec.routing_policy, "parameters": parameters},
         "pdDisaggregation": {"enabled": spec.topology.mode == "disaggregated"},
     }
+
+
+def default_global_fetch_s_per_token(spec: SMetricPoolSpec) -> float | None:
+    """Seconds to load one token's KV from the global tier for the pool's model at the calibrated
+    LMCache + Mooncake throughput (``InstancePreset.global_fetch_s_per_token``), with the pool's KV
+    dtype and tensor parallelism; ``None`` for a model no preset describes (the policies then
+    credit local hits only)."""
+    base = next((n for n, p in PRESETS.items() if p.model.name == spec.model.name), None)
+    if base is None:
+        return None
+    kv = "fp8" if spec.model.kv_cache_dtype.startswith("fp8") else "bf16"
+    tp = spec.model.tensor_parallel_size
+    try:
+        preset = get_preset(variant_name(base, kv_dtype=kv, tp=None if tp == PRESETS[base].n_gpus else tp))
+    except ValueError:  # a parallelism the preset cannot take
+        return None
+    return preset.global_fetch_s_per_token
 
 
 def policy_config_text(spec: SMetricPoolSpec) -> str:

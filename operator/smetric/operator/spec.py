@@ -285,11 +285,11 @@ class PolicyParameters(_Spec):
         default=None,
         ge=0.0,
         alias="globalFetchSPerToken",
-        description="Seconds to load one token's KV from the global tier (KV bytes per token / NIC bytes "
-        "per second). When set, SMetric's SLO check credits a migrated session's global-tier copy; "
-        "omitted = local hits only. Set it only for a fully provisioned global tier (globalKV.enabled): "
-        "with an undersized store the credited copy is often evicted and migrations recompute (see "
-        "README, simulator results).",
+        description="Seconds to load one token's KV from the global tier (KV bytes per token / load bytes "
+        "per second). With globalKV.enabled the policies' estimates credit a session's global-tier copy at "
+        "this cost. Omitted: derived from the model's preset (its KV bytes per token with model.kvCacheDtype "
+        "and model.tensorParallelSize, at the calibrated LMCache + Mooncake load rate); a model without a "
+        "preset then credits local hits only. Ignored without globalKV.enabled.",
     )
 
     @model_validator(mode="after")
