@@ -114,6 +114,8 @@ def picker_args(pool: PoolRef, spec: SMetricPoolSpec) -> list[str]:
         values["tokenizer"] = spec.model.name
     if spec.router.decision_log:
         values["decision-log"] = "true"
+    if spec.router.leader_election:
+        values["ha-enable-leader-election"] = "true"
     return render_args(values)
 
 
@@ -126,8 +128,17 @@ def _config_map(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
     }
 
 
-def _rbac(pool: PoolRef) -> list[Manifest]:
+# Leader election reads, creates and patches the Lease (smetric.epp.leader).
+LEASE_RULE = {
+    "apiGroups": ["coordination.k8s.io"],
+    "resources": ["leases"],
+    "verbs": ["get", "create", "update", "patch"],
+}
+
+
+def _rbac(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
     name = pool.epp_name
+    leases = [LEASE_RULE] if spec.router.leader_election else []
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(pool, name, EPP)},
         {
@@ -141,6 +152,7 @@ def _rbac(pool: PoolRef) -> list[Manifest]:
                     "resources": ["inferencepools"],
                     "verbs": ["get", "list", "watch"],
                 },
+                *leases,
             ],
         },
         {
@@ -207,6 +219,7 @@ def _deployment(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
         "env": [
             {"name": "PYTHONHASHSEED", "value": spec.router.hash_seed},
             {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},  # Lease holder
             *extra_env,
             *spec.router.pod.env,
         ],
@@ -306,7 +319,7 @@ def _service(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
 def picker(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
     return [
         _config_map(pool, spec),
-        *_rbac(pool),
+        *_rbac(pool, spec),
         _deployment(pool, spec),
         _service(pool, spec),
         *_disruption_budget(pool, spec),

@@ -355,6 +355,13 @@ class RouterSpec(_Spec):
     decision_log: bool = Field(
         default=False, description="One log line per routing decision (SIGUSR1 toggles it at runtime)."
     )
+    leader_election: bool = Field(
+        default=False,
+        description="One active picker: the replicas elect a leader through a coordination.k8s.io Lease "
+        "(upstream's --ha-enable-leader-election) and only the leader is ready, so only it routes; the "
+        "others stand by warm. Off: every replica routes (active-active). docs/picker.md says when to "
+        "choose which.",
+    )
     pod: PodOverrides = Field(default=PodOverrides(), description="Pod overrides for the picker.")
 
 
@@ -481,7 +488,7 @@ class SMetricPoolSpec(_Spec):
         routes) and 1 with the approximate one (its replicas would not share what they learn)."""
         if self.router.replicas is not None:
             return self.router.replicas
-        return 2 if self.prefix_index == "precise" else 1
+        return 2 if self.prefix_index == "precise" or self.router.leader_election else 1
 
     @model_validator(mode="before")
     @classmethod

@@ -97,10 +97,11 @@ CEL_RULES: tuple[tuple[str, str], ...] = (
     (_role_tp_rule("decode"), "topology.decode: tensorParallelSize must divide gpusPerPod"),
     (
         "!has(self.router) || !has(self.router.replicas) || self.router.replicas <= 1 || "
+        "(has(self.router.leaderElection) && self.router.leaderElection) || "
         "(has(self.router.prefixIndex) ? self.router.prefixIndex == 'precise' : "
         "!(has(self.model.command) && size(self.model.command) > 0))",
-        "router.replicas > 1 needs the precise prefix index: approximate-index replicas learn only from "
-        "their own routing (docs/picker.md)",
+        "router.replicas > 1 needs the precise prefix index or router.leaderElection: approximate-index "
+        "replicas learn only from their own routing (docs/picker.md)",
     ),
 )
 
@@ -143,11 +144,11 @@ def cross_field_problems(spec: SMetricPoolSpec) -> list[str]:
         problem = sidecar_problem(topo.pd_connector, sidecar.image, sidecar.tag)
         if problem:
             problems.append(problem)
-    if spec.picker_replicas > 1 and spec.prefix_index == "approximate":
+    if spec.picker_replicas > 1 and spec.prefix_index == "approximate" and not spec.router.leader_election:
         problems.append(
             f"router.replicas={spec.picker_replicas} with the approximate prefix index: each replica learns "
             "only from its own routing, so follow-up turns lose their engine (docs/picker.md); use "
-            "router.prefixIndex=precise or router.replicas=1"
+            "router.prefixIndex=precise, router.leaderElection=true or router.replicas=1"
         )
     if spec.router.policy is not None and spec.router.policy not in POLICY_NAMES:
         problems.append(f"router.policy={spec.router.policy!r} is not one of {', '.join(POLICY_NAMES)}")
