@@ -103,12 +103,13 @@ def test_operator_rbac_covers_what_the_code_does() -> None:
     assert {"list", "watch"} <= _allowed(rules, "apiextensions.k8s.io", "customresourcedefinitions")
 
 
-def test_operator_holds_every_permission_it_grants_to_pickers() -> None:
+@pytest.mark.parametrize("router", [{}, {"leaderElection": True}])
+def test_operator_holds_every_permission_it_grants_to_pickers(router: dict[str, object]) -> None:
     """RBAC forbids granting what one does not hold (no escalate/bind verbs are given)."""
     pool = {
         "kind": "SMetricPool",
         "metadata": {"name": "p"},
-        "spec": {"model": {"name": "m"}, "topology": {"replicas": 1}},
+        "spec": {"model": {"name": "m"}, "topology": {"replicas": 1}, "router": router},
     }
     (role,) = [c for c in render_resource(pool) if c["kind"] == "Role"]
     operator_rules = _cluster_role()["rules"]
