@@ -42,6 +42,7 @@ PICKER_PINGS = "picker accepts the gateway's keepalive PINGs"
 GATEWAY_PINGS = "gateway PING keepalive on the picker connection"
 IDLE_TIMEOUT = "stream idle timeout"
 RETRIES = "gateway retries on the picker's fallbacks"
+PER_TRY_IDLE = "per-try idle timeout retries a frozen attempt"
 CUT_STREAM = "a cut stream ends with an error the client sees"
 STALENESS = "stale endpoints avoided"
 ADMISSION = "picker decision budget"
@@ -98,10 +99,17 @@ GUARDS: tuple[Guard, ...] = (
     ),
     Guard(
         IDLE_TIMEOUT,
-        "Envoy's stream idle timeout (EnvoyOptions.stream_idle_timeout_s) cuts a stream whose "
-        "engine went silent",
+        "the gateway's idle bounds (EnvoyOptions.per_try_idle_timeout_s, stream_idle_timeout_s) cut "
+        "a stream whose engine went silent",
         ("endpoint_stop",),
-        envoy=(("stream_idle_timeout_s", 300.0),),
+        envoy=(("stream_idle_timeout_s", 300.0), ("per_try_idle_timeout_s", 0.0)),
+    ),
+    Guard(
+        PER_TRY_IDLE,
+        "an attempt silent for EnvoyOptions.per_try_idle_timeout_s is reset and, before its "
+        "response, retried on the picker's next fallback",
+        ("endpoint_stop",),
+        envoy=(("per_try_idle_timeout_s", 0.0),),
     ),
     Guard(
         PROTOCOL_GUARD,

@@ -41,6 +41,7 @@ class ChaosSettings:
     # engines here run 10x faster, so their longest prefill (long_prefill's ~100k tokens) stays
     # under half of it, and a frozen stream is cut after it.
     stream_idle_timeout_s: float = 20.0
+    per_try_idle_timeout_s: float = 13.0  # the default's 200/300 of the idle timeout
     max_model_len: int = 131_072  # agents' long contexts (the preset model's own limit is shorter)
     route_timeout_s: float = 60.0
     state_interval_ms: int = 500
@@ -216,6 +217,7 @@ class ChaosStack:
             admin_port=admin_port,
             picker_port=self.picker_port,
             stream_idle_timeout_s=self.settings.stream_idle_timeout_s,
+            per_try_idle_timeout_s=self.settings.per_try_idle_timeout_s,
             route_timeout_s=self.settings.route_timeout_s,
             served_by_header=True,
         )

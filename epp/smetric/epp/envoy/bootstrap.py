@@ -119,6 +119,10 @@ class EnvoyOptions:
     pool_endpoints: tuple[str, ...] = ()
     allowed_paths: tuple[str, ...] = INFERENCE_PATHS  # others: 404 at the gateway (empty: all)
     retries: int = 2  # connect failure / refused / reset before the response: next fallback
+    # Pool cluster: an attempt silent this long is reset and, before its response, retried on the
+    # next fallback (a frozen engine); above the longest prefill (~153 s at 128k tokens), below
+    # stream_idle_timeout_s so the retry has time to answer. 0 = off.
+    per_try_idle_timeout_s: float = 200.0
     # Longest silence of a healthy request: queueing + the prefill of the largest prompt before the
     # first byte. The project's default cost model puts a 128k-token prefill at 153 s
     # (PolicyParams().cost_model.cost(131072, 131072)); 300 s is about 2x that, so a hung endpoint
@@ -321,7 +325,7 @@ def _listener(
         "idle_timeout": _secs(o.stream_idle_timeout_s),
     }
     if retries:
-        route["retry_policy"] = retry_policy(retries)
+        route["retry_policy"] = retry_policy(retries, o.per_try_idle_timeout_s)
     return {
         "name": name,
         "address": _socket(host, port),

@@ -150,12 +150,20 @@ def pool_cluster(
     }
 
 
-def retry_policy(retries: int) -> dict[str, Any]:
-    return {
+def retry_policy(retries: int, per_try_idle_timeout_s: float = 0.0) -> dict[str, Any]:
+    """``per_try_idle_timeout_s`` > 0: an attempt that sees no byte for that long (a frozen
+    engine: the kernel accepted the connection, nothing answers) is reset; before its response
+    started it is retried on the picker's next fallback, after that the stream is cut. It must stay
+    above the longest legitimate silence (a prefill) and below the stream idle timeout, which would
+    otherwise end the request first."""
+    policy: dict[str, Any] = {
         "retry_on": "connect-failure,refused-stream,reset",
         "num_retries": retries,
         "retry_back_off": {"base_interval": "0.02s", "max_interval": "0.2s"},
     }
+    if per_try_idle_timeout_s > 0:
+        policy["per_try_idle_timeout"] = f"{per_try_idle_timeout_s:g}s"
+    return policy
 
 
 def picker_keepalive(interval_s: float, timeout_s: float) -> dict[str, Any]:
