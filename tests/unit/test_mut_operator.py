@@ -88,6 +88,20 @@ def test_two_pickers_by_default_roll_one_at_a_time_under_a_disruption_budget() -
     assert render(router={"replicas": 3})["Deployment"]["spec"]["replicas"] == 3
 
 
+def test_leader_election_renders_its_flag_and_lease_rights() -> None:
+    off = render()
+    assert not any("leader" in a for a in epp(off)["args"])
+    assert len(off["Role"]["rules"]) == 2
+    on = render(router={"leaderElection": True, "prefixIndex": "approximate"})
+    assert epp(on)["args"][-1] == "--ha-enable-leader-election=true"
+    assert on["Role"]["rules"][-1] == {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "create", "update", "patch"],
+    }
+    assert on["Deployment"]["spec"]["replicas"] == 2  # a standby by default
+
+
 def test_prefix_index_and_replica_defaults_follow_the_engine() -> None:
     s = parse_spec(raw())
     assert (s.prefix_index, s.picker_replicas) == ("precise", 2)
@@ -207,6 +221,7 @@ def test_picker_container_defaults() -> None:
     assert e["env"] == [
         {"name": "PYTHONHASHSEED", "value": "0"},
         {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ]
     assert e["ports"] == [
         {"name": "grpc", "containerPort": 9002, "protocol": "TCP"},
@@ -280,13 +295,13 @@ def test_precise_index_reads_the_tokenizer_from_the_read_only_weights_volume() -
         {"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}}
     ]
     assert e["volumeMounts"][3:] == [{"name": "model", "mountPath": "/models", "readOnly": True}]
-    assert e["env"][2:] == [
+    assert e["env"][3:] == [
         {"name": "HF_HOME", "value": "/models"},
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "HF_TOKEN"}}},
         {"name": "HF_HUB_OFFLINE", "value": "1"},  # once, and offline: the mount is read-only
     ]
     read_only = epp(render(model={"name": "org/m", "storage": {"claimName": "weights"}}))
-    assert read_only["env"][2:] == [
+    assert read_only["env"][3:] == [
         {"name": "HF_HOME", "value": "/models"},
         {"name": "HF_HUB_OFFLINE", "value": "1"},  # the engines' copy replaced, not repeated
     ]
@@ -294,7 +309,7 @@ def test_precise_index_reads_the_tokenizer_from_the_read_only_weights_volume() -
         model={"name": "/models/m", "storage": {"claimName": "weights", "hfCache": False}},
         router={"prefixIndex": "precise"},
     )
-    assert epp(plain_dir)["env"][2:] == []  # a plain directory: model.name is the path
+    assert epp(plain_dir)["env"][3:] == []  # a plain directory: model.name is the path
 
 
 def test_precise_index_without_a_volume_downloads_into_a_writable_cache() -> None:
@@ -305,7 +320,7 @@ def test_precise_index_without_a_volume_downloads_into_a_writable_cache() -> Non
     e = epp(c)
     assert pod_of(c)["volumes"][3:] == [{"name": "hf-cache", "emptyDir": {"sizeLimit": "2Gi"}}]
     assert e["volumeMounts"][3:] == [{"name": "hf-cache", "mountPath": "/var/cache/huggingface"}]
-    assert e["env"][2:] == [
+    assert e["env"][3:] == [
         {"name": "HF_HOME", "value": "/var/cache/huggingface"},
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "tok"}}},
     ]
@@ -314,7 +329,7 @@ def test_precise_index_without_a_volume_downloads_into_a_writable_cache() -> Non
 def test_approximate_index_mounts_no_model() -> None:
     c = render(model={"name": "org/m", "storage": {"claimName": "weights"}}, router=APPROX)
     assert [v["name"] for v in pod_of(c)["volumes"]] == ["config", "tmp", "state"]
-    assert epp(c)["env"][2:] == []
+    assert epp(c)["env"][3:] == []
 
 
 def test_pod_overrides_are_appended_and_merged() -> None:
