@@ -13,8 +13,8 @@ Per regime (one JSON):
   rate above it;
 * at the knee and past it, SMetric minus the best baseline per seed (the same seed = the same
   agents, so the differences are paired): mean and 95 % t-interval, absolute and relative to
-  the baseline's per-seed value, and the verdict (``win`` / ``loss`` when the relative interval
-  excludes 0, else ``tie``); the same for the peaks (each policy's own best rate per seed);
+  the baseline's per-seed value, and the verdict (``win`` / ``loss`` when the interval of the
+  absolute differences excludes 0, else ``tie``); the same for the peaks (each policy's own best rate per seed);
 * drift: the largest ``|arrival_drift|`` over the runs at and past the knee, and how many of them
   exceed the 10 % bound (``arrival_drift_ok`` false).
 
@@ -47,8 +47,9 @@ class Paired:
 
     @property
     def verdict(self) -> str:
-        """From the relative interval, the one the tables show."""
-        return verdict(self.pct_ci if self.pct_ci is not None else self.ci)
+        """From the paired absolute differences (the relative interval the tables show is unstable
+        when a baseline's per-seed value is near 0, e.g. a collapse past the knee)."""
+        return verdict(self.ci)
 
 
 @dataclass(frozen=True, slots=True)
