@@ -173,6 +173,28 @@ def test_policy_config_cost_model_global_fetch_and_disaggregation() -> None:
     assert policy_config_text(disagg) == yaml.safe_dump(cfg, sort_keys=False)
 
 
+def _fetch(model: dict[str, Any], **over: Any) -> float | None:
+    cfg = policy_config(
+        parse_spec(raw(model=model, globalKV={"enabled": True}, gpus={"countPerPod": 0}, **over))
+    )
+    value: float | None = cfg["policy"]["parameters"].get("globalFetchSPerToken")
+    return value
+
+
+def test_global_fetch_rate_from_the_models_preset() -> None:
+    coder = "Qwen/Qwen3-Coder-30B-A3B-Instruct"  # preset qwen3-30b-h20: one GPU, bf16 KV
+    assert _fetch({"name": coder}) == pytest.approx(1.31072e-05)
+    assert _fetch({"name": coder, "kvCacheDtype": "fp8_e4m3"}) == pytest.approx(6.5536e-06)  # half the bytes
+    assert _fetch({"name": coder, "tensorParallelSize": 2}) == pytest.approx(6.5536e-06)  # KV split over 2
+    big = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"  # preset qwen3-235b-4xh20: four GPUs
+    assert _fetch({"name": big, "tensorParallelSize": 4}) == pytest.approx(6.4170666666666665e-06)
+    assert _fetch({"name": big, "tensorParallelSize": 8}) == pytest.approx(3.2085333333333333e-06)
+    assert _fetch({"name": big, "tensorParallelSize": 1}) is None  # a parallelism the preset cannot take
+    assert _fetch({"name": "org/unknown"}) is None  # no preset: local hits only
+    given = {"parameters": {"globalFetchSPerToken": 2e-6}}
+    assert _fetch({"name": coder}, router=given) == 2e-6  # the spec's own value wins
+
+
 def test_deployment_defaults() -> None:
     c = render(router=APPROX)
     dep = c["Deployment"]
@@ -446,6 +468,9 @@ def test_spec_is_frozen_and_accepts_field_names() -> None:
     assert s.model.block_size == 32  # populate_by_name: the Python name works as well as blockSize
     with pytest.raises(ValueError, match="frozen"):
         s.model.name = "x"
+    with pytest.raises(ValueError, match="frozen"):
+        s.router = s.router  # the whole spec too, not only its parts
+    assert parse(global_kv={"enabled": True}).global_kv.enabled  # top-level Python names too
 
 
 def test_defaults() -> None:
@@ -531,7 +556,7 @@ def test_defaults() -> None:
 
 def test_routing_policy_default_follows_the_global_tier() -> None:
     assert parse().routing_policy == "lmetric"
-    assert parse(globalKV={"enabled": True}).routing_policy == "llmd-slo"
+    assert parse(globalKV={"enabled": True}).routing_policy == "smetric"
     assert parse(router={"policy": "smetric"}).routing_policy == "smetric"
 
 
