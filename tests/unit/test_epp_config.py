@@ -9,14 +9,33 @@ import pytest
 from smetric.epp.config import ConfigError, load_config, parse_config, policy_params
 from smetric.policy import PolicyParams
 from smetric.policy.params import SMetricParams
-from smetric.policy.registry import DEFAULT_POLICY
+from smetric.policy.registry import DEFAULT_POLICY, DEFAULT_POLICY_WITHOUT_GLOBAL_TIER
 
 
 def test_defaults_are_the_registry_default_policy() -> None:
     cfg = load_config(None)
-    assert cfg.policy.name == DEFAULT_POLICY == "llmd-slo" and not cfg.pdDisaggregation.enabled
+    assert (
+        cfg.policy.name == DEFAULT_POLICY_WITHOUT_GLOBAL_TIER == "lmetric"
+        and not cfg.pdDisaggregation.enabled
+    )
     assert policy_params(cfg) == PolicyParams()
     assert (cfg.saturation.queueDepthThreshold, cfg.saturation.kvCacheUtilThreshold) == (5, 0.8)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "name"),
+    [
+        ({}, "lmetric"),
+        ({"globalFetchSPerToken": 1.3e-5}, "smetric"),
+        ({"global_fetch_s_per_token": 1.3e-5}, "smetric"),
+        ({"globalFetchSPerToken": None}, "lmetric"),
+    ],
+)
+def test_an_omitted_policy_follows_the_pools_global_tier(parameters: dict[str, object], name: str) -> None:
+    """A config that sets the global tier's fetch rate describes a pool with one: the tier default."""
+    cfg = parse_config({"policy": {"parameters": parameters}})
+    assert cfg.policy.name == name
+    assert DEFAULT_POLICY == "smetric"
 
 
 def test_yaml_file_round_trip(tmp_path: Path) -> None:

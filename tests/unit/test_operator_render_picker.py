@@ -126,9 +126,9 @@ def test_policy_config_is_accepted_by_the_picker(variant: str) -> None:
     (config_map,) = [c for c in render(VARIANTS[variant]) if c["kind"] == "ConfigMap"]
     cfg = parse_config(yaml.safe_load(config_map["data"]["config.yaml"]), "rendered")
     params = policy_params(cfg)
-    # the pool's default policy (registry.default_policy): llmd-slo with a global KV tier, lmetric without
+    # the pool's default policy (registry.default_policy): smetric with a global KV tier, lmetric without
     global_tier = parse_spec(VARIANTS[variant]).global_kv.enabled
-    assert cfg.policy.name == ("llmd-slo" if global_tier else "lmetric")
+    assert cfg.policy.name == ("smetric" if global_tier else "lmetric")
     assert params.mode == ("disaggregated" if variant.startswith("disaggregated") else "colocated")
     own = params.get(SMetricParams)  # defaults: the rendered config sets no policy-owned key
     assert own.hit_ratio == 0.5 and own.slack == 1.0

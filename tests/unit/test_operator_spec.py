@@ -211,9 +211,9 @@ def test_defaults() -> None:
     spec = parse_spec(minimal())
     assert isinstance(spec, SMetricPoolSpec)
     assert spec.router.policy is None and spec.router.failure_mode == "FailClose"
-    # no global KV tier by default, so the pool's default policy is the no-tier one (README 4b)
+    # no global KV tier by default, so the pool's default policy is the no-tier one (docs/evidence.md)
     assert spec.routing_policy == "lmetric"
-    assert parse_spec({**minimal(), "globalKV": {"enabled": True}}).routing_policy == "llmd-slo"
+    assert parse_spec({**minimal(), "globalKV": {"enabled": True}}).routing_policy == "smetric"
     assert parse_spec({**minimal(), "router": {"policy": "smetric"}}).routing_policy == "smetric"
     assert spec.router.parameters.policy_owned == {}  # the policies' own defaults apply in the picker
     assert spec.gpus.products == ("NVIDIA-H20", "NVIDIA-H20-3e")

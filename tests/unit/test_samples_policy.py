@@ -1,5 +1,5 @@
 """The samples and the docs agree with the advised default policy: no sample pins a policy (the
-operator picks per pool: ``llmd-slo`` with a global KV tier, ``lmetric`` without), docs/picker.md
+operator picks per pool: ``smetric`` with a global KV tier, ``lmetric`` without), docs/picker.md
 states the picker's own default, and the colocated sample's ``globalFetchSPerToken`` matches its FP8
 KV at the calibrated 7.5 GB/s."""
 
@@ -34,6 +34,8 @@ def test_picker_doc_states_the_pickers_and_the_operators_defaults() -> None:
     intro = (ROOT / "docs" / "picker.md").read_text().split("```", 1)[0]
     assert "SMetric by default" not in intro
     assert f"`{PolicySection().name}` by default" in intro  # the picker's --config default
+    tier = PolicySection.model_validate({"parameters": {"globalFetchSPerToken": 1e-5}}).name
+    assert f"`{tier}` when its config sets `globalFetchSPerToken`" in intro
     assert f"`{default_policy(True)}` with a global KV tier, `{default_policy(False)}` without" in intro
 
 

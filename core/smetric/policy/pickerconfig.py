@@ -3,7 +3,8 @@
 Shape (the operator renders exactly the ``policy`` block)::
 
     policy:
-      name: smetric               # one of smetric.policy.registry.POLICY_NAMES (default: DEFAULT_POLICY, llmd-slo)
+      name: smetric               # one of smetric.policy.registry.POLICY_NAMES (omitted: smetric when
+                                  # parameters set globalFetchSPerToken, a global tier; else lmetric)
       parameters: {slack: 1.0}    # context + policy-owned keys, parsed by smetric.policy.params_from_mapping
     pdDisaggregation:
       enabled: false
@@ -28,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from smetric.policy.base import PolicyParams
 from smetric.policy.config import params_from_mapping
-from smetric.policy.registry import DEFAULT_POLICY, POLICY_NAMES
+from smetric.policy.registry import DEFAULT_POLICY_WITHOUT_GLOBAL_TIER, POLICY_NAMES, default_policy
 
 # The upstream EndpointPickerConfig's markers (inference.networking.x-k8s.io/v1alpha1): the
 # picker's own format has none of them.
@@ -50,8 +51,23 @@ class _Strict(BaseModel):
 
 
 class PolicySection(_Strict):
-    name: str = DEFAULT_POLICY
+    """``name`` omitted: the default policy of a pool with a global KV tier when ``parameters``
+    set ``globalFetchSPerToken`` (the pool has one), else that of a pool without
+    (:func:`smetric.policy.registry.default_policy`)."""
+
+    name: str = DEFAULT_POLICY_WITHOUT_GLOBAL_TIER
     parameters: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_name(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "name" in data:
+            return data
+        params = data.get("parameters")
+        tier = isinstance(params, dict) and any(
+            params.get(k) is not None for k in ("globalFetchSPerToken", "global_fetch_s_per_token")
+        )
+        return {**data, "name": default_policy(tier)}
 
     @field_validator("name")
     @classmethod

@@ -122,14 +122,13 @@ class Registry:
 
 
 REGISTRY = Registry(BUILTIN)
-# The picker's and the CRD's default policy: the one the regime map supports (README 4b, "Default
-# policy"): not clearly worse than the regime's best in 7 of 8 regimes (as are 7 others) and the
-# highest mean relative peak of those (96.7 %; smetric-tiered 95.8 %, smetric 94.5 %).
-DEFAULT_POLICY = "llmd-slo"
-# A pool without a global KV tier (the CRD's globalKV.enabled: false, plain vLLM): llm-d SLO is last
-# there, end to end (`smetric bench --quick`: LMetric ahead of every other row, significant at 0.005
-# families per model second, 3 seeds, two runs) and in the simulator (4 instances, and its worst
-# regime on the 16-instance map, 77.1 %); README 4b, "Without a global tier".
+# The default policy of a pool with a global KV tier: SMetric, which is never worse than the best
+# baseline at the knee with a full tier, colocated or disaggregated, 16 or 32 instances, and ahead
+# in most of those regimes (docs/evidence.md, steady load, paired seeds).
+DEFAULT_POLICY = "smetric"
+# Without a global tier (the CRD's globalKV.enabled: false, plain vLLM; a picker whose config sets
+# no globalFetchSPerToken) no policy separates at the knee in the simulator (docs/evidence.md) and
+# LMetric leads end to end (docs/bench.md, `smetric bench --quick`).
 DEFAULT_POLICY_WITHOUT_GLOBAL_TIER = "lmetric"
 
 

@@ -6,7 +6,8 @@ same files); this module adds what only the picker does: ``--config-text``, and 
 exactly the ``policy`` block)::
 
     policy:
-      name: smetric               # one of smetric.policy.registry.POLICY_NAMES (default: DEFAULT_POLICY, llmd-slo)
+      name: smetric               # one of smetric.policy.registry.POLICY_NAMES (omitted: smetric when
+                                  # parameters set globalFetchSPerToken, a global tier; else lmetric)
       parameters: {slack: 1.0}    # context + policy-owned keys, parsed by smetric.policy.params_from_mapping
     pdDisaggregation:
       enabled: false
@@ -17,7 +18,8 @@ exactly the ``policy`` block)::
       kvCacheUtilThreshold: 0.8
     servedModels: []              # empty = accept any model (the engine answers 404 itself)
 
-An empty path gives the defaults: the default policy (``DEFAULT_POLICY``, llmd-slo), colocated, no PD.
+An empty path gives the defaults: the default policy of a pool without a global tier (lmetric),
+colocated, no PD.
 
 The upstream picker's ``EndpointPickerConfig`` (``apiVersion: inference.networking.x-k8s.io/v1alpha1``,
 ``plugins`` + ``schedulingProfiles``) is accepted too: :mod:`smetric.epp.upstream.translate` maps it

@@ -123,7 +123,7 @@ def router_schema(registry: Registry = REGISTRY) -> dict[str, Any]:
             "type": "string",
             "enum": list(registry.names),
             "description": f"Routing policy; omitted = {default_policy(True)} with globalKV.enabled, "
-            f"{default_policy(False)} without (README 4b, 'Default policy').",
+            f"{default_policy(False)} without (docs/evidence.md).",
         },
         "parameters": {
             "type": "object",

@@ -308,7 +308,7 @@ class PolicyParameters(_Spec):
 
 
 class RouterSpec(_Spec):
-    # None = the pool's default: llmd-slo with a global KV tier, lmetric without one
+    # None = the pool's default: smetric with a global KV tier, lmetric without one
     # (smetric.policy.registry.default_policy; SMetricPoolSpec.routing_policy resolves it). The
     # CRD's enum and the parameters' policy-owned keys come from the registry (gencrd.router_schema).
     policy: str | None = None

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from smetric.epp.upstream.epc import EndpointPickerConfig, PluginSpec, SchedulingProfile
-from smetric.policy.registry import DEFAULT_POLICY, POLICY_NAMES
+from smetric.policy.registry import POLICY_NAMES, default_policy
 
 SMETRIC_PICKER = "smetric-picker"
 
@@ -305,8 +305,10 @@ def _nearest(
     if load > 0:
         return _mapped(r, where, listed, "load-balance", {})
     if profile is None:
-        r.warn(f"{where}: no profile; the default policy {DEFAULT_POLICY!r} routes")
-        return DEFAULT_POLICY, {}
+        # no parameters, so no globalFetchSPerToken: the default of a pool without a global tier
+        name = default_policy(False)
+        r.warn(f"{where}: no profile; the default policy {name!r} routes")
+        return name, {}
     return _mapped(r, where, listed, "random", {})
 
 
