@@ -198,3 +198,22 @@ async def test_errors_reach_the_sdks_as_typed_exceptions(cluster: Cluster) -> No
     assert reply.usage.output_tokens == 3
     await claude.close()
     await gpt.close()
+
+
+async def test_token_counts_pass_the_gateway_and_charge_no_prefill(cluster: Cluster) -> None:
+    """Claude Code counts a turn's tokens before sending it: the gateway forwards the call, the
+    engine answers with what a generation of the same body would prefill, and the picker routes it
+    by load (a ``balance`` decision, no TTFT sample: nothing was generated)."""
+    claude = cluster.claude()
+    messages: list[Any] = [{"role": "user", "content": "Find the failing test. " * 10}]
+    counted = await claude.messages.count_tokens(model=MODEL, system=SYSTEM, messages=messages)
+    assert counted.input_tokens > 0
+    async with claude.messages.stream(model=MODEL, max_tokens=4, system=SYSTEM, messages=messages) as stream:
+        reply = await stream.get_final_message()
+    await claude.close()
+    u = reply.usage
+    assert u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0) == (
+        counted.input_tokens
+    )
+    assert (await _decisions(cluster)).get("balance") == 2
+    assert await total(cluster.stack.metrics_url, "smetric_epp_ttft_seconds_count") == 1

@@ -36,9 +36,21 @@ INFERENCE_PATHS: tuple[str, ...] = (
     "/v1/completions",
     "/v1/responses",
     "/v1/messages",
+    "/v1/messages/count_tokens",
     "/v1/embeddings",
     "/v1/models",
 )
+
+# Paths whose body is a prompt but whose answer computes nothing on the engine's KV cache (Claude
+# Code asks for a token count before it sends a turn; vLLM 0.32 serves it in
+# vllm/entrypoints/anthropic/api_router.py): routed by load, without a prefill charge, a session
+# step or a prefix-index entry.
+NO_PREFILL_PATHS: tuple[str, ...] = ("/v1/messages/count_tokens",)
+
+
+def prefills(path: str) -> bool:
+    """Whether a request to ``path`` (query string ignored) makes the engine prefill its prompt."""
+    return path.split("?", 1)[0].rstrip("/") not in NO_PREFILL_PATHS
 
 TRUSTED_HEADERS: tuple[str, ...] = (
     "x-gateway-destination-endpoint",

@@ -47,6 +47,7 @@ from smetric.epp.server.guard import (
     BodyBudget,
     Shed,
     path_allowed,
+    prefills,
 )
 from smetric.epp.server.hooks import ResponseHooks
 from smetric.epp.server.observer import ObserverMatcher
@@ -359,6 +360,8 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
             and parsed.model not in self.settings.served_models
         ):
             raise RequestError(404, f"model {parsed.model!r} is not served by this pool")
+        if parsed is not None and not prefills(h.path):  # a token count: routed by load alone
+            parsed, st.prekey = None, None
         view = RequestView(
             request_id=st.ledger_id,
             prompt_tokens=parsed.prompt_tokens if parsed else 0,
