@@ -21,7 +21,15 @@ from smetric.core.presets import get_preset
 from smetric.sim.executors import make_executor
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 from smetric.sim.regimes import Regime, map_cells, plot_map
-from smetric.sim.report import map_table, mean_rows, plot, results_table, summary_table
+from smetric.sim.report import (
+    headline_path,
+    map_table,
+    mean_rows,
+    plot,
+    plot_headline,
+    results_table,
+    summary_table,
+)
 from smetric.sim.stats import summary
 from smetric.sim.stream import Sidecar, fingerprint, read_done, sidecar_path, write_atomic
 from smetric.sim.sweep import RunCost, RunKey, RunTask, Setting, SweepSpec, json_ready, prepared, run_sweep
@@ -197,5 +205,8 @@ def run_and_write(
             plot_map(doc["regime_map"], list(spec.policies), plot_path, title)
         else:
             plot(mean_rows(rows), sim.mode, plot_path, title)
+            headline = headline_path(plot_path)
+            plot_headline(rows, sim.mode, headline, title)
+            console.print(f"wrote {headline}")
         console.print(f"wrote {plot_path}")
     return 0

@@ -131,6 +131,79 @@ def plot(rows: Sequence[Row], mode: str, out: Path, title: str) -> None:
     plt.close(fig)
 
 
+# two-sided 95 % Student t quantiles by degrees of freedom (1..9)
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its two-sided 95 % t-interval (0 with fewer than two values)."""
+    vals = [v for v in values if math.isfinite(v)]
+    if not vals:
+        return math.nan, 0.0
+    mean = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return mean, 0.0
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+    return mean, _T95[min(len(vals) - 2, len(_T95) - 1)] * sd / math.sqrt(len(vals))
+
+
+def headline_path(plot_path: Path) -> Path:
+    """Where ``--plot out/x.png`` writes the headline figure: ``out/x-tps.png``."""
+    return plot_path.with_name(f"{plot_path.stem}-tps{plot_path.suffix or '.png'}")
+
+
+def plot_headline(rows: Sequence[Row], mode: str, out: Path, title: str) -> None:
+    """The simulator's headline: TPS within SLO against the offered load, one line per policy (the
+    mean over seeds) in a band of its 95 % t-interval; ``rows`` are the per-seed runs."""
+    rows = list[Row](_with_nan(rows))
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key, scale = headline_key(mode), 1.0 if mode == "colocated" else 1e-3
+    policies = list(dict.fromkeys(str(r["policy"]) for r in rows))
+    seeds = sorted({int(r["seed"]) for r in rows if "seed" in r})
+    fig, ax = plt.subplots(figsize=(9.0, 6.0))
+    cmap = plt.get_cmap("tab10" if len(policies) <= 10 else "tab20")
+    for n, p in enumerate(policies):
+        by_rate: dict[float, list[float]] = {}
+        for r in rows:
+            if r["policy"] == p:
+                by_rate.setdefault(float(r["rate_multiplier"]), []).append(float(r[key]) * scale)
+        xs = sorted(by_rate)
+        stats = [mean_ci(by_rate[x]) for x in xs]
+        mean = [m for m, _ in stats]
+        color = cmap(n % cmap.N)
+        ax.plot(
+            xs, mean, marker="o", color=color, label=p, linestyle="-" if p.startswith("smetric") else "--"
+        )
+        ax.fill_between(
+            xs,
+            [max(0.0, m - h) for m, h in stats],
+            [m + h for m, h in stats],
+            color=color,
+            alpha=0.15,
+            linewidth=0,
+        )
+    ax.set_xlabel("offered load (x base rate)", fontsize=12)
+    ax.set_ylabel(
+        "output tokens/s within SLO" if mode == "colocated" else "prefill ktok/s within the TTFT SLO",
+        fontsize=12,
+    )
+    ax.set_title(f"throughput within SLO: mean over {len(seeds)} seeds, band = 95 % t-interval", fontsize=12)
+    ax.tick_params(labelsize=11)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=11)
+    fig.suptitle("\n".join(textwrap.wrap(title, 90)), fontsize=11)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def mean_rows(rows: Sequence[Row]) -> list[dict[str, Any]]:
     """One row per (policy, rate): numeric fields averaged over the seeds that ran that rate
     (undefined values skipped), other fields from the first seed."""
