@@ -2,8 +2,8 @@
 tier) is accepted by the pinned vLLM (0.32): ``KVTransferConfig`` parses it, every connector it names
 is registered, and the Mooncake bootstrap port the render sets is the one vLLM reads.
 
-Needs the vLLM tier's venv (``tests/integration/install_vllm_tier.sh``; ``$SMETRIC_VLLM_VENV`` or
-``/work/vllm-venv``); skips with a message when it is missing.
+Needs the vLLM tier's venv (``bash tests/integration/install_vllm_tier.sh .venv-vllm``;
+``$SMETRIC_VLLM_VENV`` or the checkout's ``.venv-vllm``); skips with a message when it is missing.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from smetric.operator.spec import TopologySpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
-VENV = Path(os.environ.get("SMETRIC_VLLM_VENV", "/work/vllm-venv"))
+VENV = Path(os.environ.get("SMETRIC_VLLM_VENV", Path(__file__).parents[2] / ".venv-vllm"))
 PROBE = """
 import json, os, sys
 from vllm.config import KVTransferConfig
@@ -49,7 +49,10 @@ def test_rendered_connectors_are_accepted_by_vllm() -> None:
         pytest.skip("vLLM tier disabled (SMETRIC_VLLM_TIER=0)")
     py = VENV / "bin" / "python"
     if not py.exists():
-        pytest.skip(f"vLLM tier not installed ({py} missing; run tests/integration/install_vllm_tier.sh)")
+        pytest.skip(
+            f"vLLM tier not installed ({py} missing; run bash tests/integration/install_vllm_tier.sh "
+            ".venv-vllm (README, Tests) or set SMETRIC_VLLM_VENV)"
+        )
     cases = []
     for connector in typing.get_args(TopologySpec.model_fields["pd_connector"].annotation):
         for global_kv in (False, True):

@@ -1,7 +1,8 @@
 """The picker's data sources against two real vLLM engines (CPU build, tiny random Llama).
 
-Needs the tier's venv (``tests/integration/install_vllm_tier.sh``; ``$SMETRIC_VLLM_VENV`` or
-``/work/vllm-venv``); skips with a message when it is missing. Shows that
+Needs the tier's venv (``bash tests/integration/install_vllm_tier.sh .venv-vllm``, the README's
+Tests section; ``$SMETRIC_VLLM_VENV`` or the checkout's ``.venv-vllm``); skips with a message when
+it is missing. Shows that
 
 1. the precise index's block hashes are the ones vLLM publishes in its KV events,
 2. the engines' ``/metrics`` parse into :class:`EngineMetrics` through the datastore,
@@ -48,7 +49,8 @@ from smetric.policy.registry import make_policy
 pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.slow]
 
 HERE = Path(__file__).parent
-VENV = Path(os.environ.get("SMETRIC_VLLM_VENV", "/work/vllm-venv"))
+VENV = Path(os.environ.get("SMETRIC_VLLM_VENV", HERE.parents[1] / ".venv-vllm"))
+INSTALL = "bash tests/integration/install_vllm_tier.sh .venv-vllm (README, Tests)"
 BLOCK = 32
 SEED = "0"
 START_TIMEOUT_S = 480.0
@@ -65,7 +67,7 @@ def _vllm_python() -> Path:
         pytest.skip("vLLM tier disabled (SMETRIC_VLLM_TIER=0)")
     py = VENV / "bin" / "python"
     if not py.exists():
-        pytest.skip(f"vLLM tier not installed ({py} missing; run tests/integration/install_vllm_tier.sh)")
+        pytest.skip(f"vLLM tier not installed ({py} missing; run {INSTALL} or set SMETRIC_VLLM_VENV)")
     probe = subprocess.run([str(py), "-c", "import vllm"], capture_output=True, text=True, timeout=300)
     if probe.returncode != 0:
         pytest.skip(f"vLLM not importable in {VENV}: {probe.stderr.strip().splitlines()[-1:]}")

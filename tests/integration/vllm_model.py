@@ -2,7 +2,7 @@
 
 Run with the vLLM tier's interpreter (it needs ``torch``, ``transformers`` and ``tokenizers``)::
 
-    /work/vllm-venv/bin/python tests/integration/vllm_model.py OUT_DIR
+    .venv-vllm/bin/python tests/integration/vllm_model.py OUT_DIR
 
 The tokenizer is a byte-level BPE trained here on generated code-like text (no special tokens are
 added when encoding, so the picker's ``HFTokenizer`` and the engine agree on ids); the model is a
