@@ -14,7 +14,6 @@ import os
 import aiohttp
 import orjson
 import pytest
-
 from tests.integration.test_envoy_picker import Stack, make_stack, session_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
