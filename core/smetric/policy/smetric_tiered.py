@@ -1,6 +1,6 @@
 """``smetric-tiered``: SMetric's session rule with both KV tiers and the cost of moving KV in view.
 
-Beyond the paper (issue 11); ``smetric`` stays the faithful reconstruction. Each mechanism has a
+Beyond the paper; ``smetric`` stays the faithful reconstruction. Each mechanism has a
 switch in :class:`~smetric.policy.tiered_params.TieredParams`; with every switch off the policy
 decides exactly as ``smetric`` with its literal estimates (``balanceEstimate: local``,
 ``meetsEstimate: session``, ``nobodyMeets: stick``; same scores, same rule, same tie breaks).

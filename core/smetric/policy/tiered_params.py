@@ -14,7 +14,7 @@
 
 Defaults are stated assumptions fixed before any measurement (docs/policies.md, "smetric-tiered"):
 ``footprintWindowS`` = 30 s, three times the median think time between agentic turns (~10 s,
-issue 11 and docs/traces.md), so a session counts while it is likely to come back.
+docs/traces.md), so a session counts while it is likely to come back.
 """
 
 from __future__ import annotations

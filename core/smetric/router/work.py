@@ -1,4 +1,4 @@
-"""What one dispatch really costs the endpoint it goes to (the ledger fix, issue 9).
+"""What one dispatch really costs the endpoint it goes to.
 
 A request of ``L`` prompt tokens sent to endpoint ``i`` finds ``c[i]`` tokens in that endpoint's
 GPU tier (local hit) and can load ``g[i]`` tokens from the global tier (global hit: a prefix the

@@ -59,7 +59,7 @@ class SimConfig:
     # router state: "deployed" = the picker's router core with a cost model fitted from profiled
     # prefills and online prefill rates; "oracle" = engine cost model, speed 1.0 (sim/view.py)
     router_view: str = "deployed"
-    legacy_ledger: bool = False  # reproduce the pre-fix phantom-load ledger charge (issue 9)
+    legacy_ledger: bool = False  # charge cost(L - c, L), global-tier hits ignored (ablation; sim/view.py)
     # The policy-owned parameters as the picker's config file holds them (``policy.parameters``:
     # ``slack``, ``hitRatio``, ``tiered``, ...), canonical JSON; "{}" = every policy's defaults
     # (smetric.policy.config). Context keys (mode, SLO, cost model, block size) come from the

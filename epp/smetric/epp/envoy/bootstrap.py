@@ -113,7 +113,7 @@ class EnvoyOptions:
     direct_port: int | None = None  # second listener straight to direct_backend (no picker)
     direct_backend: str | None = None  # ip:port
     subset_hint_header: bool = False  # Lua filter: header x-gateway-destination-endpoint-subset -> hint
-    # Issue 12 (envoy/hardening.py). pool_endpoints: the model servers (ip:port) when known (local
+    # Hardening (envoy/hardening.py). pool_endpoints: the model servers (ip:port) when known (local
     # launchers): a STATIC cluster with the override_host policy (only pool endpoints reachable,
     # retries on the picker's fallbacks, FailOpen round-robins over the pool); empty: ORIGINAL_DST.
     pool_endpoints: tuple[str, ...] = ()
@@ -126,7 +126,7 @@ class EnvoyOptions:
     # Longest silence of a healthy request: queueing + the prefill of the largest prompt before the
     # first byte. The project's default cost model puts a 128k-token prefill at 153 s
     # (PolicyParams().cost_model.cost(131072, 131072)); 300 s is about 2x that, so a hung endpoint
-    # is cut after 300 s (was 600 s) and no legitimate prefill trips it. The route timeout (whole
+    # is cut after 300 s and no legitimate prefill trips it. The route timeout (whole
     # request, generation included) stays 600 s.
     stream_idle_timeout_s: float = 300.0
     picker_keepalive_s: float = 1.0  # PING interval and timeout: a stopped picker -> 500 in ~2 s

@@ -1,4 +1,4 @@
-"""The gateway's side of issue 12 (hostile input and faults), as parts of the Envoy bootstrap.
+"""The gateway's defences against hostile input and faults, as parts of the Envoy bootstrap.
 
 * :func:`scrub_filter` (first HTTP filter, before ext_proc): a request for a path outside the
   inference API allow-list gets a 404 at the gateway (an engine's ``/metrics`` or

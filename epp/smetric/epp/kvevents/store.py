@@ -30,7 +30,7 @@ class BlockStore:
     events; the set then refills from later ``BlockStored`` events (hits read low meanwhile, never
     high: a lost ``BlockRemoved`` cannot leave a phantom block behind).
 
-    Per-endpoint cap (issue 12: a flood of ``BlockStored`` grew one set to 15M hashes, 1 GB): an
+    Per-endpoint cap (a flood of ``BlockStored`` would otherwise grow one set without bound): an
     endpoint holds at most ``capacity(address)`` blocks -- the engine's ``num_gpu_blocks`` from its
     scraped ``vllm:cache_config_info``, times ``slack`` (the engine cannot hold more, so more means
     lost ``BlockRemoved`` events) -- or ``default_max_blocks`` before the engine was scraped. Past

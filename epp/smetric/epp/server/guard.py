@@ -1,4 +1,4 @@
-"""What the request path refuses or bounds before any decision (issue 12: hostile input).
+"""What the request path refuses or bounds before any decision (hostile input).
 
 * :data:`INFERENCE_PATHS`: the API paths the gateway forwards (everything else is 404 at the
   gateway's Lua filter and again at the picker): an engine's ``/metrics``, ``/reset_prefix_cache``

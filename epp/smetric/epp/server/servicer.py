@@ -74,7 +74,7 @@ class ServicerSettings:
     served_models: frozenset[str] = frozenset()  # empty: accept any model
     response_observer: bool = False  # the response comes on a separate observability_mode stream
     observer_attach_timeout_s: float = 2.0
-    # Issue 12 (hostile input): the sum of all buffered bodies (503 past it), the API paths routed
+    # Hostile input: the sum of all buffered bodies (503 past it), the API paths routed
     # (others 404; empty = all), bodies at least this large are parsed on a worker thread.
     body_budget_bytes: int = 64 * 1024 * 1024
     allowed_paths: tuple[str, ...] = INFERENCE_PATHS

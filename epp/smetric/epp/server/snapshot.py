@@ -1,8 +1,8 @@
-"""Restart without amnesia (issue 12 item 11): the approximate prefix index outlives the process.
+"""Restart without amnesia: the prefix index outlives the process.
 
 The approximate index learns only from the picker's own routing decisions, so a restarted picker
-knew nothing: a probe saw session stickiness fall from 12/12 to 4/12 after one restart. Two ways
-back, both optional:
+knew nothing, and the follow-up turns of every running session lost their engine. Two ways back,
+both optional:
 
 * ``--state-file PATH``: the index is written there every ``--state-interval-ms`` (atomically: a
   temporary file renamed over it) and at shutdown, and read at start-up. A SIGKILLed picker loses at
