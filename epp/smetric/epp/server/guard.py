@@ -52,6 +52,7 @@ def prefills(path: str) -> bool:
     """Whether a request to ``path`` (query string ignored) makes the engine prefill its prompt."""
     return path.split("?", 1)[0].rstrip("/") not in NO_PREFILL_PATHS
 
+
 TRUSTED_HEADERS: tuple[str, ...] = (
     "x-gateway-destination-endpoint",
     "x-gateway-destination-endpoint-served",
