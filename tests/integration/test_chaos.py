@@ -1,4 +1,4 @@
-"""``smetric chaos --quick`` end to end (issue 12): every fault row passes and the JSON has the
+"""``smetric chaos --quick`` end to end: every fault row passes and the JSON has the
 documented shape. About 90 s on a 2-core box."""
 
 from __future__ import annotations

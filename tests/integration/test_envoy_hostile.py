@@ -1,4 +1,4 @@
-"""Issue 12 at the gateway: real Envoy (the generated bootstrap) + the picker in process + small
+"""Real Envoy (the generated bootstrap) + the picker in process + small
 model servers. A stopped picker fails requests in bounded time, client routing headers cannot steer,
 non-inference paths are 404, resets before the response retry on the picker's fallbacks, FailOpen
 lands on a pool endpoint."""
@@ -193,7 +193,7 @@ async def test_fail_open_lands_on_a_pool_endpoint_and_fail_close_is_a_prompt_500
 
 
 async def test_an_overloaded_picker_answers_503_with_retry_after_within_its_budget() -> None:
-    """Issue 12 item 1: a live picker that cannot decide (here: the body never completes) answers
+    """A live picker that cannot decide (here: the body never completes) answers
     503 + retry-after within --decision-budget-ms; before admission control Envoy held the request
     until its stream idle timeout (no ext_proc message timeout in FULL_DUPLEX_STREAMED)."""
     backend = Backend(IPS[0])

@@ -57,7 +57,7 @@ def test_rows_and_peers() -> None:
 
 
 def test_picker_rows_route_through_the_pool_cluster_by_default() -> None:
-    """Issue 12 item 9: the bench knows its pool, so Envoy's override_host pool cluster (only pool
+    """The bench knows its pool, so Envoy's override_host pool cluster (only pool
     endpoints reachable, retries on the picker's fallbacks) is the default; ORIGINAL_DST stays
     available (--envoy-upstream original-dst)."""
     from smetric.bench.stacks import Cluster

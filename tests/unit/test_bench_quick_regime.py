@@ -1,4 +1,4 @@
-"""Issue 15: `smetric bench --quick` lands where routing decides the SLOs.
+"""`smetric bench --quick` lands where routing decides the SLOs.
 
 The quick preset runs without a global KV tier, tokens x1/8 and a 240 model-second window; the
 old one (tokens x1/16, full tier, 60 s) tied every router because no session survived a think

@@ -1,5 +1,5 @@
 """Deployment variants of a preset (FP8 KV, tensor parallelism, GPU kind, HBM) and the calibrated
-global-tier throughput the router's fetch estimate comes from (issue 9B)."""
+global-tier throughput the router's fetch estimate comes from."""
 
 from __future__ import annotations
 

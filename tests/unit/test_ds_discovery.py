@@ -146,7 +146,7 @@ async def test_kubernetes_watch_follows_pool_and_pods(kmock: Any) -> None:
     await d.start(lambda eps: seen.append([f"{e.address}/{e.role}" for e in eps]))
     try:
         assert seen[0] == ["10.1.0.1:8000/prefill"]
-        assert d.synced  # pool and pods listed: readiness (issue 16 item 3)
+        assert d.synced  # pool and pods listed: readiness
         # a new Ready pod appears
         await kmock.post(pods, json=_pod("b", "10.1.0.2", {"app": "vllm"}))
         await _until(lambda: seen[-1] == ["10.1.0.1:8000/prefill", "10.1.0.2:8000/prefill-decode"], "pod b")

@@ -84,7 +84,7 @@ def test_hf_tokenizer_reads_chat_template_jinja(tmp_path: Path) -> None:
 
 def test_a_model_id_loads_offline_from_a_mounted_hub_cache(tmp_path: Path) -> None:
     """The picker pod: ``--tokenizer=<HF model id>`` with the model volume holding the hub cache
-    (``HF_HOME``, ``HF_HUB_OFFLINE=1``) - no network, no crash-loop (issue 16 item 1)."""
+    (``HF_HOME``, ``HF_HUB_OFFLINE=1``) - no network, no crash-loop."""
     import os
     import subprocess
     import sys
@@ -105,7 +105,11 @@ def test_a_model_id_loads_offline_from_a_mounted_hub_cache(tmp_path: Path) -> No
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "[x]"]
     missing = subprocess.run(
-        [sys.executable, "-c", "from smetric.core.tokenizer import load_tokenizer; load_tokenizer('org/absent')"],
+        [
+            sys.executable,
+            "-c",
+            "from smetric.core.tokenizer import load_tokenizer; load_tokenizer('org/absent')",
+        ],
         env=env,
         capture_output=True,
         text=True,

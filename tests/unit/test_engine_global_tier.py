@@ -72,7 +72,7 @@ def test_bad_parameters_rejected() -> None:
         GlobalTier(None, BLOCK_BYTES, 0.0, 1)
 
 
-# ---------------------------------------------------------------- calibrated path (issue 9B)
+# ---------------------------------------------------------------- calibrated path
 from smetric.engine.global_tier import CALIBRATED, LINE_RATE, GlobalPath  # noqa: E402
 
 GB = 1e9 / 8  # bytes/s per Gb/s

@@ -219,7 +219,7 @@ def test_submit_keeps_events_that_happened_before_the_arrival() -> None:
     assert ("b", "finished") in by_request
 
 
-# ---------------------------------------------------------------- calibrated global path (issue 9B)
+# ---------------------------------------------------------------- calibrated global path
 from smetric.engine.global_tier import GlobalPath  # noqa: E402
 
 

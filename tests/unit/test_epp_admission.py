@@ -1,4 +1,4 @@
-"""Issue 12 item 1: an alive but overloaded picker sheds load (503 + retry-after) within a bound.
+"""An alive but overloaded picker sheds load (503 + retry-after) within a bound.
 
 Envoy runs no ext_proc message timeout in FULL_DUPLEX_STREAMED, so without admission control a
 request whose body trickles in, or that waits behind a busy picker, waits without limit."""

@@ -1,4 +1,4 @@
-"""Issue 12, data sources: hostile /metrics pages, KV-event floods, removed endpoints, listeners."""
+"""Data sources: hostile /metrics pages, KV-event floods, removed endpoints, listeners."""
 
 from __future__ import annotations
 

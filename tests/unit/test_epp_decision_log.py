@@ -1,4 +1,4 @@
-"""Issue 16: the per-decision log line carries the top candidates' scores (from the policy's
+"""The per-decision log line carries the top candidates' scores (from the policy's
 decision), and builds nothing when the log is off."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12, request path: hostile headers, paths and bodies (real grpc.aio, real protobuf)."""
+"""Request path: hostile headers, paths and bodies (real grpc.aio, real protobuf)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 10: typed picker settings from the flags; the servicer's feedback goes through the
+"""Typed picker settings from the flags; the servicer's feedback goes through the
 picker's hooks only; the datastore reads its index through the PoolIndex protocol."""
 
 from __future__ import annotations

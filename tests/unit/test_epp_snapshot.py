@@ -1,4 +1,4 @@
-"""Issue 12 item 11: a restarted or new picker gets the warm one's prefix index (file or peer)."""
+"""A restarted or new picker gets the warm one's prefix index (file or peer)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 16: every rendered pod of every sample starts on paper (review items 1-12, one test or
+"""Every rendered pod of every sample starts on paper (review items 1-12, one test or
 rendered-output assertion each)."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def test_samples_start_on_paper(sample: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_rendered_yaml_has_no_anchors(capsys: pytest.CaptureFixture[str]) -> None:
-    """item 12: shared sub-objects (tolerations, labels) are written out, not as &id001 / *id001."""
+    """Item 12: shared sub-objects (tolerations, labels) are written out, not as &id001 / *id001."""
     assert main(["render", str(ROOT / "manifests" / "samples" / "colocated-qwen3-coder-30b.yaml")]) == 0
     out = capsys.readouterr().out
     assert not re.search(r"[&*]id\d+", out)
@@ -91,7 +91,7 @@ def test_help_texts_show_defaults(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_picker_tokenizer_comes_from_the_model_volume() -> None:
-    """item 1: precise index + weights PVC: the picker mounts it read-only and loads offline."""
+    """Item 1: precise index + weights PVC: the picker mounts it read-only and loads offline."""
     children = render(spec(model={"name": "Qwen/Q", "storage": STORAGE}, router={"prefixIndex": "precise"}))
     epp_dep = by_name(children, "Deployment", "p-epp")
     epp = container(epp_dep, "epp")
@@ -111,7 +111,7 @@ def test_picker_tokenizer_comes_from_the_model_volume() -> None:
 
 
 def test_model_storage_token_and_env_on_engines() -> None:
-    """item 4: weights volume, HF token secret, env."""
+    """Item 4: weights volume, HF token secret, env."""
     raw = spec(
         model={
             "name": "Qwen/Q",
@@ -130,7 +130,7 @@ def test_model_storage_token_and_env_on_engines() -> None:
 
 
 def test_picker_tls_by_default_plaintext_and_mounted_certificates() -> None:
-    """item 5."""
+    """Item 5."""
     default = render(spec())
     epp = container(by_name(default, "Deployment", "p-epp"), "epp")
     assert build_parser().parse_args(epp["args"]).secure_serving is True
@@ -147,7 +147,7 @@ def test_picker_tls_by_default_plaintext_and_mounted_certificates() -> None:
 
 
 def test_pd_sample_requests_host_memory_and_mooncake_resources(capsys: pytest.CaptureFixture[str]) -> None:
-    """item 8: shm + Mooncake segment + LMCache buffers are requested; the master has resources."""
+    """Item 8: shm + Mooncake segment + LMCache buffers are requested; the master has resources."""
     docs, _ = _render_file(ROOT / "manifests" / "samples" / "disaggregated-qwen3-235b.yaml", capsys)
     for name in ("qwen3-235b-pd-prefill", "qwen3-235b-pd-decode"):
         vllm = container(by_name(docs, "Deployment", name))
@@ -158,7 +158,7 @@ def test_pd_sample_requests_host_memory_and_mooncake_resources(capsys: pytest.Ca
 
 
 def test_per_role_parallelism_and_pod_overrides() -> None:
-    """item 11: separate TP and GPU count per role, per-role resources/env/nodeSelector/affinity/
+    """Item 11: separate TP and GPU count per role, per-role resources/env/nodeSelector/affinity/
     tolerations/imagePullSecrets/volumes, and engine-wide overrides."""
     raw = spec(
         topology={
@@ -218,7 +218,7 @@ def test_per_role_parallelism_and_pod_overrides() -> None:
 
 
 def test_autoscaled_roles_leave_replicas_to_the_autoscaler() -> None:
-    """item 11: server-side apply never sends replicas an HPA owns."""
+    """Item 11: server-side apply never sends replicas an HPA owns."""
     dep = by_name(
         render(spec(topology={"replicas": 4, "autoscaled": True})), "Deployment", "p-prefill-decode"
     )
@@ -228,7 +228,7 @@ def test_autoscaled_roles_leave_replicas_to_the_autoscaler() -> None:
 
 
 def test_pdb_network_policies_and_pod_monitors() -> None:
-    """item 10 (PDB, NetworkPolicy) and observability (PodMonitors)."""
+    """Item 10 (PDB, NetworkPolicy) and observability (PodMonitors)."""
     children = render(spec(observability={"podMonitor": True}, globalKV={"enabled": True}))
     pdb = by_name(children, "PodDisruptionBudget", "p-prefill-decode")
     assert pdb["spec"]["maxUnavailable"] == 1
@@ -244,7 +244,7 @@ def test_pdb_network_policies_and_pod_monitors() -> None:
 
 
 def test_service_monitor_scrapes_the_pickers_metrics_service() -> None:
-    """Issue 16: a ServiceMonitor for the picker's Service beside the engines' PodMonitor (the
+    """A ServiceMonitor for the picker's Service beside the engines' PodMonitor (the
     picker's PodMonitor is then not rendered: one scrape, not two)."""
     children = render(spec(observability={"podMonitor": True, "serviceMonitor": True}))
     for c in children:
@@ -309,7 +309,7 @@ def test_gpu_samples_are_sized_for_agent_traffic(sample: str, capsys: pytest.Cap
 
 
 def test_deploy_guide_and_kind_script_agree_on_versions() -> None:
-    """item 12: docs/deploy.md names the CRD and gateway versions the kind script installs, and the
+    """Item 12: docs/deploy.md names the CRD and gateway versions the kind script installs, and the
     steps from images to a first request."""
     guide = (ROOT / "docs" / "deploy.md").read_text()
     script = (ROOT / "tests" / "e2e" / "kind_e2e.sh").read_text()

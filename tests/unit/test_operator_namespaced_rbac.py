@@ -1,4 +1,4 @@
-"""Issue 12 item 12: with watchNamespaces set, the chart grants the operator's namespaced rules per
+"""With watchNamespaces set, the chart grants the operator's namespaced rules per
 namespace (Role + RoleBinding) and keeps only cluster-scoped reads in its ClusterRole. No helm here:
 the template's rule blocks are read as YAML (the test for the all-namespaces case is in
 test_operator_manifests.py)."""

@@ -1,4 +1,4 @@
-"""reconcile() and status computation against a hand-written in-memory API (unit level)."""
+"""Reconcile() and status computation against a hand-written in-memory API (unit level)."""
 
 from __future__ import annotations
 
@@ -304,7 +304,7 @@ def _route_status(accepted: str, resolved: str) -> dict[str, Any]:
 
 
 async def test_ready_needs_the_gateway_to_accept_the_route_and_the_pool() -> None:
-    """issue 16 item 9: status.parents (Accepted, ResolvedRefs) of the HTTPRoute and InferencePool."""
+    """Status.parents (Accepted, ResolvedRefs) of the HTTPRoute and InferencePool."""
     api = FakeApi()
     raw = {**SPEC, "gateway": {"parentRef": {"name": "gw"}}}
     await run(api, pool(raw))
@@ -335,7 +335,7 @@ async def test_ready_needs_the_gateway_to_accept_the_route_and_the_pool() -> Non
 
 
 async def test_two_pools_on_one_gateway_and_path_are_flagged() -> None:
-    """issue 16 item 9: routes that would catch each other's traffic make the pool Degraded."""
+    """Routes that would catch each other's traffic make the pool Degraded."""
     api = FakeApi()
     raw = {**SPEC, "gateway": {"parentRef": {"name": "gw"}}}
     api.pools = [

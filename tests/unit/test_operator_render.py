@@ -97,7 +97,7 @@ def test_colocated_engine_deployment() -> None:
     assert term["matchExpressions"] == [
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H20", "NVIDIA-H20-3e"]}
     ]
-    # issue 16 item 10: securityContext, drain of long streams, memory request for shm + process
+    # securityContext, drain of long streams, memory request for shm + process
     assert vllm["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     assert vllm["lifecycle"]["preStop"]["exec"]["command"] == ["/bin/sh", "-c", "sleep 300"]
@@ -202,7 +202,7 @@ def test_disaggregated_nixl_roles_and_sidecar() -> None:
     sidecar = container(decode, "routing-sidecar")
     assert sidecar["image"] == "ghcr.io/llm-d/llm-d-routing-sidecar:v0.8.0"  # pinned
     assert sidecar["restartPolicy"] == "Always"
-    # issue 16 item 2: plain HTTP (the sidecar's default is TLS) and the current connector flag
+    # Plain HTTP (the sidecar's default is TLS) and the current connector flag
     assert sidecar["args"] == [
         "--port=8000",
         "--vllm-port=8200",

@@ -28,7 +28,7 @@ def test_picker_args_parse_with_the_pickers_own_parser() -> None:
     assert parsed.pool_name == "p" and parsed.pool_namespace == "ns"
     assert parsed.prefix_index == "precise" and parsed.tokenizer == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
     assert parsed.hash_seed == "0" and parsed.block_size == 16 and parsed.kv_events_port == 5557
-    # issue 16 item 3: upstream service names; liveness never depends on the pool's engines
+    # Upstream service names; liveness never depends on the pool's engines
     assert epp["readinessProbe"]["grpc"] == {"port": 9003, "service": "readiness"}
     assert epp["livenessProbe"]["grpc"] == {"port": 9003, "service": "liveness"}
     assert epp["startupProbe"]["grpc"] == {"port": 9003, "service": "liveness"}
@@ -40,7 +40,7 @@ def test_picker_args_parse_with_the_pickers_own_parser() -> None:
     assert pod["volumes"][0] == {"name": "config", "configMap": {"name": "p-epp-config"}}
     svc = by_name(children, "Service", "p-epp")
     grpc = next(p for p in svc["spec"]["ports"] if p["port"] == 9002)
-    assert grpc["appProtocol"] == "http2"  # TLS by default (issue 16 item 5)
+    assert grpc["appProtocol"] == "http2"  # TLS by default
     role = by_name(children, "Role", "p-epp")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},

@@ -84,7 +84,7 @@ def test_crd_is_structural_with_status_and_printer_columns() -> None:
     assert crd["spec"]["group"] == "smetric.io" and crd["spec"]["scope"] == "Namespaced"
     version = _version()
     assert version["name"] == "v1alpha1" and version["subresources"]["status"] == {}
-    # scale subresource: kubectl scale / HPA on a colocated pool (issue 16 item 11)
+    # scale subresource: kubectl scale / HPA on a colocated pool
     assert version["subresources"]["scale"] == {
         "specReplicasPath": ".spec.topology.replicas",
         "statusReplicasPath": ".status.readyReplicas",
@@ -143,7 +143,7 @@ BAD_SPECS: dict[str, tuple[dict[str, Any], str]] = {
         minimal(globalKV={"enabled": True, "loadMode": "async"}),
         "globalKV.loadMode=async renders LMCacheMPConnector",
     ),
-    "role-tp-not-dividing-role-gpus": (  # issue 16 item 11: TP and GPUs per role
+    "role-tp-not-dividing-role-gpus": (  # TP and GPUs per role
         minimal(
             topology={
                 "mode": "disaggregated",

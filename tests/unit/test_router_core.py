@@ -1,5 +1,5 @@
-"""The router core shared by the picker and the simulator: the ledger charge (issue 9's
-phantom-load fix), the ledger, staleness, saturation and the prefill-rate samples."""
+"""The router core shared by the picker and the simulator: the ledger charge
+(computed tokens only), the ledger, staleness, saturation and the prefill-rate samples."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``smetric simulate`` flags of the calibrated global path and the deployment variants (issue 9B)."""
+"""``smetric simulate`` flags of the calibrated global path and the deployment variants."""
 
 from __future__ import annotations
 
