@@ -845,6 +845,17 @@ def test_policy_context_is_typed_and_kept_apart_from_policy_owned_keys() -> None
         p.tpot_slo_s = 1.0
 
 
+def test_deprecated_policies_name() -> None:
+    assert parse(policies={"podDisruptionBudget": False}).protection.pod_disruption_budget is False
+    same = {"networkPolicy": False}
+    assert parse(policies=same, protection=same).protection.network_policy is False
+    with pytest.raises(InvalidSpecError) as err:
+        parse(policies={"podDisruptionBudget": False}, protection={"podDisruptionBudget": True})
+    assert str(err.value) == (
+        "protection and its deprecated name policies are both set, to different values; set protection only"
+    )
+
+
 def test_spec_must_be_a_mapping() -> None:
     with pytest.raises(InvalidSpecError, match=r"^spec must be a mapping$"):
         parse_spec(["model"])
