@@ -1,4 +1,4 @@
-"""A/B of the gateway's issue-12 Lua filters (header scrub + path allow-list, destination guard):
+"""A/B of the gateway's hardening Lua filters (header scrub + path allow-list, destination guard):
 the same picker process and backend behind two Envoys, one with them and one without; 128 KiB
 requests alternate between the two; latencies are paired by position.
 
@@ -75,7 +75,7 @@ async def main() -> None:
             allowed_paths=() if name == "old" else INFERENCE_PATHS,
         )
         cfg = bootstrap(o)
-        if name == "old":  # without the issue-12 Lua filters (the previous bootstrap's chain)
+        if name == "old":  # without the hardening Lua filters (the bootstrap's chain before them)
             hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
             hcm["http_filters"] = [f for f in hcm["http_filters"] if not f["name"].startswith("smetric.")]
         path = Path(tempfile.gettempdir()) / f"gateway-ab-{name}-{os.getpid()}.json"

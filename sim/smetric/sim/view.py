@@ -23,7 +23,7 @@ Two views (``SimConfig.router_view``):
   -- over the TTFT since dispatch); the global-tier hit ``g`` is the picker's estimate
   (:func:`smetric.router.estimated_global_hit`: the session's previous turn when a global tier
   is configured).
-* ``oracle``: the pre-issue-9 simulator. The engine's own cost model, prefill speed 1.0 (no
+* ``oracle``: an all-knowing router. The engine's own cost model, prefill speed 1.0 (no
   learning), and ``g`` read from the simulated global tier's content.
 
 ``legacy_ledger`` reproduces the phantom-load bug (``g = 0`` in the charge: ``cost(L - c, L)``
