@@ -19,6 +19,7 @@ from smetric.epp.server.guard import (
     BodyBudget,
     Shed,
     path_allowed,
+    prefills,
 )
 
 __all__ = ["serve"]
@@ -70,6 +71,7 @@ def test_inference_paths() -> None:
         "/v1/completions",
         "/v1/responses",
         "/v1/messages",
+        "/v1/messages/count_tokens",
         "/v1/embeddings",
         "/v1/models",
     ):
@@ -78,6 +80,17 @@ def test_inference_paths() -> None:
         assert path_allowed(p + "/?a=b?c")
     for p in ("/metrics", "/v1/chat/completionsX", "/v1/models//", "", "/", "/v1", "v1/models"):
         assert not path_allowed(p), p
+
+
+def test_only_a_token_count_skips_the_prefill() -> None:
+    for p in (
+        "/v1/messages/count_tokens",
+        "/v1/messages/count_tokens/",
+        "/v1/messages/count_tokens?beta=true",
+    ):
+        assert not prefills(p), p
+    for p in ("/v1/messages", "/v1/chat/completions", "/v1/messages/count_tokensX"):
+        assert prefills(p), p
 
 
 def test_an_empty_allow_list_allows_everything() -> None:
