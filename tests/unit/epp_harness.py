@@ -48,8 +48,13 @@ class FakeIndex:
 
 
 def build(
-    endpoints: Sequence[EndpointInfo | str] = EPS, *, pd: bool = False, max_body: int = 1 << 20
+    endpoints: Sequence[EndpointInfo | str] = EPS,
+    *,
+    pd: bool = False,
+    max_body: int = 1 << 20,
+    settings: ServicerSettings | None = None,
 ) -> tuple[ExtProcServicer, StaticEndpointSource, FakeIndex, PickerMetrics]:
+    """A servicer over a static pool; ``settings`` replaces ``ServicerSettings(max_body_bytes=max_body)``."""
     source = StaticEndpointSource(endpoints)
     index = FakeIndex()
     params = PolicyParams()
@@ -58,7 +63,8 @@ def build(
         source, index, Router(make_policy("smetric", params)), params.cost_model, pd_router=pd_router
     )
     metrics = PickerMetrics(CollectorRegistry())
-    return ExtProcServicer(picker, metrics, ServicerSettings(max_body_bytes=max_body)), source, index, metrics
+    settings = settings if settings is not None else ServicerSettings(max_body_bytes=max_body)
+    return ExtProcServicer(picker, metrics, settings), source, index, metrics
 
 
 @pytest.fixture

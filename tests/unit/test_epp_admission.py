@@ -6,7 +6,6 @@ request whose body trickles in, or that waits behind a busy picker, waits withou
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from typing import Any
 
@@ -20,10 +19,10 @@ from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 __all__ = ["serve"]
 
 
-def with_admission(servicer: ExtProcServicer, max_inflight: int, budget_s: float) -> ExtProcServicer:
-    servicer.settings = ServicerSettings(max_inflight_decisions=max_inflight, decision_budget_s=budget_s)
-    servicer.admission = Admission(max_inflight, budget_s)
-    return servicer
+def with_admission(max_inflight: int, budget_s: float, **more: Any) -> ExtProcServicer:
+    """A servicer built with these admission settings (and any other ``ServicerSettings`` field)."""
+    settings = ServicerSettings(max_inflight_decisions=max_inflight, decision_budget_s=budget_s, **more)
+    return build(settings=settings)[0]
 
 
 def shed_count(servicer: ExtProcServicer, reason: str) -> float:
@@ -40,7 +39,7 @@ def assert_shed(resp: object, words: bytes) -> None:
 
 
 async def test_a_request_whose_body_never_completes_gets_503_within_the_budget(serve: object) -> None:
-    servicer = with_admission(build()[0], max_inflight=8, budget_s=0.3)
+    servicer = with_admission(max_inflight=8, budget_s=0.3)
     stub = await serve(servicer)  # type: ignore[operator]
     call = stub.Process()
     await call.write(headers_msg(BASE_HEADERS))
@@ -62,7 +61,7 @@ async def test_uploads_in_progress_do_not_fill_the_inflight_limit(serve: object)
     """Slow or stalled uploads are bounded by the decision budget, not counted: five requests
     stuck mid-body leave a limit of 2 free for complete requests (counted from their headers,
     they shed every complete request with 503)."""
-    servicer = with_admission(build()[0], max_inflight=2, budget_s=30.0)
+    servicer = with_admission(max_inflight=2, budget_s=30.0)
     stub = await serve(servicer)  # type: ignore[operator]
     held = []
     for _ in range(5):
@@ -86,8 +85,7 @@ async def test_uploads_in_progress_do_not_fill_the_inflight_limit(serve: object)
 
 async def test_too_many_complete_requests_waiting_get_503_at_once_and_slots_come_back(serve: object) -> None:
     """Complete requests waiting for the parse pool fill the limit; the next one is shed at once."""
-    servicer = with_admission(build()[0], max_inflight=2, budget_s=30.0)
-    servicer.settings = dataclasses.replace(servicer.settings, offload_parse_bytes=1)  # parse on the pool
+    servicer = with_admission(max_inflight=2, budget_s=30.0, offload_parse_bytes=1)  # parse on the pool
     release = asyncio.Event()
     parse = servicer.offload.parse
 
@@ -120,7 +118,7 @@ async def test_too_many_complete_requests_waiting_get_503_at_once_and_slots_come
 
 async def test_a_message_read_after_the_budget_is_shed_not_routed(serve: object) -> None:
     now = [0.0]
-    servicer = with_admission(build()[0], max_inflight=8, budget_s=1.0)
+    servicer = with_admission(max_inflight=8, budget_s=1.0)
     servicer.clock = lambda: now[0]
     stub = await serve(servicer)  # type: ignore[operator]
     call = stub.Process()

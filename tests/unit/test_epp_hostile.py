@@ -10,7 +10,7 @@ from epp_harness import BASE_HEADERS, EPS, body_msgs, build, chat, exchange, hea
 
 from smetric.epp.parse.body import parse_body
 from smetric.epp.parse.errors import RequestError
-from smetric.epp.server.guard import TRUSTED_HEADERS, BodyBudget, path_allowed
+from smetric.epp.server.guard import TRUSTED_HEADERS, path_allowed
 from smetric.epp.server.servicer import ServicerSettings
 
 __all__ = ["serve"]
@@ -86,9 +86,7 @@ async def test_deeply_nested_content_is_400_not_500(serve: object) -> None:
 
 
 async def test_global_body_budget_refuses_with_503_and_is_returned(serve: object) -> None:
-    servicer, *_ = build(max_body=1 << 20)
-    servicer.settings = ServicerSettings(max_body_bytes=1 << 20, body_budget_bytes=150_000)
-    servicer.budget = BodyBudget(150_000)
+    servicer, *_ = build(settings=ServicerSettings(max_body_bytes=1 << 20, body_budget_bytes=150_000))
     stub = await serve(servicer)  # type: ignore[operator]
     big = chat(text="y" * 100_000)
     first = stub.Process()  # holds ~100 kB, not finished
@@ -113,8 +111,7 @@ async def test_global_body_budget_refuses_with_503_and_is_returned(serve: object
 
 
 async def test_large_bodies_are_parsed_off_the_event_loop(serve: object) -> None:
-    servicer, *_ = build(max_body=4 << 20)
-    servicer.settings = ServicerSettings(max_body_bytes=4 << 20, offload_parse_bytes=64 * 1024)
+    servicer, *_ = build(settings=ServicerSettings(max_body_bytes=4 << 20, offload_parse_bytes=64 * 1024))
     stub = await serve(servicer)  # type: ignore[operator]
     out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat(text="z" * 200_000), 4)])
     assert out[0].HasField("request_headers") and servicer.offload.parsed == 1

@@ -18,8 +18,9 @@ __all__ = ["serve"]  # the fixture, imported for pytest
 
 
 def observer_servicer(timeout_s: float = 2.0) -> ExtProcServicer:
-    servicer, *_ = build()
-    servicer.settings = ServicerSettings(response_observer=True, observer_attach_timeout_s=timeout_s)
+    servicer, *_ = build(
+        settings=ServicerSettings(response_observer=True, observer_attach_timeout_s=timeout_s)
+    )
     return servicer
 
 

@@ -153,7 +153,8 @@ async def test_disable_endpoint_subset_filter_ignores_the_hint(serve: Any) -> No
     stub = await serve(servicer)
     out = await exchange(stub, [headers_msg(BASE_HEADERS, subset=[]), *body_msgs(chat())])
     assert out[-1].immediate_response.status.code == 503
-    servicer.settings = ServicerSettings(subset_filter=False)
+    unfiltered, *_ = build(settings=ServicerSettings(subset_filter=False))
+    stub = await serve(unfiltered)
     out = await exchange(stub, [headers_msg(BASE_HEADERS, subset=[]), *body_msgs(chat())])
     assert set_headers(out[0])["x-smetric-destination-primary"] in EPS
 

@@ -64,15 +64,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
     servicer = ExtProcServicer(
         picker,
         metrics,
-        ServicerSettings(
-            max_body_bytes=s.max_body_bytes,
-            served_models=frozenset(cfg.servedModels),
-            response_observer=s.response_observer,
-            body_budget_bytes=s.body_budget_bytes,
-            max_inflight_decisions=s.max_inflight_decisions,
-            decision_budget_s=s.decision_budget_s,
-            subset_filter=s.subset_filter,
-        ),
+        ServicerSettings.from_picker(s, cfg.servedModels),
         renderer=renderer,
     )
     datastore.on_removed(picker.on_endpoint_removed)  # a removed pod's learned speed goes with it

@@ -2,7 +2,10 @@
 
 :func:`smetric.core.pickerflags.build_parser` parses the command line (the flag table the
 operator renders too); :meth:`PickerSettings.from_flags` turns the ``argparse.Namespace`` into
-this frozen object, with durations in seconds. Nothing after ``main`` sees the namespace.
+this frozen object, with durations in seconds. Nothing after ``main`` sees the namespace. A
+setting's default lives only in the flag table: the fields here have none, and
+:meth:`PickerSettings.defaults` is the table's defaults; the servicer's settings
+(:class:`smetric.epp.server.servicer.ServicerSettings`) are built from these.
 """
 
 from __future__ import annotations
@@ -63,12 +66,12 @@ class PickerSettings:
     snapshot_port: int
     peers: tuple[str, ...]
     # upstream picker flags (smetric.epp.upstream.flags)
-    config_text: str = ""
-    leader_election: bool = False
-    metrics_auth: bool = False
-    health_checking: bool = False  # grpc.health.v1 on the ext_proc port too
-    subset_filter: bool = True  # honour x-gateway-destination-endpoint-subset
-    pool_gauge_interval_s: float = 1.0
+    config_text: str
+    leader_election: bool
+    metrics_auth: bool
+    health_checking: bool  # grpc.health.v1 on the ext_proc port too
+    subset_filter: bool  # honour x-gateway-destination-endpoint-subset
+    pool_gauge_interval_s: float
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace) -> PickerSettings:
@@ -119,3 +122,8 @@ class PickerSettings:
     def from_argv(cls, argv: Sequence[str]) -> PickerSettings:
         """Parse ``argv`` with the picker's flag table (tests and tools)."""
         return cls.from_flags(build_parser().parse_args(list(argv)))
+
+    @classmethod
+    def defaults(cls) -> PickerSettings:
+        """Every setting at the flag table's default (the only place a default is written)."""
+        return cls.from_argv([])

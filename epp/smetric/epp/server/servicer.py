@@ -22,8 +22,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 import grpc
@@ -54,6 +54,7 @@ from smetric.epp.server.observer import ObserverMatcher
 from smetric.epp.server.offload import ParseOffload
 from smetric.epp.server.response_path import RESPONSE_KINDS, ResponsePath
 from smetric.epp.server.stream import StreamState
+from smetric.epp.settings import PickerSettings
 
 log = logging.getLogger("smetric.epp")
 decision_log = logging.getLogger("smetric.epp.decisions")  # one line per decision, off by default
@@ -68,23 +69,39 @@ class ChatRenderer(Protocol):
     def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str: ...
 
 
+# The picker's flags at their defaults: the only place those defaults are written is the flag
+# table (smetric.core.pickerflags); ServicerSettings' flag-backed fields read them from here.
+_FLAGS = PickerSettings.defaults()
+
+
 @dataclass(frozen=True, slots=True)
 class ServicerSettings:
-    max_body_bytes: int = 16 * 1024 * 1024
-    served_models: frozenset[str] = frozenset()  # empty: accept any model
-    response_observer: bool = False  # the response comes on a separate observability_mode stream
+    """What the servicer reads. A field named like a :class:`PickerSettings` field is that picker
+    flag (its default from the flag table; :meth:`from_picker` copies it); the others are the
+    servicer's own."""
+
+    max_body_bytes: int = _FLAGS.max_body_bytes
+    served_models: frozenset[str] = frozenset()  # empty: accept any model (the config's servedModels)
+    response_observer: bool = _FLAGS.response_observer  # responses come on an observability_mode stream
     observer_attach_timeout_s: float = 2.0
-    # Hostile input: the sum of all buffered bodies (503 past it), the API paths routed
-    # (others 404; empty = all), bodies at least this large are parsed on a worker thread.
-    body_budget_bytes: int = 64 * 1024 * 1024
+    # Hostile input: the sum of all buffered bodies (503 past it), the API paths routed (others
+    # 404; empty = all), bodies at least this large are parsed on a worker thread.
+    body_budget_bytes: int = _FLAGS.body_budget_bytes
     allowed_paths: tuple[str, ...] = INFERENCE_PATHS
     offload_parse_bytes: int = 1024 * 1024
     parse_workers: int = 2
     # Admission control (an alive but overloaded picker): requests waiting for a decision, and the
     # time from their headers to their decision; past either, 503 + retry-after at once.
-    max_inflight_decisions: int = 512
-    decision_budget_s: float = 10.0
-    subset_filter: bool = True  # honour the gateway's endpoint-subset hint (upstream's default)
+    max_inflight_decisions: int = _FLAGS.max_inflight_decisions
+    decision_budget_s: float = _FLAGS.decision_budget_s
+    subset_filter: bool = _FLAGS.subset_filter  # honour the gateway's endpoint-subset hint
+
+    @classmethod
+    def from_picker(cls, settings: PickerSettings, served_models: Iterable[str] = ()) -> ServicerSettings:
+        """The running picker's values of every flag-backed field, and the config's served models."""
+        picker = {f.name for f in fields(PickerSettings)}
+        flags = {f.name: getattr(settings, f.name) for f in fields(cls) if f.name in picker}
+        return cls(served_models=frozenset(served_models), **flags)
 
 
 def _expire(st: StreamState, task: asyncio.Task[Any]) -> None:
