@@ -33,6 +33,7 @@ from smetric.policy.tiered_params import TieredParams
 from smetric.sim import regimes as rg
 from smetric.sim.config import ARRIVALS, SimConfig
 from smetric.sim.driver import run_and_write
+from smetric.sim.param_flags import apply_params
 from smetric.sim.sweep import (
     BASE_FAMILIES_PER_S_PER_32,
     KNEE_DROP,
@@ -90,7 +91,7 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         help=f"comma-separated, or 'all' ({', '.join(registry.names)}); default all (quick "
         f"{QUICK_POLICIES}), or the policy of --policy-config",
     )
-    p.set_defaults(known_policies=registry.names)
+    p.set_defaults(known_policies=registry.names, registry=registry)
     p.add_argument(
         "--rates",
         default=None,
@@ -194,6 +195,16 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
     p.add_argument("--slack", type=float, default=None, help="SMetric SLACK (default: the policy's)")
     p.add_argument("--hit-ratio", type=float, default=None, help="SMetric HIT_RATIO (default: the policy's)")
     p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME.KEY=VALUE",
+        help="any policy's own parameter, repeatable: NAME a policy, KEY a key of its Params model "
+        "(nested: smetric-tiered.tiered.footprint=false), VALUE a YAML scalar; applied after "
+        "--policy-config, --slack and --hit-ratio; one flat mapping as in the picker's config "
+        "(docs/policies.md lists the keys)",
+    )
+    p.add_argument(
         "--local-only-slo-check",
         action="store_true",
         help="SMetric's SLO check counts local hits only (algorithms.md literally); default credits the "
@@ -283,8 +294,8 @@ def _seeds(a: argparse.Namespace) -> tuple[int, ...]:
 
 def policy_parameters(a: argparse.Namespace) -> tuple[str | None, str, list[str]]:
     """``(policy of --policy-config or None, policy-owned parameters as canonical JSON, notes)``:
-    the file's ``policy.parameters`` without the context keys, then --slack, --hit-ratio and
-    --tiered-off on top."""
+    the file's ``policy.parameters`` without the context keys, then --slack, --hit-ratio, --param
+    and --tiered-off on top."""
     from smetric.policy.pickerconfig import load_own_config, policy_params
 
     name: str | None = None
@@ -305,6 +316,7 @@ def policy_parameters(a: argparse.Namespace) -> tuple[str | None, str, list[str]
         given["slack"] = a.slack
     if a.hit_ratio is not None:
         given["hitRatio"] = a.hit_ratio
+    given = apply_params(given, a.param, getattr(a, "registry", REGISTRY))
     off = [m.strip() for m in a.tiered_off.split(",") if m.strip()]
     if off:
         tiered = given.get("tiered", {})
