@@ -23,7 +23,7 @@ PEAK_X = 10.0
 HELD_X = 3.0
 
 MEASURE = """
-import gc, json, os, resource, sys
+import gc, json, os, sys
 from smetric.core.blockhash import BlockHasher
 from smetric.core.tokenizer import load_tokenizer
 from smetric.epp.index.precise import PreciseIndex
@@ -42,7 +42,10 @@ gc.collect()
 base = rss()
 parsed, text, key = _parse_and_key(body, "/v1/chat/completions", lambda p: (t := tok.render_chat(p.messages), index.key(t)))
 gc.collect()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM is this address space's high-water mark; ru_maxrss is not: Linux carries the parent's peak
+# across the fork/exec that started this interpreter, so it read the test runner's size.
+with open("/proc/self/status") as f:
+    peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 print(json.dumps({"held": rss() - base, "peak": peak - base, "messages": len(parsed.messages),
                   "tokens": key.prompt_tokens, "blocks": len(key.block_keys)}))
 """
