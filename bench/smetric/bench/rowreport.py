@@ -29,9 +29,10 @@ def _pct_pm(row: Row, name: str) -> str:
     return _pm(row, name, ".1f", 100.0) + ("" if math.isnan(row.mean(name)) else " %")
 
 
-def _ok_sent(row: Row) -> str:
-    """ok / sent / not sent (summed over seeds)."""
-    return f"{int(row.mean('n_ok'))}/{int(row.mean('n_sent'))}/{int(row.mean('n_not_sent'))}"
+def _ok_sent(row: Row, sep: str = "/") -> str:
+    """ok / sent / not sent (planned = sent + not sent), summed over seeds."""
+    sent, not_sent = int(row.mean("n_sent")), int(row.mean("n_not_sent"))
+    return f"{int(row.mean('n_ok'))}{sep}{sent}{sep}{not_sent} of {sent + not_sent}"
 
 
 def verdict(row: Row) -> str:
@@ -79,7 +80,7 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
     ref = next((r.paired["vs"] for r in rows if r.paired), "")
     heads = ["rate", "point", "policy", "seeds", "TPS in SLO", f"Δ vs {ref} (95 % CI)" if ref else "Δ",
              "SLO att.", "all-scaled TPS / att.", "TTFT p50/p90", "engine TTFT", "local hit", "router ms",
-             "ok/sent/not sent"]  # fmt: skip
+             "ok/sent/not sent of planned"]  # fmt: skip
     for i, h in enumerate(heads):
         table.add_column(h, justify="left" if 1 <= i <= 2 else "right", no_wrap=i == 2)
     last_rate = None
@@ -118,7 +119,7 @@ CAPTION = (
 def rows_markdown(rows: Sequence[Row]) -> str:
     head = (
         "| rate | point | policy | router | seeds | TPS in SLO | Δ TPS vs first row, paired (95 % CI) | SLO att. | all-scaled TPS / att. "
-        "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms | ok / sent / not sent |"
+        "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms | ok / sent / not sent of planned |"
     )
     lines = [head, "|" + "---|" * 16]
     for r in rows:
@@ -133,7 +134,7 @@ def rows_markdown(rows: Sequence[Row]) -> str:
             f"| {_fmt(r.mean('tpot_p50_s') * 1000, '.1f')} | {_fmt(r.mean('engine_ttft_mean_s'), '.2f')} "
             f"| {_pct(r.mean('local_hit_ratio'), ' ')} | {_pct(r.mean('usage_hit_ratio'), ' ')} "
             f"| {_fmt(r.mean('router_overhead_ms'), '.1f')} / {_fmt(r.mean('emulator_overhead_ms'), '.1f')} "
-            f"| {int(r.mean('n_ok'))} / {int(r.mean('n_sent'))} / {int(r.mean('n_not_sent'))} |"
+            f"| {_ok_sent(r, ' / ')} |"
         )
     return "\n".join(lines) + "\n"
 
