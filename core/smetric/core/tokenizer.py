@@ -205,7 +205,9 @@ def _from_hub(repo_id: str) -> HFTokenizer:
         try:
             from tokenizers import Tokenizer as _HFTokenizer
         except ImportError as exc:
-            raise TokenizerLoadError("pip install 'smetric[tokenizer]' to load a tokenizer by model id") from exc
+            raise TokenizerLoadError(
+                "pip install 'smetric[tokenizer]' to load a tokenizer by model id"
+            ) from exc
         return HFTokenizer.from_tokenizer(_HFTokenizer.from_pretrained(repo_id), repo_id)
     main = Path(hf_hub_download(repo_id, "tokenizer.json"))
     for extra in _HUB_FILES[1:]:
@@ -230,9 +232,13 @@ def load_tokenizer(spec: str) -> Tokenizer:
         try:
             return HFTokenizer(path)
         except FileNotFoundError as exc:
-            raise TokenizerLoadError(f"{exc}: point --tokenizer at a tokenizer.json or model directory") from None
+            raise TokenizerLoadError(
+                f"{exc}: point --tokenizer at a tokenizer.json or model directory"
+            ) from None
     if spec.startswith(("/", ".")) or not _REPO_ID.match(spec):
-        raise TokenizerLoadError(f"--tokenizer={spec}: no such file or directory (is the model volume mounted?)")
+        raise TokenizerLoadError(
+            f"--tokenizer={spec}: no such file or directory (is the model volume mounted?)"
+        )
     try:
         return _from_hub(spec)
     except TokenizerLoadError:
