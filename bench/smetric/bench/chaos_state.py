@@ -290,7 +290,9 @@ async def picker_replica_restart(st: ChaosStack, quick: bool) -> list[Row]:
     t0 = time.monotonic()
     await _start_replica(st, "replica-a", ports["replica-a"])
     restart_s = time.monotonic() - t0
-    await asyncio.sleep(0.5)
+    # The gateway ejected the killed replica (2 s, longer after repeated failures): wait it out so
+    # the follow-ups below reach the restarted replica too, not only the warm one.
+    await asyncio.sleep(REJOIN_S)
     after = {s: (await st.post(chat(s, 2), url=url)).served for s in sessions}
     same = sum(1 for s in sessions if after[s] and after[s] == warm[s])
     await st.sup.stop("envoy-replicas")
@@ -314,6 +316,8 @@ async def picker_replica_restart(st: ChaosStack, quick: bool) -> list[Row]:
         ),
     ]
 
+
+REJOIN_S = 6.0  # > the gateway's ejection of a failed picker (base 2 s, doubled on a repeat)
 
 FAULTS: tuple[Fault, ...] = (kv_message_first, agent_bodies, picker_replica_restart)
 
