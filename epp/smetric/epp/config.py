@@ -1,25 +1,9 @@
 """The picker's policy config file (YAML), validated at the trust boundary with pydantic.
 
-The format's schema is :mod:`smetric.policy.pickerconfig` (in the core: the simulator reads the
-same files); this module adds what only the picker does: ``--config-text``, and the upstream
-``EndpointPickerConfig`` translated to the picker's own format. Shape (the operator renders
-exactly the ``policy`` block)::
-
-    policy:
-      name: smetric               # one of smetric.policy.registry.POLICY_NAMES (omitted: smetric when
-                                  # parameters set globalFetchSPerToken, a global tier; else lmetric)
-      parameters: {slack: 1.0}    # context + policy-owned keys, parsed by smetric.policy.params_from_mapping
-    pdDisaggregation:
-      enabled: false
-      nonCachedTokens: null       # selective P/D: take the prefill hop only when the decode pod's
-                                  # uncached suffix is >= this many tokens (0: never; null: always)
-    saturation:                   # when an endpoint counts as saturated (429 for sheddable requests)
-      queueDepthThreshold: 5      # GIE saturation detector defaults
-      kvCacheUtilThreshold: 0.8
-    servedModels: []              # empty = accept any model (the engine answers 404 itself)
-
-An empty path gives the defaults: the default policy of a pool without a global tier (lmetric),
-colocated, no PD.
+The format and its schema are :mod:`smetric.policy.pickerconfig` (in the core: the simulator reads
+the same files); this module adds what only the picker does: ``--config-text``, and the upstream
+``EndpointPickerConfig`` translated to the picker's own format. An empty path gives the defaults:
+the default policy of a pool without a global tier (lmetric), colocated, no PD.
 
 The upstream picker's ``EndpointPickerConfig`` (``apiVersion: inference.networking.x-k8s.io/v1alpha1``,
 ``plugins`` + ``schedulingProfiles``) is accepted too: :mod:`smetric.epp.upstream.translate` maps it
