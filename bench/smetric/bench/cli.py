@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
-import os
 import shutil
 import signal
 import sys
@@ -30,14 +28,28 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from smetric.bench.client import APIS
-from smetric.bench.plan import ReplayPlan, build_plan
+from smetric.bench.inputs import (
+    TRACE_FILE,
+    check_outputs,
+    find_trace,
+    load_trace,
+    make_plan,
+    peer_available,
+    resolve,
+    scaled_kv_capacity,
+    split_names,
+    token_counter,
+)
+from smetric.bench.inputs import families_for as families_for  # re-exported: bench scripts, tests
+from smetric.bench.inputs import parse_rates as parse_rates  # re-exported: tests
+from smetric.bench.plan import ReplayPlan
 from smetric.bench.presets import FULL, QUICK, Preset
 from smetric.bench.procs import BenchError
 from smetric.bench.replay import RequestRecord, SendSpec
 from smetric.bench.report import PolicyResult, record_line
 from smetric.bench.rowreport import plot_rows, render_rows, summary_markdown, write_rows_json
 from smetric.bench.runner import RunSettings, run_row
-from smetric.bench.stacks import ClusterSpec, Frontend, check_peer, frontends, replica_counts
+from smetric.bench.stacks import ClusterSpec, Frontend, frontends, replica_counts
 from smetric.bench.sweep import (
     KNEE_ATTAINMENT,
     Cell,
@@ -46,14 +58,8 @@ from smetric.bench.sweep import (
     best_attainment,
     best_mean_attainment,
     rows_of,
-    rung,
 )
-from smetric.bench.synth import TokenCount
 from smetric.core.presets import get_preset
-from smetric.policy import known_policies
-from smetric.trace.model import Trace
-
-TRACE_FILE = "claude-code-agentic.jsonl.gz"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,158 +145,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_outputs(args: argparse.Namespace) -> None:
-    """Fail before any work when an output cannot be written (or the figure cannot be drawn)."""
-    for flag, path in (("--json", args.json), ("--plot", args.plot), ("--markdown", args.markdown),
-                       ("--records", args.records)):  # fmt: skip
-        if path is None:
-            continue
-        existed = path.exists()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("ab"):
-                pass
-        except OSError as exc:
-            raise BenchError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
-        if not existed:
-            path.unlink(missing_ok=True)
-    if args.plot is not None:
-        if args.plot.suffix.lower() != ".png":
-            raise BenchError(f"--plot {args.plot}: the figure is a PNG; name the file *.png")
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise BenchError("--plot needs matplotlib: pip install matplotlib") from None
-
-
-def find_trace(explicit: Path | None) -> Path:
-    if explicit is not None:
-        if not explicit.is_file():
-            raise BenchError(f"trace {explicit} not found")
-        return explicit
-    candidates = []
-    if os.environ.get("SMETRIC_TRACES"):
-        candidates.append(Path(os.environ["SMETRIC_TRACES"]) / TRACE_FILE)
-    repo = Path(__file__).resolve().parents[3]
-    candidates += [
-        repo.parent / "shared" / "traces" / TRACE_FILE,
-        Path.cwd().parent / "shared" / "traces" / TRACE_FILE,
-    ]
-    candidates = list(dict.fromkeys(c.resolve() for c in candidates))
-    for c in candidates:
-        if c.is_file():
-            return c
-    raise BenchError(
-        f"agentic trace not found (tried {', '.join(map(str, candidates))}); pass --trace or set "
-        "$SMETRIC_TRACES (docs/traces.md: where the traces come from, and how to bring your own)"
-    )
-
-
-def load_trace(trace_path: Path, preset_name: str) -> Trace:
-    from smetric.trace import load_agentic
-
-    # A prompt must fit one instance's KV cache (vLLM refuses a max_model_len above it): requests over
-    # it are dropped by the loader (their sessions continue), as the simulator does.
-    inst = get_preset(preset_name)
-    return load_agentic(
-        trace_path, max_context_tokens=min(inst.model.max_context_tokens, inst.kv_capacity_tokens)
-    )
-
-
-def families_for(n_families: int, preset: Preset, rate: float) -> int:
-    """Families of one run: ``--sessions``, else enough to arrive over the whole window."""
-    wanted = preset.sessions or math.ceil(rate * preset.duration_s)
-    return max(1, min(wanted, n_families))
-
-
-def make_plan(
-    trace: Trace, args: argparse.Namespace, preset: Preset, rate: float, seed: int
-) -> tuple[ReplayPlan, list[str]]:
-    from smetric.trace import family_start_times, subsample_families
-
-    n_families = len({r.family_id for r in trace.requests})
-    k = families_for(n_families, preset, rate)
-    sub = subsample_families(trace, k / n_families, seed)
-    starts = family_start_times(sub, rate, seed)
-    plan = build_plan(
-        sub, list(starts), starts, preset.token_scale, args.max_turns, scaled_kv_capacity(args, preset)
-    )
-    return plan, list(sub.notes)
-
-
-def scaled_kv_capacity(args: argparse.Namespace, preset: Preset) -> int:
-    """The preset's KV capacity times the token scale (whole blocks): the same sessions-per-instance
-    ratio as the unscaled trace on the real instance."""
-    tokens = int(get_preset(args.preset).kv_capacity_tokens * preset.token_scale)
-    return max(args.block_size, tokens - tokens % args.block_size)
-
-
-def parse_rates(args: argparse.Namespace) -> tuple[float, ...]:
-    """``--rates`` / ``--rate`` as a sorted tuple (empty = find the knee)."""
-    if args.rates is not None and args.rate is not None:
-        raise BenchError("give --rates or --rate, not both")
-    text = args.rates if args.rates is not None else ("" if args.rate is None else str(args.rate))
-    try:
-        rates = tuple(sorted({rung(float(x)) for x in text.split(",") if x.strip()}))
-    except ValueError:
-        raise BenchError(f"--rates must be comma-separated numbers, got {text!r}") from None
-    if any(not (math.isfinite(r) and r > 0) for r in rates):
-        raise BenchError("--rates must be positive numbers")
-    return rates
-
-
-def resolve(args: argparse.Namespace) -> Preset:
-    base = QUICK if args.quick else FULL
-    instances = args.instances if args.instances is not None else base.instances
-    peers = base.peers if args.peer is None else tuple(p for p in args.peer if p.strip().lower() != "none")
-    preset = replace(
-        base,
-        instances=instances,
-        policies=args.policies if args.policies is not None else base.policies,
-        peers=peers,
-        sessions=args.sessions if args.sessions is not None else base.sessions,
-        rate=args.knee_start if args.knee_start is not None else base.rate / base.instances * instances,
-        time_scale=args.time_scale if args.time_scale is not None else base.time_scale,
-        token_scale=args.token_scale if args.token_scale is not None else base.token_scale,
-        token_cost=args.token_cost if args.token_cost is not None else base.token_cost,
-        duration_s=args.duration if args.duration is not None else base.duration_s,
-        seeds=args.seeds if args.seeds is not None else base.seeds,
-        drain_s=args.drain_timeout if args.drain_timeout is not None else base.drain_s,
-        global_tier=args.global_tier if args.global_tier is not None else base.global_tier,
-        rates=parse_rates(args) or (base.rates if args.knee_start is None else ()),
-    )
-    if preset.instances < 1:
-        raise BenchError("--instances must be >= 1")
-    for peer in preset.peers:
-        check_peer(peer)
-    if not preset.time_scale > 0 or not 0 < preset.token_scale <= 1 or not preset.rate > 0:
-        raise BenchError("--time-scale and --knee-start must be > 0 and --token-scale in (0, 1]")
-    if not 1 <= preset.seeds <= 20 or preset.sessions < 0 or not preset.duration_s > 0:
-        raise BenchError("--seeds must be in [1, 20], --sessions >= 1 and --duration > 0")
-    unknown = [p for p in _split(preset.policies) if p not in known_policies()]
-    if unknown:
-        raise BenchError(f"unknown policy {', '.join(unknown)}; known: {', '.join(known_policies())}")
-    return preset
-
-
-def _split(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
-
-
-def token_counter() -> TokenCount:
-    """The emulator's default tokenizer (deterministic fallback), so sizes match its usage counts."""
-    from smetric.core.tokenizer import FallbackTokenizer
-
-    tok = FallbackTokenizer()
-    return lambda text: len(tok.encode(text))
-
-
-def peer_available() -> bool:
-    return bool(
-        shutil.which("vllm-router", path=str(Path(sys.executable).parent)) or shutil.which("vllm-router")
-    )
-
-
 TIME_ACCOUNTING = {
     "headline": "split",
     "split": "per request: the emulator's own time from receiving the request to its first (last) token, "
@@ -340,7 +194,7 @@ class Bench:
             console.print(f"[yellow]smetric bench: {missing_peer}[/]")
             peers = [p for p in peers if not p.startswith("vllm-router")]
         self.rows = frontends(
-            _split(preset.policies), peers, args.envoy, args.response_path, args.envoy_upstream,
+            split_names(preset.policies), peers, args.envoy, args.response_path, args.envoy_upstream,
             replica_counts(args.pickers), args.prefix_index,
         )  # fmt: skip
         if not self.rows:
