@@ -191,21 +191,10 @@ async def _read_anthropic_stream(
         return Outcome(ok=False, status=200, error="stream ended without data", served_by=served)
     read = _count(usage.get("cache_read_input_tokens"))
     prompt = _count(usage.get("input_tokens")) + read + _count(usage.get("cache_creation_input_tokens"))
-    return Outcome(
-        ok=True,
-        status=200,
-        ttft_s=ttft if chunks else e2e,
-        e2e_s=e2e,
-        output_tokens=_count(usage.get("output_tokens")) or chunks,
-        prompt_tokens=prompt,
-        cached_tokens=read if "cache_read_input_tokens" in usage else -1,
-        text="".join(parts),
-        served_by=served,
-        server_ttft_s=_seconds(timing.get("ttft_wall_s")),
-        server_e2e_s=_seconds(timing.get("e2e_wall_s")),
-        engine_ttft_model_s=_seconds(timing.get("engine_ttft_s")),
-        engine_e2e_model_s=_seconds(timing.get("engine_e2e_s")),
-    )
+    return _streamed(
+        ttft if chunks else e2e, e2e, _count(usage.get("output_tokens")) or chunks, prompt,
+        read if "cache_read_input_tokens" in usage else -1, parts, served, timing,
+    )  # fmt: skip
 
 
 def _count(value: Any) -> int:
@@ -257,14 +246,27 @@ async def _read_stream(
         return Outcome(ok=False, status=200, error="stream ended without data", served_by=served)
     details = usage.get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return _streamed(
+        ttft if chunks else e2e, e2e, int(usage.get("completion_tokens") or chunks),
+        int(usage.get("prompt_tokens") or 0), int(cached) if isinstance(cached, int) else -1,
+        parts, served, timing,
+    )  # fmt: skip
+
+
+def _streamed(
+    ttft_s: float, e2e_s: float, output_tokens: int, prompt_tokens: int, cached_tokens: int,
+    parts: list[str], served: str, timing: dict[str, Any],
+) -> Outcome:  # fmt: skip
+    """A completed stream's outcome, whatever the API: the client's timing and token counts, and
+    the emulator's own timing when it reported one (NaN otherwise)."""
     return Outcome(
         ok=True,
         status=200,
-        ttft_s=ttft if chunks else e2e,
-        e2e_s=e2e,
-        output_tokens=int(usage.get("completion_tokens") or chunks),
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        cached_tokens=int(cached) if isinstance(cached, int) else -1,
+        ttft_s=ttft_s,
+        e2e_s=e2e_s,
+        output_tokens=output_tokens,
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
         text="".join(parts),
         served_by=served,
         server_ttft_s=_seconds(timing.get("ttft_wall_s")),
