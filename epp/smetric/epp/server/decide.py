@@ -272,11 +272,21 @@ class Picker:
         except NoEndpointError:
             return None
         self._decided(d, snaps)
-        target = snaps[d.target]
+        return self._served_here(request, d, snaps[d.target], [snaps[i] for i in d.fallbacks])
+
+    def _served_here(
+        self,
+        request: RequestView,
+        d: Decision,
+        target: EndpointSnapshot,
+        fallbacks: Sequence[EndpointSnapshot],
+    ) -> Pick:
+        """The pick of an endpoint that computes the prompt itself (no prefill hop): the ledger is
+        charged there with the work it really does."""
         w = self.core.work(request, target)
         return Pick(
             destination=target.name,
-            fallbacks=tuple(snaps[i].name for i in d.fallbacks),
+            fallbacks=tuple(s.name for s in fallbacks),
             reason=d.reason,
             policy=self.router.name,
             prefill="",
@@ -323,21 +333,7 @@ class Picker:
         ranked = [target, *(decode[i] for i in dd.fallbacks)]
         if not self.pd_decider.take_prefill_hop(request.prompt_tokens, target.local_hit_tokens):
             self._decided(dd, decode)
-            w = self.core.work(request, target)
-            return Pick(
-                destination=target.name,
-                fallbacks=tuple(s.name for s in ranked[1:]),
-                reason=dd.reason,
-                policy=self.router.name,
-                prefill="",
-                ledger_address=target.name,
-                local_hit_tokens=w.local_hit_tokens,
-                uncached_tokens=w.computed_tokens,
-                cost_s=w.cost_s,
-                prompt_tokens=request.prompt_tokens,
-                fetched_tokens=w.fetched_tokens,
-                fetch_s=w.fetch_s,
-            )
+            return self._served_here(request, dd, target, ranked[1:])
         try:
             d = self.pd_router.pick(request, prefill)
         except NoEndpointError:
