@@ -3,7 +3,7 @@
 ::
 
     python docs/gen.py            # rewrite every stale block in place
-    python docs/gen.py --check    # exit 1 naming each stale block (tests/unit/test_docs_generated.py)
+    python docs/gen.py --check    # exit 1 naming each stale block (tests/unit/project/test_docs_generated.py)
 
 A block is the text between ``<!-- generated: NAME -->`` and the next ``<!-- end generated -->``
 in the file :data:`BLOCKS` names for it; only that text changes. Sources:

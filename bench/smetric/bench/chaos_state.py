@@ -44,7 +44,7 @@ from smetric.bench.procs import free_port
 BODY_BYTES = int(15.5 * 1024 * 1024)
 # 8 bodies against the 64 MiB body budget: at most 4 buffered at once, 2 parsed at once. Per body
 # the picker holds its bytes plus at most 3x them once keyed and peaks at 10x while parsing
-# (tests/unit/test_epp_body_memory.py), so 4 x 4 x 15.5 + 2 x 10 x 15.5 = 558 MB; the bound adds
+# (tests/unit/epp/test_epp_body_memory.py), so 4 x 4 x 15.5 + 2 x 10 x 15.5 = 558 MB; the bound adds
 # nothing for allocator slack (glibc keeps freed arenas): the row fails if the budget is lifted.
 BODY_RSS_BOUND_MB = 600.0
 

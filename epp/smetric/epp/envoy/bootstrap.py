@@ -67,7 +67,7 @@ class EnvoyOptions:
       sees the first body byte (the TTFT point that releases the dispatch ledger and feeds the
       prefill-rate estimate) and the usage (``cached_tokens``). Envoy runs no ``message_timeout``
       in this mode: a chunk the picker never answers stalls that response until
-      ``route_timeout_s`` (the servicer answers every chunk, tests/unit/test_epp_duplex_response.py).
+      ``route_timeout_s`` (the servicer answers every chunk, tests/unit/epp/test_epp_duplex_response.py).
     * STREAMED: the same observations, an empty reply per chunk, and ``message_timeout`` applies,
       so a stalled picker fails the response after ``message_timeout_s`` instead of hanging it --
       and a picker event loop lagging that long under overload fails healthy responses too.
@@ -77,7 +77,7 @@ class EnvoyOptions:
       a server whose streaming response starts before its generator yields a token (vLLM's
       StreamingResponse); the TTFT samples are then header times. Not a default.
 
-    Measured with tests/integration/test_envoy_stuck_load.py (200 requests, 50 at a time, 8
+    Measured with tests/integration/envoy/test_envoy_stuck_load.py (200 requests, 50 at a time, 8
     emulated instances, x0.1): all three modes finished every request; wall first-chunk and
     per-chunk gaps differed by less than the run-to-run noise on the shared 2-core box.
 

@@ -1,0 +1,120 @@
+"""`smetric bench --quick` end to end: emulator + real Envoy + picker (and the vllm-router peer)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from smetric.bench.procs import port_is_free
+
+pytestmark = pytest.mark.integration
+
+TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "claude-code-agentic.jsonl.gz"
+
+
+def _assert_all_stopped(logs: Path) -> None:
+    """Nothing refers to the log folder any more, and every emulator's ports are free again."""
+    assert _running_with(str(logs)) == []
+    for log in logs.glob("**/emulator.log"):
+        m = re.search(r"http://127\.0\.0\.1:(\d+)\.\.(\d+)", log.read_text())
+        assert m is not None
+        assert all(port_is_free(p) for p in range(int(m.group(1)), int(m.group(2)) + 1))
+
+
+def _running_with(fragment: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if fragment in cmd:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.skipif(
+    not TRACE.is_file() and not os.environ.get("SMETRIC_TRACES"), reason="agentic trace not found"
+)
+def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
+    # The quick preset at one fixed rate (the knee search is unit-tested), two seeds, a short window.
+    out, plot, logs = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "logs"
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--rates", "0.02", "--duration", "600",
+            "--json", str(out), "--plot", str(plot), "--records", str(tmp_path / "r.jsonl"), "--log-dir", str(logs)]  # fmt: skip
+    peer = bool(
+        shutil.which("vllm-router", path=str(Path(sys.executable).parent)) or shutil.which("vllm-router")
+    )
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    labels = [r["label"] for r in doc["results"]]
+    assert (
+        labels == ["smetric", "lmetric", "vllm-router:cache_aware"]
+        if peer
+        else labels == ["smetric", "lmetric"]
+    )
+    if not peer:
+        assert "vllm-router is not installed" in proc.stdout
+    assert set(doc["meta"]["time_accounting"]) >= {"split", "all_scaled"}
+    assert doc["meta"]["seeds"] == [0, 1]
+    for row in doc["results"]:
+        assert row["status"] == "ok", row
+        assert row["seeds"] == [0, 1] and row["rate"] == 0.02
+        s = row["summary"]
+        assert s["n_ok"] > 0 and s["n_ok"] >= 0.9 * s["n_sent"]
+        assert 0.0 < s["local_hit_ratio"] <= 1.0  # engines' own prefix counters moved
+        assert s["ttft_p50_s"] > 0 and s["tps_within_slo"] > 0 and s["tps_within_slo_spread"] is not None
+        assert s["n_server_timed"] == s["n_ok"]  # the emulator's timing reached the client through the router
+        assert s["tps_within_slo_all_scaled"] <= s["tps_within_slo"] + 1e-9
+    assert plot.stat().st_size > 10_000
+    assert "TPS in SLO" in proc.stdout
+    assert (tmp_path / "r.jsonl").read_text().count("\n") == sum(
+        r["summary"]["n_sent"] for r in doc["results"]
+    )
+    _assert_all_stopped(logs)
+
+
+def test_missing_envoy_is_a_clear_failure(tmp_path: Path) -> None:
+    out = tmp_path / "b.json"
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", "round-robin", "--peer", "none",
+            "--rates", "1", "--seeds", "1", "--duration", "20", "--envoy", "/nonexistent/envoy", "--json", str(out), "--log-dir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    row = json.loads(out.read_text())["results"][0]
+    assert row["status"] == "failed" and "/nonexistent/envoy" in row["note"]
+    assert _running_with(str(tmp_path)) == []
+
+
+@pytest.mark.skipif(
+    not TRACE.is_file() and not os.environ.get("SMETRIC_TRACES"), reason="agentic trace not found"
+)
+def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", "smetric",
+            "--json", str(tmp_path / "b.json"), "--log-dir", str(logs)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not list(logs.glob("*/smetric/envoy.json")):
+            time.sleep(0.5)
+        time.sleep(3)  # replaying by now
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-2000:]
+    assert "every started process was stopped" in out
+    assert list(logs.glob("**/emulator.log"))
+    _assert_all_stopped(logs)

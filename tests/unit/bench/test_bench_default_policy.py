@@ -1,0 +1,34 @@
+"""bench/default_policy.py: the count of regimes where a policy is not clearly worse than the
+regime's best (paired 95 % CI over seeds), then the mean relative peak."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+def _module() -> ModuleType:
+    path = Path(__file__).resolve().parents[3] / "bench" / "default_policy.py"
+    spec = importlib.util.spec_from_file_location("default_policy", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_counts_regimes_and_ranks_by_count_then_mean_relative_peak() -> None:
+    mod = _module()
+    peaks = {
+        "r1": {"a": [100.0, 110.0, 90.0], "b": [99.0, 111.0, 89.0], "c": [50.0, 55.0, 45.0]},
+        "r2": {"a": [80.0, 82.0, 81.0], "b": [100.0, 102.0, 101.0], "c": [100.0, 101.0, 99.0]},
+    }
+    rows = mod.support(peaks)
+    assert [(r.policy, r.ok) for r in rows] == [("b", 2), ("a", 1), ("c", 1)]
+    a = next(r for r in rows if r.policy == "a")
+    assert a.worse_in and a.worse_in[0].startswith("r2 vs b")
+    assert a.mean_rel == pytest.approx((1.0 + 81.0 / 101.0) / 2)

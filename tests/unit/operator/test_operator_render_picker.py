@@ -1,0 +1,152 @@
+"""Renderer, the picker side: its args and config as the picker parses them, the InferencePool."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from smetric.core.pickerflags import build_parser
+from smetric.operator.spec import parse_spec
+from smetric.policy.params import SMetricParams
+from tests.support.operator_render import (
+    VARIANTS,
+    by_name,
+    container,
+    env,
+    render,
+    spec,
+)
+
+
+def test_picker_args_parse_with_the_pickers_own_parser() -> None:
+    children = render(VARIANTS["disaggregated-mooncake-global-kv"])
+    dep = by_name(children, "Deployment", "p-epp")
+    epp = container(dep, "epp")
+    parsed = build_parser().parse_args(epp["args"])
+    assert parsed.grpc_port == 9002 and parsed.grpc_health_port == 9003 and parsed.metrics_port == 9090
+    assert parsed.config == "/etc/smetric/config.yaml"
+    assert parsed.pool_name == "p" and parsed.pool_namespace == "ns"
+    assert parsed.prefix_index == "precise" and parsed.tokenizer == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+    assert parsed.hash_seed == "0" and parsed.block_size == 16 and parsed.kv_events_port == 5557
+    # Upstream service names; liveness never depends on the pool's engines
+    assert epp["readinessProbe"]["grpc"] == {"port": 9003, "service": "readiness"}
+    assert epp["livenessProbe"]["grpc"] == {"port": 9003, "service": "liveness"}
+    assert epp["startupProbe"]["grpc"] == {"port": 9003, "service": "liveness"}
+    assert parsed.secure_serving is True
+    assert epp["resources"]["requests"] == {"cpu": "2"}
+    assert env(epp)["PYTHONHASHSEED"] == "0"
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "p-epp"
+    assert pod["volumes"][0] == {"name": "config", "configMap": {"name": "p-epp-config"}}
+    svc = by_name(children, "Service", "p-epp")
+    grpc = next(p for p in svc["spec"]["ports"] if p["port"] == 9002)
+    assert grpc["appProtocol"] == "http2"  # TLS by default
+    role = by_name(children, "Role", "p-epp")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["inference.networking.k8s.io"],
+            "resources": ["inferencepools"],
+            "verbs": ["get", "list", "watch"],
+        },
+    ]
+    custom = spec(model={"name": "emu", "command": ["smetric", "emulate"]})
+    assert "tokenizer" not in " ".join(
+        container(by_name(render(custom), "Deployment", "p-epp"), "epp")["args"]
+    )
+
+
+def test_policy_config_map() -> None:
+    raw = spec(
+        router={
+            "policy": "lmetric",
+            "parameters": {
+                "slack": 2.0,
+                "hitRatio": 0.3,
+                "tpotSloS": 0.033,
+                "costModel": {"cLinS": 1e-4, "cAttS": 2e-8},
+            },
+        }
+    )
+    children = render(raw)
+    config = yaml.safe_load(by_name(children, "ConfigMap", "p-epp-config")["data"]["config.yaml"])
+    assert config == {
+        "policy": {
+            "name": "lmetric",
+            "parameters": {
+                "slack": 2.0,
+                "hitRatio": 0.3,
+                "mode": "colocated",
+                "ttftSloBaseS": 1.0,
+                "ttftSloPerKTokS": 0.0625,
+                "tpotSloS": 0.033,
+                "blockTokens": 16,
+                "costModel": {"cLinS": 1e-4, "cAttS": 2e-8},
+            },
+        },
+        "pdDisaggregation": {"enabled": False},
+    }
+    from smetric.epp.config import parse_config, policy_params
+
+    params = policy_params(parse_config(config))
+    assert params.cost_model.c_lin_s == 1e-4 and params.cost_model.c_att_s == 2e-8
+    # A policy change rolls the picker pods (config hash in the pod template) ...
+    before = by_name(render(spec()), "Deployment", "p-epp")["spec"]["template"]["metadata"]["annotations"]
+    after = by_name(children, "Deployment", "p-epp")["spec"]["template"]["metadata"]["annotations"]
+    assert before != after
+
+
+def test_inference_pool() -> None:
+    pool = by_name(render(spec()), "InferencePool", "p")
+    assert pool["spec"] == {
+        "selector": {"matchLabels": {"smetric.io/pool": "p", "app.kubernetes.io/component": "model-server"}},
+        "targetPorts": [{"number": 8000}],
+        "endpointPickerRef": {
+            "group": "",
+            "kind": "Service",
+            "name": "p-epp",
+            "port": {"number": 9002},
+            "failureMode": "FailClose",
+        },
+    }
+    # The pool selects every model-server pod, whatever its role.
+    for variant in ("colocated", "disaggregated-nixl"):
+        for child in render(VARIANTS[variant]):
+            labels = child["metadata"]["labels"]
+            if labels["app.kubernetes.io/component"] == "model-server" and child["kind"] == "Deployment":
+                template_labels = child["spec"]["template"]["metadata"]["labels"]
+                assert pool["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_policy_config_is_accepted_by_the_picker(variant: str) -> None:
+    """Contract with the picker: its own config parser and the policies' parameter parser accept it."""
+    from smetric.epp.config import parse_config, policy_params
+
+    (config_map,) = [c for c in render(VARIANTS[variant]) if c["kind"] == "ConfigMap"]
+    cfg = parse_config(yaml.safe_load(config_map["data"]["config.yaml"]), "rendered")
+    params = policy_params(cfg)
+    # the pool's default policy (registry.default_policy): smetric with a global KV tier, lmetric without
+    global_tier = parse_spec(VARIANTS[variant]).global_kv.enabled
+    assert cfg.policy.name == ("smetric" if global_tier else "lmetric")
+    assert params.mode == ("disaggregated" if variant.startswith("disaggregated") else "colocated")
+    own = params.get(SMetricParams)  # defaults: the rendered config sets no policy-owned key
+    assert own.hit_ratio == 0.5 and own.slack == 1.0
+
+
+def test_global_fetch_parameter_reaches_the_picker_config_only_with_a_global_tier() -> None:
+    from smetric.operator.render_picker import policy_config
+    from smetric.operator.spec import SMetricPoolSpec
+    from smetric.policy import params_from_mapping
+
+    base = {
+        "model": {"name": "Qwen/Qwen3-Coder-30B-A3B-Instruct"},
+        "topology": {"mode": "colocated", "replicas": 2},
+        "router": {"parameters": {"globalFetchSPerToken": 3.93e-6}},
+    }
+    with_tier = SMetricPoolSpec.model_validate({**base, "globalKV": {"enabled": True}})
+    params = policy_config(with_tier)["policy"]["parameters"]
+    assert params["globalFetchSPerToken"] == 3.93e-6
+    assert params_from_mapping(params).global_fetch_s_per_token == 3.93e-6
+    without = SMetricPoolSpec.model_validate({**base, "globalKV": {"enabled": False}})
+    assert "globalFetchSPerToken" not in policy_config(without)["policy"]["parameters"]
