@@ -47,7 +47,6 @@ Preparation (once per worker, independent of policy and rate):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,9 +55,7 @@ import numpy.typing as npt
 from smetric.core.presets import InstancePreset
 from smetric.core.views import RequestView
 from smetric.engine import EngineRequest, Piece, count_blocks, pieces_from_ranges, slice_blocks
-from smetric.trace import Trace, family_durations_s
-
-_ARRIVAL_STREAM = 0xA441  # mixed into the seed: arrivals get a numpy Generator of their own
+from smetric.trace import Trace, family_durations_s, poisson_family_arrivals
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,23 +126,7 @@ class PreparedWorkload:
         self, rate_per_s: float, horizon_s: float, seed: int, lead_s: float = 0.0
     ) -> list[tuple[float, int, int]]:
         """Poisson family arrivals in ``[-lead_s, horizon_s)``: ``(start_s, family, clone)``."""
-        if not (math.isfinite(rate_per_s) and rate_per_s > 0):
-            raise ValueError(f"rate must be a positive finite number of families/s, got {rate_per_s}")
-        if not (math.isfinite(lead_s) and lead_s >= 0):
-            raise ValueError(f"lead_s must be a finite number >= 0, got {lead_s}")
-        rng = np.random.default_rng([seed, _ARRIVAL_STREAM])
-        f = self.n_families
-        out: list[tuple[float, int, int]] = []
-        t = -lead_s
-        perm = rng.permutation(f)
-        while True:
-            t += float(rng.exponential(1.0 / rate_per_s))
-            if t >= horizon_s:
-                return out
-            n = len(out)
-            if n and n % f == 0:
-                perm = rng.permutation(f)
-            out.append((t, int(perm[n % f]), n // f))
+        return poisson_family_arrivals(self.n_families, rate_per_s, horizon_s, seed, lead_s)
 
     def first_sends(self, family: int, start_s: float, from_s: float = 0.0) -> list[tuple[float, int]]:
         """``(send_s, trace index)`` of each session's first request of a family started at

@@ -11,6 +11,7 @@ from smetric.trace.workload import (
     closed_loop_send_time,
     family_durations_s,
     family_start_times,
+    poisson_family_arrivals,
     recorded_family_start_times,
     subsample_families,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "family_start_times",
     "load_agentic",
     "load_trace",
+    "poisson_family_arrivals",
     "recorded_family_start_times",
     "subsample_families",
 ]

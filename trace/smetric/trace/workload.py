@@ -29,6 +29,7 @@ from smetric.trace.model import Trace, TraceRequest
 _ARRIVALS_STREAM = 0x5E55
 _SUBSAMPLE_STREAM = 0xFA11
 _AGENTS_STREAM = 0xA6E7
+_FAMILY_ARRIVALS_STREAM = 0xA441
 
 
 def family_order(trace: Trace) -> list[str]:
@@ -48,6 +49,36 @@ def family_start_times(trace: Trace, rate_per_s: float, seed: int) -> dict[str, 
     rng = np.random.default_rng([seed, _ARRIVALS_STREAM])
     starts = np.cumsum(rng.exponential(1.0 / rate_per_s, size=len(families)))
     return dict(zip(families, starts.tolist(), strict=True))
+
+
+def poisson_family_arrivals(
+    n_families: int, rate_per_s: float, horizon_s: float, seed: int, lead_s: float = 0.0
+) -> list[tuple[float, int, int]]:
+    """Poisson family arrivals in ``[-lead_s, horizon_s)`` as ``(start_s, family, clone)``.
+
+    The n-th arrival replays family ``perm[n % n_families]`` (a seeded permutation of the family
+    indices, redrawn every ``n_families`` arrivals) as its clone ``n // n_families``; the
+    simulator's ``stationary`` (``lead_s`` = the longest family span) and ``cold`` (``lead_s = 0``)
+    arrivals, and ``smetric bench``'s ``stationary``.
+    """
+    if n_families < 1:
+        raise ValueError(f"n_families must be >= 1, got {n_families}")
+    if not (math.isfinite(rate_per_s) and rate_per_s > 0):
+        raise ValueError(f"rate must be a positive finite number of families/s, got {rate_per_s}")
+    if not (math.isfinite(lead_s) and lead_s >= 0):
+        raise ValueError(f"lead_s must be a finite number >= 0, got {lead_s}")
+    rng = np.random.default_rng([seed, _FAMILY_ARRIVALS_STREAM])
+    out: list[tuple[float, int, int]] = []
+    t = -lead_s
+    perm = rng.permutation(n_families)
+    while True:
+        t += float(rng.exponential(1.0 / rate_per_s))
+        if t >= horizon_s:
+            return out
+        n = len(out)
+        if n and n % n_families == 0:
+            perm = rng.permutation(n_families)
+        out.append((t, int(perm[n % n_families]), n // n_families))
 
 
 def family_durations_s(trace: Trace) -> dict[str, float]:
