@@ -37,6 +37,18 @@ from smetric.core.slo import SloConfig
 MAX_ARRIVAL_DRIFT = 0.10  # |arrival drift| above this flags a run whose offered load was not steady
 
 
+def arrival_drift(send_s: npt.ArrayLike, lo_s: float, hi_s: float) -> tuple[float, float, float, bool]:
+    """``(start rate, end rate, drift, ok)`` of the sends in the window ``[lo_s, hi_s)``: requests
+    sent per second in its first and last quarter, ``end / start - 1`` (NaN without a send in the
+    first quarter) and ``|drift| <=`` :data:`MAX_ARRIVAL_DRIFT` (NaN is not ok)."""
+    t = np.asarray(send_s, dtype=np.float64)
+    quarter = max(hi_s - lo_s, 1e-9) / 4.0
+    rate_start = float(((t >= lo_s) & (t < lo_s + quarter)).sum()) / quarter
+    rate_end = float(((t >= hi_s - quarter) & (t < hi_s)).sum()) / quarter
+    drift = rate_end / rate_start - 1.0 if rate_start > 0 else math.nan
+    return rate_start, rate_end, drift, bool(abs(drift) <= MAX_ARRIVAL_DRIFT)
+
+
 class LoadTracker:
     """Integrates each instance's load over fixed windows (piecewise-constant load)."""
 
@@ -144,10 +156,7 @@ def summarise(
     ok = ttft_ok & tpot_ok
     imb = imbalance(window_loads, load_window_s, float(lo), float(hi))
     ptoks = float(p.sum())
-    quarter = span / 4.0
-    rate_start = float(((send_s >= lo) & (send_s < lo + quarter)).sum()) / quarter
-    rate_end = float(((send_s >= hi - quarter) & (send_s < hi)).sum()) / quarter
-    drift = rate_end / rate_start - 1.0 if rate_start > 0 else math.nan
+    rate_start, rate_end, drift, drift_ok = arrival_drift(send_s, lo, hi)
     reused_local, reused_global = float(local[served].sum()), float(global_[served].sum())
     return {
         "tps_within_slo": float(o[ok].sum()) / span if colocated else math.nan,
@@ -157,7 +166,7 @@ def summarise(
         "arrival_rate_start_per_s": rate_start,
         "arrival_rate_end_per_s": rate_end,
         "arrival_drift": drift,
-        "arrival_drift_ok": bool(abs(drift) <= MAX_ARRIVAL_DRIFT),
+        "arrival_drift_ok": drift_ok,
         "slo_attainment": float(ok.mean()) if ok.size else math.nan,
         "ttft_attainment": float(ttft_ok.mean()) if ttft_ok.size else math.nan,
         "ttft_p50_s": _pct(ttft, 50),
