@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from smetric.bench.chaos_frozen import endpoint_stop
 from smetric.bench.chaos_guards import (
@@ -25,6 +28,10 @@ from smetric.bench.chaos_headers import hostile_headers_and_paths, long_prefill,
 from smetric.bench.chaos_row import Fault, Row
 from smetric.bench.chaos_stack import ChaosStack, Reply, chat
 from smetric.bench.chaos_uploads import slow_uploads
+
+if TYPE_CHECKING:
+    from smetric.epp.kvevents.store import BlockStore
+    from smetric.epp.kvevents.subscriber import KvEventManager
 
 LONG_TOKENS = 20_000  # a stream that is still running when the fault hits
 KEEPALIVE_BOUND_S = 2 * 1.0 + 1.5  # EnvoyOptions.picker_keepalive_s interval + timeout, plus slack
@@ -234,18 +241,46 @@ async def hostile_bodies(st: ChaosStack, quick: bool) -> list[Row]:
 async def kv_events(st: ChaosStack, quick: bool) -> list[Row]:
     """The picker's ZMQ subscriber + block store, in this process, against a hostile publisher (a
     thread, so the flood itself does not run on the event loop being measured)."""
-    import msgpack  # type: ignore[import-untyped]
-    import zmq
-
-    from smetric.bench.procs import free_port
-    from smetric.epp.contracts import EndpointInfo
     from smetric.epp.kvevents.store import BlockStore
     from smetric.epp.kvevents.subscriber import KvEventManager
 
     address = "10.0.0.1:8000"
     gaps: list[str] = []
     store = BlockStore(capacity=lambda _: 4096)  # what the engine's cache_config_info would say
-    manager = KvEventManager(store, gaps.append)
+    cap = store.max_blocks(address)  # the bound the row holds the store to, guard on or off
+    with _kv_guards_off(st):
+        manager = KvEventManager(store, gaps.append)
+        return await _kv_flood(quick, address, store, cap, gaps, manager)
+
+
+@contextmanager
+def _kv_guards_off(st: ChaosStack) -> Iterator[None]:
+    """The picker-process patches of the disabled KV guards (chaos_unguarded), applied in this
+    process for the duration of the in-process KV row, then undone."""
+    from smetric.bench.chaos_unguarded import PATCHES
+    from smetric.epp.kvevents.store import BlockStore
+    from smetric.epp.kvevents.subscriber import SequenceTracker
+
+    saved = BlockStore.max_blocks, SequenceTracker.observe
+    try:
+        for g in st.settings.guards_off:
+            if g.name in (KV_STORE_CAP, KV_SEQUENCE):
+                for name in g.picker_patches:
+                    PATCHES[name]()
+        yield
+    finally:
+        BlockStore.max_blocks, SequenceTracker.observe = saved  # type: ignore[method-assign]
+
+
+async def _kv_flood(
+    quick: bool, address: str, store: BlockStore, cap: int, gaps: list[str], manager: KvEventManager
+) -> list[Row]:
+    import msgpack  # type: ignore[import-untyped]
+    import zmq
+
+    from smetric.bench.procs import free_port
+    from smetric.epp.contracts import EndpointInfo
+
     ctx = zmq.Context()
     pub = ctx.socket(zmq.PUB)
     port = free_port()
@@ -285,7 +320,6 @@ async def kv_events(st: ChaosStack, quick: bool) -> list[Row]:
     await manager.stop()
     pub.close(0)
     ctx.destroy(0)
-    cap = store.max_blocks(address)
     return [
         Row(
             "KV-event flood",

@@ -132,6 +132,29 @@ GUARDS: tuple[Guard, ...] = (
         ("slow_uploads",),
         picker_patches=("admit-at-headers",),
     ),
+    Guard(
+        SCRAPE_CHECKS,
+        "a /metrics page that is not a vLLM engine's (not Prometheus text, no vllm:num_requests_running, "
+        "a NaN or negative value, over --scrape-max-bytes) is refused and its endpoint goes stale "
+        "(scrape/parse.py, scrape/http1.py)",
+        ("hostile_metrics",),
+        picker_flags=("--scrape-max-bytes=1073741824",),
+        picker_patches=("scrape-unchecked",),
+    ),
+    Guard(
+        KV_STORE_CAP,
+        "the KV block store keeps at most the engine's num_gpu_blocks x 1.25 blocks per endpoint, "
+        "least recently stored first out (kvevents/store.py BlockStore.max_blocks)",
+        ("kv_events",),
+        picker_patches=("kv-store-uncapped",),
+    ),
+    Guard(
+        KV_SEQUENCE,
+        "the KV-event subscriber checks each batch's sequence number; a jump is a gap (the endpoint's "
+        "blocks are reset and it resynchronises; kvevents/subscriber.py SequenceTracker)",
+        ("kv_events",),
+        picker_patches=("kv-no-sequence-check",),
+    ),
 )
 
 

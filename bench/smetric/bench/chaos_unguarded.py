@@ -90,6 +90,44 @@ def _whole_prompt_key() -> None:
     offload._parse_and_key = parse_and_key
 
 
+def _kv_store_uncapped() -> None:
+    """The KV block store keeps every stored block (no per-endpoint cap)."""
+    from smetric.epp.kvevents.store import BlockStore
+
+    def uncapped(self: BlockStore, address: str) -> int:
+        return sys.maxsize
+
+    BlockStore.max_blocks = uncapped  # type: ignore[method-assign]
+
+
+def _kv_no_sequence_check() -> None:
+    """The KV-event subscriber takes every batch as the next one (lost batches go unnoticed)."""
+    from smetric.epp.kvevents.subscriber import SequenceTracker
+
+    def in_order(self: SequenceTracker, seq: int) -> bool:
+        self.last = seq
+        return True
+
+    SequenceTracker.observe = in_order  # type: ignore[method-assign]
+
+
+def _scrape_unchecked() -> None:
+    """A /metrics page the picker cannot read (not Prometheus text, no vLLM series, a NaN) counts
+    as an idle engine's page instead of making the endpoint stale."""
+    from smetric.epp.contracts import EngineMetrics
+    from smetric.epp.scrape import scraper
+    from smetric.epp.scrape.parse import CacheConfig, MetricsParseError, ParsedMetrics, parse_vllm_metrics
+
+    def lenient(text: str | bytes, scraped_at_s: float, memo: Any = None) -> ParsedMetrics:
+        try:
+            return parse_vllm_metrics(text, scraped_at_s, memo)
+        except MetricsParseError:
+            idle = EngineMetrics(0, 0, 0.0, 0, 0, 0.0, 0.0, scraped_at_s)
+            return ParsedMetrics(idle, CacheConfig())
+
+    scraper.parse_vllm_metrics = lenient
+
+
 PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
     {
         "kv-no-reconnect": _kv_no_reconnect,
@@ -98,6 +136,9 @@ PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
         "grpc-default-ping-policy": _grpc_default_ping_policy,
         "all-paths": _all_paths,
         "admit-at-headers": _admit_at_headers,
+        "kv-store-uncapped": _kv_store_uncapped,
+        "kv-no-sequence-check": _kv_no_sequence_check,
+        "scrape-unchecked": _scrape_unchecked,
     }
 )
 
