@@ -38,8 +38,11 @@ async def picker_stack(
     block_size: int = 0,
     tokenizer: str = "",
     response_path: str = "inline",
+    pool: bool = False,
 ) -> AsyncIterator[Stack]:
-    """Picker (precise index, the smetric policy) and Envoy; stops both (picker exit 0 checked)."""
+    """Picker (precise index, the smetric policy) and Envoy; stops both (picker exit 0 checked).
+    ``pool``: Envoy's pool cluster (override_host over the engines, retries on the picker's
+    fallbacks) instead of the ORIGINAL_DST cluster."""
     endpoints = tmp_path / "endpoints.yaml"
     entries = [{"address": e.address, **({"kv_events": e.kv_events} if e.kv_events else {})} for e in engines]
     endpoints.write_text(yaml.safe_dump(entries))
@@ -60,6 +63,7 @@ async def picker_stack(
         admin_port=free_port(),
         picker_port=grpc_port,
         response_path=response_path,  # type: ignore[arg-type]
+        pool_endpoints=tuple(e.address for e in engines) if pool else (),
     )
     envoy = EnvoyProcess(bootstrap(opts))
     try:
