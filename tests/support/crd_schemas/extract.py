@@ -71,6 +71,22 @@ SOURCES: tuple[tuple[str, str, str, str, str, str], ...] = (
         "v1",
     ),
     (
+        "envoyfilter.json",
+        "istio/api",
+        "1.28.0",
+        "kubernetes/customresourcedefinitions.gen.yaml",
+        "EnvoyFilter",
+        "v1alpha3",
+    ),
+    (
+        "clienttrafficpolicy.json",
+        "envoyproxy/gateway",
+        "v1.9.0",
+        "charts/gateway-helm/charts/crds/crds/generated/gateway.envoyproxy.io_clienttrafficpolicies.yaml",
+        "ClientTrafficPolicy",
+        "v1alpha1",
+    ),
+    (
         "podmonitor.json",
         "prometheus-operator/prometheus-operator",
         "v0.87.0",
@@ -104,6 +120,9 @@ LATER: tuple[tuple[str, str, str, str, str, str], ...] = (
 # Output file -> {dotted object path: the properties kept there}.
 KEEP: dict[str, dict[str, tuple[str, ...]]] = {
     "destinationrule.json": {"spec": ("host", "trafficPolicy"), "spec.trafficPolicy": ("tls",)},
+    "clienttrafficpolicy.json": {
+        "spec": ("targetRef", "targetRefs", "targetSelectors", "timeout", "connection")
+    },
 }
 
 
