@@ -12,6 +12,7 @@ import yaml
 
 from smetric.operator.advice import context_warnings, deprecation_warnings
 from smetric.operator.render import render_resource
+from smetric.operator.render_client_limits import client_limit_warnings
 from smetric.operator.spec import InvalidSpecError, parse_spec
 
 
@@ -84,7 +85,10 @@ def _render(path: str, namespace: str) -> int:
             manifests += render_resource(pool, namespace)
             name = (pool.get("metadata") or {}).get("name", "?")
             spec = parse_spec(pool.get("spec"))
-            for warning in [*deprecation_warnings(str(name), spec), *context_warnings(str(name), spec)]:
+            pool_ns = (pool.get("metadata") or {}).get("namespace") or namespace
+            warnings = [*deprecation_warnings(str(name), spec), *context_warnings(str(name), spec)]
+            warnings += client_limit_warnings(str(name), str(pool_ns), spec)
+            for warning in warnings:
                 print(f"smetric-operator: warning: {warning}", file=sys.stderr)
         except (InvalidSpecError, ValueError) as exc:
             name = (pool.get("metadata") or {}).get("name", "?")

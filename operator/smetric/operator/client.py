@@ -44,6 +44,8 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("networking.istio.io/v1", "DestinationRule"),
     ("networking.gke.io/v1", "HealthCheckPolicy"),
     ("networking.gke.io/v1", "GCPBackendPolicy"),
+    ("networking.istio.io/v1alpha3", "EnvoyFilter"),
+    ("gateway.envoyproxy.io/v1alpha1", "ClientTrafficPolicy"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
 )

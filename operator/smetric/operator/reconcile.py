@@ -29,6 +29,7 @@ from smetric.operator.meta import (
 )
 from smetric.operator.ownership import not_owned_message, owned_by
 from smetric.operator.render import render_children
+from smetric.operator.render_client_limits import client_limit_warnings
 from smetric.operator.routes import route_conflicts
 from smetric.operator.spec import InvalidSpecError, parse_spec
 from smetric.operator.status import invalid_status, now_rfc3339, pool_status
@@ -73,7 +74,10 @@ async def reconcile(
             await api.patch_status(API_VERSION, KIND, pool.namespace, pool.name, status)
         log.warning("SMetricPool %s/%s: invalid spec, nothing applied: %s", pool.namespace, pool.name, exc)
         return Outcome(status=status, invalid=str(exc))
-    for warning in deprecation_warnings(f"{pool.namespace}/{pool.name}", spec):
+    for warning in [
+        *deprecation_warnings(f"{pool.namespace}/{pool.name}", spec),
+        *client_limit_warnings(f"{pool.namespace}/{pool.name}", pool.namespace, spec),
+    ]:
         log.warning("%s", warning)  # a Kubernetes Event on the pool (kopf posts warnings)
 
     rendered = render_children(pool, spec)

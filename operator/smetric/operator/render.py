@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from smetric.operator.meta import Manifest, PoolRef, stamp_hash
+from smetric.operator.render_client_limits import client_limits
 from smetric.operator.render_engine import engine_deployments, pod_disruption_budgets
 from smetric.operator.render_gateway import http_route, inference_pool, provider_objects
 from smetric.operator.render_kv import mooncake_master
@@ -32,6 +33,7 @@ def render_children(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
     if route is not None:
         children.append(route)
     children += provider_objects(pool, spec)
+    children += client_limits(pool, spec)
     children += pod_monitors(pool, spec)
     return [stamp_hash(child) for child in children]
 

@@ -9,6 +9,9 @@ them (config/charts/inferencepool/templates/istio.yaml, gke.yaml):
 * ``kgateway``, ``envoy-gateway``: nothing beyond the InferencePool and HTTPRoute (kgateway connects
   to the picker with TLS, skipping verification: GIE PR #1085 guidance; for a gateway that speaks
   plaintext h2c set ``router.secureServing: false``).
+
+The slow-client bounds of ``gateway.clientLimits`` (Envoy Gateway ClientTrafficPolicy, Istio
+EnvoyFilter) are rendered by :mod:`smetric.operator.render_client_limits`.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from smetric.operator.spec_gateway import ClientLimitsSpec
 from smetric.operator.spec_params import PolicyParameters
 from smetric.operator.spec_params import SpecModel as _Spec
 from smetric.operator.spec_rules import CEL_RULES, QUANTITY_PATTERN, cross_field_problems, quantity_bytes
@@ -382,6 +383,9 @@ class GatewaySpec(_Spec):
     provider: Literal["none", "istio", "gke", "kgateway", "envoy-gateway"] = Field(
         default="none",
         description="Gateway implementation; renders what it needs (Istio DestinationRule, GKE policies).",
+    )
+    client_limits: ClientLimitsSpec = Field(
+        default=ClientLimitsSpec(), description="Slow-client bounds on the Gateway's listeners."
     )
 
 

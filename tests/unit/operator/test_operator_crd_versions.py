@@ -32,6 +32,7 @@ PINNED = {
     "kubernetes-sigs/gateway-api-inference-extension": "Inference Extension CRDs",
     "kubernetes-sigs/gateway-api": "Gateway API CRDs",
     "istio/api": "Istio",
+    "envoyproxy/gateway": "Envoy Gateway",
     "prometheus-operator/prometheus-operator": "Prometheus Operator",
 }
 

@@ -361,3 +361,24 @@ async def test_two_pools_on_one_gateway_and_path_are_flagged() -> None:
     api.pools[0]["spec"]["gateway"] = {"parentRef": {"name": "gw"}, "path": "/b"}
     raw["gateway"] = {"parentRef": {"name": "gw"}, "path": "/a"}
     assert (await run(api, pool(raw))).status["phase"] != "Degraded"
+
+
+async def test_client_limits_are_owned_pruned_and_never_taken_over() -> None:
+    """gateway.clientLimits' ClientTrafficPolicy is a child like the others: applied, pruned when
+    switched off, and an object of that name held by someone else (the platform team's own
+    policy) is left alone with a NotOwned status."""
+    api = FakeApi()
+    gateway = {"parentRef": {"name": "gw"}, "provider": "envoy-gateway"}
+    key = ("gateway.envoyproxy.io/v1alpha1", "ClientTrafficPolicy", "p-client-limits")
+    await run(api, pool({**SPEC, "gateway": gateway}))
+    assert "ClientTrafficPolicy/p-client-limits" in api.applied
+    assert api.objects[key]["metadata"]["ownerReferences"][0]["uid"] == UID
+    off = {**gateway, "clientLimits": {"enabled": False}}
+    outcome = await run(api, pool({**SPEC, "gateway": off}, generation=2))
+    assert outcome.deleted == ("ClientTrafficPolicy/p-client-limits",) and key not in api.objects
+    theirs = {"apiVersion": key[0], "kind": key[1], "metadata": {"name": key[2], "namespace": "ns"}}
+    api.objects[key] = copy.deepcopy(theirs)
+    api.applied.clear()
+    with pytest.raises(ChildNotOwnedError, match="ClientTrafficPolicy/p-client-limits"):
+        await run(api, pool({**SPEC, "gateway": gateway}, generation=3))
+    assert api.objects[key] == theirs and "ClientTrafficPolicy/p-client-limits" not in api.applied
