@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from smetric.bench import chaos_api, chaos_faults, chaos_state
+from smetric.bench import chaos_api, chaos_faults, chaos_gateway, chaos_state
 from smetric.bench.chaos_faults import Fault, Row
 from smetric.bench.chaos_guards import GUARDS as BASE_GUARDS
 from smetric.bench.chaos_guards import NO_GUARD, Guard, by_name
@@ -38,7 +38,12 @@ STUCK_AFTER_S = 30.0  # a load request without an answer by then is "stuck"
 
 # The faults run, in order, and the guards they check; other modules add theirs here.
 FAULTS: tuple[Fault, ...] = (*chaos_faults.FAULTS, *chaos_api.FAULTS, *chaos_state.FAULTS)
-GUARDS: tuple[Guard, ...] = (*chaos_api.with_these_rows(BASE_GUARDS), *chaos_api.GUARDS, *chaos_state.GUARDS)
+GUARDS: tuple[Guard, ...] = (
+    *chaos_api.with_these_rows(BASE_GUARDS),
+    *chaos_api.GUARDS,
+    *chaos_state.GUARDS,
+    *chaos_gateway.GUARDS,
+)
 
 
 async def run_load(st: ChaosStack, sessions: int, duration_s: float) -> dict[str, float]:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from smetric.bench.chaos_frozen import endpoint_stop
+from smetric.bench.chaos_gateway import prefills_on, upload_bounds, while_picker_dead
 from smetric.bench.chaos_guards import (
     BODY_LIMITS,
     CUT_STREAM,
@@ -19,7 +20,6 @@ from smetric.bench.chaos_guards import (
     GATEWAY_PINGS,
     KV_SEQUENCE,
     KV_STORE_CAP,
-    RETRIES,
     SCRAPE_CHECKS,
     STALENESS,
     STATE_FILE,
@@ -69,12 +69,14 @@ async def picker_kill_and_restart(st: ChaosStack, quick: bool) -> list[Row]:
         if sig == signal.SIGKILL:
             await st.kill("picker")
             down = await st.post(chat("down", 0), timeout_s=30)
+            closed, seen = await while_picker_dead(st)
             rows.append(
                 Row(
                     "picker SIGKILL",
-                    "5xx promptly (< 3 s) while down",
-                    f"{down.status or down.error} after {down.elapsed_s:.2f} s",
-                    500 <= down.status < 600 and down.elapsed_s < 3.0,
+                    "5xx promptly (< 3 s) while down, also a GET without a body and a POST through "
+                    "a BUFFERED gateway (no engine answers)",
+                    f"{down.status or down.error} after {down.elapsed_s:.2f} s; {seen}",
+                    500 <= down.status < 600 and down.elapsed_s < 3.0 and closed,
                     FAIL_CLOSE,
                 )
             )
@@ -101,12 +103,12 @@ async def picker_kill_and_restart(st: ChaosStack, quick: bool) -> list[Row]:
 async def endpoint_kill(st: ChaosStack, quick: bool) -> list[Row]:
     # a long stream, cut by SIGKILL of the engine serving it mid-response
     victim, long_req = await _long_stream(st, "kill", 60.0)
+    prefilling = await prefills_on(st, victim)  # the retries row: reset before their response
     await st.kill(victim)
     cut = await long_req
     i = int(victim.removeprefix("engine"))
     replies = await asyncio.gather(*(st.post(chat(f"kill-{i}", 0)) for i in range(12)))
-    failed = [r for r in replies if r.status != 200 or r.error]
-    to_dead = [r for r in replies if r.served == st.endpoints[i]]
+    retried = await prefilling.row(st, replies)
     await st.restart_engine(victim)
     await st.wait_fresh()
     back = await asyncio.gather(*(st.post(chat(f"back-{n}", 0)) for n in range(9)))
@@ -120,13 +122,7 @@ async def endpoint_kill(st: ChaosStack, quick: bool) -> list[Row]:
             cut.served == st.endpoints[i] and bool(cut.error),
             CUT_STREAM,
         ),
-        Row(
-            "endpoint SIGKILL: new requests",
-            "all 200 (connect failures retried on the picker's fallbacks)",
-            f"{len(replies) - len(failed)}/{len(replies)} ok, {len(to_dead)} served by the dead one",
-            not failed and not to_dead,
-            RETRIES,
-        ),
+        retried,
         Row(
             "endpoint restart",
             "serves again once scraped fresh",
@@ -344,6 +340,7 @@ FAULTS: tuple[Fault, ...] = (
     protocol_errors,
     hostile_bodies,
     slow_uploads,
+    upload_bounds,
     hostile_metrics,
     kv_events,
     long_prefill,
