@@ -5,10 +5,11 @@ implementation's own object attached to the pool's Gateway (docs/operator.md, "S
   v1.9.0): ``timeout.http.requestHeadersReceivedTimeout`` (Envoy HCM ``request_headers_timeout``;
   new in v1.9.0), ``timeout.http.requestReceivedTimeout`` (HCM ``request_timeout``: "stops when
   either the last byte of the request is sent upstream or when the response begins") and
-  ``connection.connectionLimit.value`` (the ``envoy.filters.network.connection_limit`` filter).
+  ``connection.connectionLimit.value`` (the ``envoy.filters.network.connection_limit`` filter),
+  ``http2.maxConcurrentStreams``.
 * ``istio``: an ``EnvoyFilter`` (``networking.istio.io/v1alpha3``, Istio 1.28) with ``targetRefs``
-  to the Gateway: a ``MERGE`` of ``request_headers_timeout`` and ``request_timeout`` into the
-  gateway's HTTP connection manager and the connection-limit filter inserted first in each of its
+  to the Gateway: a ``MERGE`` of ``request_headers_timeout``, ``request_timeout`` and
+  ``http2_protocol_options.max_concurrent_streams`` into the gateway's HTTP connection manager and the connection-limit filter inserted first in each of its
   filter chains. Istio has no typed field for these (ProxyConfig and MeshConfig carry none).
 * ``kgateway`` (v2.1.0), ``gke``, ``none``: nothing. kgateway's HTTPListenerPolicy has idle and
   stream-idle timeouts only, and its TrafficPolicy ``timeouts.request`` also covers the response;
@@ -69,6 +70,8 @@ def envoy_gateway_policy(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
         body["timeout"] = {"http": http}
     if limits.max_connections:
         body["connection"] = {"connectionLimit": {"value": limits.max_connections}}
+    if limits.max_concurrent_streams:
+        body["http2"] = {"maxConcurrentStreams": limits.max_concurrent_streams}
     return {
         "apiVersion": EG_API_VERSION,
         "kind": "ClientTrafficPolicy",
@@ -90,6 +93,8 @@ def istio_envoy_filter(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
         hcm["request_headers_timeout"] = f"{limits.request_headers_timeout_s}s"
     if limits.request_timeout_s:
         hcm["request_timeout"] = f"{limits.request_timeout_s}s"
+    if limits.max_concurrent_streams:
+        hcm["http2_protocol_options"] = {"max_concurrent_streams": limits.max_concurrent_streams}
     if len(hcm) > 1:
         patches.append(
             {

@@ -1,7 +1,7 @@
 """``gateway.clientLimits``: the bounds on slow clients that the gateway's listeners enforce (what the
 standalone Envoy bootstrap sets with ``EnvoyOptions.request_headers_timeout_s``,
-``request_timeout_s`` and ``max_connections``), rendered for the gateway implementations that offer
-them (:mod:`smetric.operator.render_client_limits`)."""
+``request_timeout_s``, ``max_connections`` and ``max_concurrent_streams``), rendered for the
+gateway implementations that offer them (:mod:`smetric.operator.render_client_limits`)."""
 
 from __future__ import annotations
 
@@ -43,9 +43,20 @@ class ClientLimitsSpec(SpecModel):
         description="Downstream connections the Gateway's listeners hold at most (Envoy's connection_limit "
         "filter: the excess is closed at accept). 0 = not set.",
     )
+    max_concurrent_streams: int = Field(
+        default=100,
+        ge=0,
+        le=2_147_483_647,
+        description="Requests one HTTP/2 client connection may have open at once (Envoy "
+        "http2_protocol_options.max_concurrent_streams, advertised in the gateway's SETTINGS). 0 = not set.",
+    )
 
     @property
     def any_set(self) -> bool:
-        return self.enabled and bool(
-            self.request_headers_timeout_s or self.request_timeout_s or self.max_connections
+        bounds = (
+            self.request_headers_timeout_s,
+            self.request_timeout_s,
+            self.max_connections,
+            self.max_concurrent_streams,
         )
+        return self.enabled and any(bounds)

@@ -6,7 +6,8 @@ listener of a real Envoy: Envoy accepts the patched fields, and they do what doc
   gets 408 after ``requestTimeoutS``;
 * ``requestTimeoutS`` bounds the upload only: a complete request whose response is quiet for
   longer (a long prefill) still gets its 200;
-* at most ``maxConnections`` connections are held; the next one is closed at accept.
+* at most ``maxConnections`` connections are held; the next one is closed at accept;
+* an HTTP/2 client is told ``maxConcurrentStreams`` in the gateway's SETTINGS frame.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from tests.support.operator_render import by_name, render, spec
 pytestmark = pytest.mark.integration
 
 QUIET_S = 2.5  # the upstream's silence before it answers: longer than requestTimeoutS
-LIMITS = {"requestHeadersTimeoutS": 1, "requestTimeoutS": 1, "maxConnections": 2}
+LIMITS = {"requestHeadersTimeoutS": 1, "requestTimeoutS": 1, "maxConnections": 2, "maxConcurrentStreams": 3}
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+SETTINGS, MAX_CONCURRENT_STREAMS = 0x4, 0x3
 ROUTER = {
     "name": "envoy.filters.http.router",
     "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
@@ -201,3 +204,29 @@ async def test_connections_past_the_limit_are_closed() -> None:
             w.close()
     assert refused == -1  # closed without an answer
     assert freed == 200  # a closed connection frees its place
+
+
+async def _server_settings(address: str) -> dict[int, int]:
+    """The gateway's first SETTINGS frame on an HTTP/2 (prior knowledge) connection."""
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(H2_PREFACE + bytes([0, 0, 0, SETTINGS, 0, 0, 0, 0, 0]))
+    await writer.drain()
+    try:
+        while True:
+            header = await asyncio.wait_for(reader.readexactly(9), 5)
+            length = int.from_bytes(header[:3], "big")
+            payload = await asyncio.wait_for(reader.readexactly(length), 5)
+            if header[3] == SETTINGS and not header[4] & 0x1:  # not an ACK
+                return {
+                    int.from_bytes(payload[i : i + 2], "big"): int.from_bytes(payload[i + 2 : i + 6], "big")
+                    for i in range(0, length, 6)
+                }
+    finally:
+        writer.close()
+
+
+async def test_http2_clients_are_told_the_stream_limit() -> None:
+    async with _gateway() as address:
+        settings = await _server_settings(address)
+    assert settings.get(MAX_CONCURRENT_STREAMS) == LIMITS["maxConcurrentStreams"]

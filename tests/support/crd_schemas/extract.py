@@ -121,7 +121,7 @@ LATER: tuple[tuple[str, str, str, str, str, str], ...] = (
 KEEP: dict[str, dict[str, tuple[str, ...]]] = {
     "destinationrule.json": {"spec": ("host", "trafficPolicy"), "spec.trafficPolicy": ("tls",)},
     "clienttrafficpolicy.json": {
-        "spec": ("targetRef", "targetRefs", "targetSelectors", "timeout", "connection")
+        "spec": ("targetRef", "targetRefs", "targetSelectors", "timeout", "connection", "http2")
     },
 }
 

@@ -38,6 +38,7 @@ def test_defaults_are_the_standalone_bootstraps() -> None:
     assert limits.request_headers_timeout_s == envoy.request_headers_timeout_s == 10
     assert limits.request_timeout_s == envoy.request_timeout_s == 60
     assert limits.max_connections == envoy.max_connections
+    assert limits.max_concurrent_streams == envoy.max_concurrent_streams == 100
     assert parse_spec(_gateway("envoy-gateway")).gateway.client_limits == limits  # type: ignore[union-attr]
 
 
@@ -50,6 +51,7 @@ def test_envoy_gateway_gets_a_client_traffic_policy() -> None:
         "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}],
         "timeout": {"http": {"requestHeadersReceivedTimeout": "10s", "requestReceivedTimeout": "60s"}},
         "connection": {"connectionLimit": {"value": 10_000}},
+        "http2": {"maxConcurrentStreams": 100},
     }
     # owned, labelled and hashed like every other child: pruned with the pool, drift re-applied
     meta = policy["metadata"]
@@ -70,7 +72,8 @@ def test_istio_gets_an_envoy_filter_on_the_gateways_connection_manager() -> None
     assert timeouts["patch"]["operation"] == "MERGE"
     hcm = timeouts["patch"]["value"]["typed_config"]
     assert (hcm["request_headers_timeout"], hcm["request_timeout"]) == ("10s", "60s")
-    assert set(hcm) == {"@type", "request_headers_timeout", "request_timeout"}  # nothing on the response
+    assert hcm["http2_protocol_options"] == {"max_concurrent_streams": 100}
+    assert set(hcm) == {"@type", "request_headers_timeout", "request_timeout", "http2_protocol_options"}
     assert limit["patch"]["operation"] == "INSERT_FIRST"
     assert limit["patch"]["value"]["name"] == CONNECTION_LIMIT
     assert limit["patch"]["value"]["typed_config"]["max_connections"] == 10_000
@@ -90,7 +93,7 @@ def test_no_gateway_no_limits() -> None:
 @pytest.mark.parametrize("provider", ["envoy-gateway", "istio"])
 def test_disabled_or_all_zero_renders_nothing(provider: str) -> None:
     assert _limits(render(_gateway(provider, clientLimits={"enabled": False}))) == []
-    zero = {"requestHeadersTimeoutS": 0, "requestTimeoutS": 0, "maxConnections": 0}
+    zero = {"requestHeadersTimeoutS": 0, "requestTimeoutS": 0, "maxConnections": 0, "maxConcurrentStreams": 0}
     assert _limits(render(_gateway(provider, clientLimits=zero))) == []
 
 
@@ -102,15 +105,30 @@ def test_a_bound_set_to_zero_is_left_out() -> None:
     validate_crd(policy)
     assert policy["spec"]["timeout"] == {"http": {"requestReceivedTimeout": "60s"}}
     assert "connection" not in policy["spec"]
-    istio = _gateway(
-        "istio", clientLimits={"requestHeadersTimeoutS": 0, "requestTimeoutS": 0, "maxConnections": 5}
+    streams_only = {"requestHeadersTimeoutS": 0, "requestTimeoutS": 0, "maxConnections": 0}
+    streams = by_name(
+        render(_gateway("envoy-gateway", clientLimits=streams_only)), "ClientTrafficPolicy", "p-client-limits"
     )
+    validate_crd(streams)
+    assert set(streams["spec"]) == {"targetRefs", "http2"}
+    only_limit = {
+        "requestHeadersTimeoutS": 0,
+        "requestTimeoutS": 0,
+        "maxConcurrentStreams": 0,
+        "maxConnections": 5,
+    }
+    istio = _gateway("istio", clientLimits=only_limit)
     (only,) = by_name(render(istio), "EnvoyFilter", "p-client-limits")["spec"]["configPatches"]
     assert only["patch"]["value"]["name"] == CONNECTION_LIMIT
 
 
 def test_set_values_reach_the_objects() -> None:
-    limits = {"requestHeadersTimeoutS": 5, "requestTimeoutS": 120, "maxConnections": 2048}
+    limits = {
+        "requestHeadersTimeoutS": 5,
+        "requestTimeoutS": 120,
+        "maxConnections": 2048,
+        "maxConcurrentStreams": 7,
+    }
     policy = by_name(
         render(_gateway("envoy-gateway", clientLimits=limits)), "ClientTrafficPolicy", "p-client-limits"
     )
@@ -119,11 +137,13 @@ def test_set_values_reach_the_objects() -> None:
         "requestReceivedTimeout": "120s",
     }
     assert policy["spec"]["connection"]["connectionLimit"]["value"] == 2048
+    assert policy["spec"]["http2"] == {"maxConcurrentStreams": 7}
     patches = by_name(render(_gateway("istio", clientLimits=limits)), "EnvoyFilter", "p-client-limits")[
         "spec"
     ]
     hcm = patches["configPatches"][0]["patch"]["value"]["typed_config"]
     assert (hcm["request_headers_timeout"], hcm["request_timeout"]) == ("5s", "120s")
+    assert hcm["http2_protocol_options"] == {"max_concurrent_streams": 7}
     assert patches["configPatches"][1]["patch"]["value"]["typed_config"]["max_connections"] == 2048
 
 
