@@ -118,7 +118,8 @@ class PickerFrontend:
     ``upstream``: ``pool`` (default; the pool is known here) routes through Envoy's STATIC pool
     cluster with the ``override_host`` policy (only pool endpoints reachable; connect failures and
     resets before the response retry on the picker's fallbacks); ``original-dst`` keeps the
-    header-driven ORIGINAL_DST cluster (no retry), as a gateway without the pool list would."""
+    header-driven ORIGINAL_DST path, as a gateway without the pool list would (any destination
+    reachable; retries on the fallbacks through one ORIGINAL_DST cluster per attempt)."""
 
     policy: str
     envoy_binary: str = ""

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
     "opts",
     [
         EnvoyOptions(listen_port=10000, admin_port=10001, picker_port=9002),
+        EnvoyOptions(listen_port=10000, admin_port=10001, picker_port=9002, retries=0),
         EnvoyOptions(
             listen_port=10000,
             admin_port=10001,
@@ -63,7 +64,21 @@ def test_bootstrap_shape() -> None:
     assert ext["processing_mode"]["request_body_mode"] == "FULL_DUPLEX_STREAMED"
     assert ext["processing_mode"]["request_trailer_mode"] == "SEND"
     assert ext["allow_mode_override"] is True and ext["failure_mode_allow"] is False
-    odst = cfg["static_resources"]["clusters"][0]
+    clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}
+    # retries (2 by default): attempt n to the ORIGINAL_DST cluster of the picker's n-th address
+    composite = clusters["original_destination"]["cluster_type"]
+    assert composite["name"] == "envoy.clusters.composite"
+    attempts = [c["name"] for c in composite["typed_config"]["clusters"]]
+    headers = [clusters[a]["original_dst_lb_config"]["http_header_name"] for a in attempts]
+    assert headers == [
+        "x-smetric-destination-primary",
+        "x-smetric-destination-fallback-1",
+        "x-smetric-destination-fallback-2",
+    ]
+    assert all(clusters[a]["type"] == "ORIGINAL_DST" for a in attempts)
+    assert names.index("smetric.fallback_headers") == names.index("envoy.filters.http.ext_proc") + 1
+    plain = bootstrap(EnvoyOptions(listen_port=1, admin_port=2, picker_port=3, retries=0))
+    odst = plain["static_resources"]["clusters"][0]
     assert odst["type"] == "ORIGINAL_DST"
     assert odst["original_dst_lb_config"] == {
         "use_http_header": True,

@@ -4,8 +4,11 @@ raises ``BootstrapError`` at build time; ``envoy --mode validate`` in the tests 
 
 listener -> HCM -> ext_proc (picker cluster, h2c) -> router -> ``ORIGINAL_DST`` cluster that
 routes to the address in ``x-smetric-destination-primary`` (the picker's primary; the protocol's
-``x-gateway-destination-endpoint`` carries the whole list, which ORIGINAL_DST cannot parse). Optionally a
-second listener routes straight to one backend without the picker (the bench's baseline).
+``x-gateway-destination-endpoint`` carries the whole list, which ORIGINAL_DST cannot parse); with
+retries, a composite cluster sends attempt n to an ORIGINAL_DST cluster reading the picker's n-th
+fallback (``hardening.original_dst_retry_clusters``). With ``pool_endpoints`` the override_host pool
+cluster replaces both. Optionally a second listener routes straight to one backend without the
+picker (the bench's baseline).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from smetric.epp.envoy.hardening import (
     codec_limits,
     connection_limits,
     destination_guard_filter,
+    fallback_headers_filter,
+    original_dst_retry_clusters,
     picker_keepalive,
     pool_cluster,
     protocol_guard_filter,
@@ -115,12 +120,15 @@ class EnvoyOptions:
     subset_hint_header: bool = False  # Lua filter: header x-gateway-destination-endpoint-subset -> hint
     # Hardening (envoy/hardening.py). pool_endpoints: the model servers (ip:port) when known (local
     # launchers): a STATIC cluster with the override_host policy (only pool endpoints reachable,
-    # retries on the picker's fallbacks, FailOpen round-robins over the pool); empty: ORIGINAL_DST.
+    # retries on the picker's fallbacks, FailOpen round-robins over the pool); empty: ORIGINAL_DST
+    # (with retries: one ORIGINAL_DST cluster per attempt behind a composite cluster).
     pool_endpoints: tuple[str, ...] = ()
     allowed_paths: tuple[str, ...] = INFERENCE_PATHS  # others: 404 at the gateway (empty: all)
-    retries: int = 2  # connect failure / refused / reset before the response: next fallback
-    # Pool cluster: an attempt silent this long is reset and, before its response, retried on the
-    # next fallback (a frozen engine); above the longest prefill (~153 s at 128k tokens), below
+    # Connect failure / refused / reset before the response: the next fallback, on either upstream.
+    # 0: no retry (and no per-try idle timeout); ORIGINAL_DST is then one header-driven cluster.
+    retries: int = 2
+    # An attempt silent this long is reset and, before its response, retried on the next fallback
+    # (a frozen engine); above the longest prefill (~153 s at 128k tokens), below
     # stream_idle_timeout_s so the retry has time to answer. 0 = off.
     per_try_idle_timeout_s: float = 200.0
     # Longest silence of a healthy request: queueing + the prefill of the largest prompt before the
@@ -373,7 +381,8 @@ def _listener(
 
 
 def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
-    filters = [ext_proc_filter(o)]
+    ext_proc = ext_proc_filter(o)
+    filters = [ext_proc]
     if not o.pool_endpoints:  # ORIGINAL_DST without a destination would loop back to this listener
         filters.append(destination_guard_filter())
     if o.response_path == "observer":
@@ -385,18 +394,27 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
     if o.protocol_guard:
         filters.insert(0, protocol_guard_filter(o.max_request_header_bytes, o.max_request_headers))
     upstream = "pool" if o.pool_endpoints else "original_destination"
-    retries = o.retries if o.pool_endpoints else 0  # ORIGINAL_DST would retry the same address
-    listeners = [_listener("gateway", o.listen_host, o.listen_port, filters, upstream, o, retries)]
+    od_base: dict[str, Any] = {
+        "circuit_breakers": CIRCUIT_BREAKERS,
+        "connect_timeout": _secs(o.connect_timeout_s),
+        "per_connection_buffer_limit_bytes": o.buffer_limit_bytes,
+    }
+    if o.pool_endpoints or not o.retries:
+        original_dst = [
+            {
+                "name": "original_destination",
+                "type": "ORIGINAL_DST",
+                "lb_policy": "CLUSTER_PROVIDED",
+                **od_base,
+                "original_dst_lb_config": {"use_http_header": True, "http_header_name": PRIMARY_HEADER},
+            }
+        ]
+    else:  # each retry on the next fallback: one ORIGINAL_DST cluster per attempt
+        filters.insert(filters.index(ext_proc) + 1, fallback_headers_filter(o.retries))
+        original_dst = original_dst_retry_clusters("original_destination", o.retries, PRIMARY_HEADER, od_base)
+    listeners = [_listener("gateway", o.listen_host, o.listen_port, filters, upstream, o, o.retries)]
     clusters: list[dict[str, Any]] = [
-        {
-            "name": "original_destination",
-            "type": "ORIGINAL_DST",
-            "lb_policy": "CLUSTER_PROVIDED",
-            "circuit_breakers": CIRCUIT_BREAKERS,
-            "connect_timeout": _secs(o.connect_timeout_s),
-            "per_connection_buffer_limit_bytes": o.buffer_limit_bytes,
-            "original_dst_lb_config": {"use_http_header": True, "http_header_name": PRIMARY_HEADER},
-        },
+        *original_dst,
         _static_cluster(
             "picker",
             o.picker_host,

@@ -14,10 +14,17 @@
   over the pool. Without ``pool_endpoints`` the ORIGINAL_DST cluster stays (Kubernetes, where the
   gateway owns the pool) and :func:`destination_guard_filter` refuses a request with no destination
   (ORIGINAL_DST would otherwise send it back to Envoy's own listener).
+* :func:`original_dst_retry_clusters` and :func:`fallback_headers_filter`: the ORIGINAL_DST path
+  retries on the picker's fallbacks too. Envoy's ORIGINAL_DST load balancer takes the one address
+  of its header on every attempt, so each attempt has its own ORIGINAL_DST cluster behind Envoy's
+  composite cluster (attempt n -> n-th sub-cluster), reading a header the gateway derives from the
+  picker's list after ext_proc.
 * :func:`retry_policy`: connect failures, refused streams and resets before the response starts are
   retried on the picker's fallbacks (up to ``retries``); a retry never happens once the response
   started, so a stream cut mid-response reaches the client as a reset (a truncated chunked body /
-  HTTP/2 RST), never as a clean end.
+  HTTP/2 RST), never as a clean end. No filter can add an SSE error event there: Envoy's router
+  resets the downstream stream once the response started, and the filters (ext_proc, Lua) are
+  destroyed with it.
 * :func:`connection_limits` and :func:`upload_bounds`: slow clients. A request's headers must
   arrive within ``request_headers_timeout``, the whole request within ``request_timeout`` (408 past
   either); a listener holds at most ``max_connections`` downstream connections (the excess is
@@ -148,6 +155,76 @@ def pool_cluster(
             ]
         },
     }
+
+
+FALLBACK_HEADER = "x-smetric-destination-fallback-"  # + 1, 2, ...: the picker's n-th fallback
+_COMPOSITE = "type.googleapis.com/envoy.extensions.clusters.composite.v3.ClusterConfig"
+
+
+def fallback_headers_lua(retries: int) -> str:
+    """Runs after ext_proc: the picker's list (``x-gateway-destination-endpoint``, primary first)
+    becomes one header per fallback, ``x-smetric-destination-fallback-<n>``, for the ORIGINAL_DST
+    sub-cluster of attempt n + 1. Client copies are removed first, so only the picker's list sets
+    them."""
+    return f"""
+function envoy_on_request(h)
+  local headers = h:headers()
+  for n = 1, {retries} do headers:remove("{FALLBACK_HEADER}" .. n) end
+  local list = headers:get("{DEST_KEY}")
+  if list == nil then return end
+  local n = 0
+  for e in string.gmatch(list, "[^,%s]+") do
+    if n >= 1 and n <= {retries} then headers:add("{FALLBACK_HEADER}" .. n, e) end
+    n = n + 1
+  end
+end
+"""
+
+
+def fallback_headers_filter(retries: int) -> dict[str, Any]:
+    return {
+        "name": "smetric.fallback_headers",
+        "typed_config": {
+            "@type": _LUA,
+            "default_source_code": {"inline_string": fallback_headers_lua(retries)},
+        },
+    }
+
+
+def original_dst_retry_clusters(
+    name: str, retries: int, primary_header: str, base: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The ORIGINAL_DST path with retries on the picker's fallbacks: ``name`` is Envoy's composite
+    cluster (``envoy.clusters.composite``: attempt n goes to its n-th sub-cluster), over one
+    ORIGINAL_DST cluster per attempt -- the primary's reads ``primary_header``, the n-th
+    fallback's ``x-smetric-destination-fallback-<n>`` (:func:`fallback_headers_lua`). An ORIGINAL_DST
+    cluster alone would retry the same address: its load balancer takes the one address of its
+    header on every attempt. A sub-cluster whose header is absent (the picker returned fewer
+    fallbacks) has no host; the composite cluster then tries the next one, and past the last the
+    attempt fails with "no healthy upstream". ``base``: the common cluster fields."""
+    attempts = [f"{name}_primary"] + [f"{name}_fallback_{n}" for n in range(1, retries + 1)]
+    headers = [primary_header] + [f"{FALLBACK_HEADER}{n}" for n in range(1, retries + 1)]
+    subs = [
+        {
+            **base,
+            "name": cluster,
+            "type": "ORIGINAL_DST",
+            "lb_policy": "CLUSTER_PROVIDED",
+            "original_dst_lb_config": {"use_http_header": True, "http_header_name": header},
+        }
+        for cluster, header in zip(attempts, headers, strict=True)
+    ]
+    composite = {
+        "name": name,
+        "lb_policy": "CLUSTER_PROVIDED",
+        "connect_timeout": base["connect_timeout"],
+        "circuit_breakers": base["circuit_breakers"],
+        "cluster_type": {
+            "name": "envoy.clusters.composite",
+            "typed_config": {"@type": _COMPOSITE, "clusters": [{"name": c} for c in attempts]},
+        },
+    }
+    return [composite, *subs]
 
 
 def retry_policy(retries: int, per_try_idle_timeout_s: float = 0.0) -> dict[str, Any]:
