@@ -109,7 +109,18 @@ def main() -> None:
     ap.add_argument("--instances", type=int, default=4)
     ap.add_argument("--preset", default="qwen3-30b-h20")
     a = ap.parse_args()
-    argv = ["--json", "/dev/null", "--quick", "--preset", a.preset, "--instances", str(a.instances)]
+    # the cold plan (sampled families, Poisson starts from 0): the regime these tables describe
+    argv = [
+        "--json",
+        "/dev/null",
+        "--quick",
+        "--arrivals",
+        "cold",
+        "--preset",
+        a.preset,
+        "--instances",
+        str(a.instances),
+    ]
     if not a.quick:  # the older --quick preset: tokens x1/16 at their own cost, 60 s
         argv += ["--token-scale", "0.0625", "--duration", "60", "--token-cost", "scaled"]
     if a.token_scale is not None:
@@ -136,6 +147,7 @@ def main() -> None:
     for rate in (float(x) for x in a.rates.split(",")):
         for seed in (int(x) for x in a.seeds.split(",")):
             plan, _ = cli.make_plan(trace, args, preset, rate, seed)
+            assert isinstance(plan, ReplayPlan)  # --arrivals cold
             w = window_stats(
                 plan,
                 inst.cost_model.token_scaled(k).cost,

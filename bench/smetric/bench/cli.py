@@ -42,7 +42,7 @@ from smetric.bench.inputs import (
 )
 from smetric.bench.inputs import families_for as families_for  # re-exported: bench scripts, tests
 from smetric.bench.inputs import parse_rates as parse_rates  # re-exported: tests
-from smetric.bench.plan import ReplayPlan
+from smetric.bench.plan import AgentPlan, ReplayPlan
 from smetric.bench.presets import FULL, QUICK, Preset
 from smetric.bench.procs import BenchError
 from smetric.bench.replay import RequestRecord, SendSpec
@@ -60,6 +60,8 @@ from smetric.bench.sweep import (
     rows_of,
 )
 from smetric.core.presets import get_preset
+from smetric.sim.config import ARRIVALS
+from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--rates", help="family arrival rates per model second, comma-separated (default: find the knee)"
     )
     p.add_argument("--rate", type=float, help="one arrival rate (same as --rates R)")
+    p.add_argument("--arrivals", choices=ARRIVALS, default="agents",
+                   help="agents: round(rate x mean family duration) concurrent agents in steady state, each starting a new "
+                   "family when its last ends (smetric simulate's default); stationary: Poisson family starts, also before "
+                   "t=0; cold: rate x window sampled families with Poisson starts from t=0 (the load climbs through the "
+                   "window) -- docs/bench.md")  # fmt: skip
+    p.add_argument("--warmup", type=float,
+                   help=f"model seconds replayed before the measured window, agents joining over its first half (default "
+                   f"{FULL.warmup_s:g}, --quick {QUICK.warmup_s:g}; 0 with --arrivals cold)")  # fmt: skip
     p.add_argument("--knee-start", type=float,
                    help=f"first rate of the knee search (default {FULL.rate / FULL.instances:g} x instances)")  # fmt: skip
     p.add_argument("--seeds", type=int, help=f"seeds per rate (default {FULL.seeds}, --quick {QUICK.seeds})")
@@ -182,7 +192,7 @@ class Bench:
         self.settings = RunSettings(
             cluster=cluster, slo=inst.slo, duration_s=preset.duration_s, drain_timeout_s=preset.drain_s,
             seed=args.seed, shared_system_prompt=args.shared_system_prompt, window_s=args.window,
-            api=args.api,
+            api=args.api, warmup_s=preset.warmup_s,
         )  # fmt: skip
         peers = list(preset.peers)
         missing_peer = ""
@@ -211,10 +221,11 @@ class Bench:
             "model second (scaled tokens; with token_cost preserved, modelled tokens = scaled x 1/token_scale, and TPOT "
             "per modelled token); router_overhead_ms in wall milliseconds; *_spread = std over seeds",
             "time_accounting": TIME_ACCOUNTING, "peer_missing": missing_peer, "started_unix_s": time.time(),
+            "arrivals": preset.arrivals, "warmup_s": preset.warmup_s, "max_arrival_drift": MAX_ARRIVAL_DRIFT,
         }  # fmt: skip
         console.print(
             f"[bold]smetric bench[/]: {preset.instances} emulated instances ({args.preset}), time x{preset.time_scale:g}, "
-            f"tokens x{preset.token_scale:.4g} (cost {preset.token_cost}), global KV tier {preset.global_tier}, window {preset.duration_s:g} model s, seeds {seeds}, "
+            f"tokens x{preset.token_scale:.4g} (cost {preset.token_cost}), global KV tier {preset.global_tier}, arrivals {preset.arrivals}, warm-up {preset.warmup_s:g} + window {preset.duration_s:g} model s, seeds {seeds}, "
             f"rows {', '.join(self.labels)}; "
             + (f"rates {', '.join(f'{r:g}' for r in rates)}" if rates else f"knee search from {preset.rate:g} families/model s")
             + f"; logs in {self.log_dir}"
@@ -290,10 +301,17 @@ class Bench:
 
     async def _cell(self, rate: float, seed: int) -> list[PolicyResult]:
         plan, notes = make_plan(self.trace, self.args, self.preset, rate, seed)
-        self.meta.setdefault("runs", []).append(
-            {"rate": rate, "seed": seed, "families": len(plan.families), "sessions": plan.n_sessions,
-             "planned_requests": plan.n_requests, "trace_notes": notes[-1:]}
-        )  # fmt: skip
+        run: dict[str, Any] = {
+            "rate": rate,
+            "seed": seed,
+            "families": len(plan.families),
+            "sessions": plan.n_sessions,
+        }
+        if isinstance(plan, AgentPlan):
+            run["agents"] = plan.n_agents
+        else:
+            run["planned_requests"] = plan.n_requests
+        self.meta.setdefault("runs", []).append(run | {"trace_notes": notes[-1:]})  # fmt: skip
         settings = replace(self.settings, seed=seed)
         out: list[PolicyResult] = []
         for fe in self.rows:
@@ -303,7 +321,7 @@ class Bench:
         return out
 
     async def _row(
-        self, fe: Frontend, plan: ReplayPlan, settings: RunSettings, rate: float, seed: int
+        self, fe: Frontend, plan: ReplayPlan | AgentPlan, settings: RunSettings, rate: float, seed: int
     ) -> PolicyResult:
         progress, records_out = self.progress, self.records_out
         name = f"{fe.label:<24} rate {rate:<5g} seed {seed}"
@@ -344,7 +362,8 @@ class Bench:
         if not final:
             return
         title = (f"smetric bench: {self.preset.instances} emulated instances ({args.preset}), time x{self.preset.time_scale:g}, "
-                 f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}")  # fmt: skip
+                 f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}, "
+                 f"arrivals {self.preset.arrivals}")  # fmt: skip
         render_rows(rows, self.console, title)
         if args.markdown is not None:
             args.markdown.write_text(summary_markdown(rows))

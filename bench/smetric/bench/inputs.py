@@ -11,8 +11,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from smetric.bench.plan import ReplayPlan, build_plan
-from smetric.bench.presets import FULL, QUICK, Preset
+from smetric.bench.plan import AgentPlan, ReplayPlan, agent_plan, build_plan, stationary_plan
+from smetric.bench.presets import Preset, preset_for
 from smetric.bench.procs import BenchError
 from smetric.bench.stacks import check_peer
 from smetric.bench.sweep import rung
@@ -83,23 +83,37 @@ def load_trace(trace_path: Path, preset_name: str) -> Trace:
 
 
 def families_for(n_families: int, preset: Preset, rate: float) -> int:
-    """Families of one run: ``--sessions``, else enough to arrive over the whole window."""
-    wanted = preset.sessions or math.ceil(rate * preset.duration_s)
+    """Families of one ``cold`` run: ``--sessions``, else enough to arrive over the whole replay
+    (warm-up and window)."""
+    wanted = preset.sessions or math.ceil(rate * (preset.warmup_s + preset.duration_s))
     return max(1, min(wanted, n_families))
 
 
 def make_plan(
     trace: Trace, args: argparse.Namespace, preset: Preset, rate: float, seed: int
-) -> tuple[ReplayPlan, list[str]]:
+) -> tuple[ReplayPlan | AgentPlan, list[str]]:
+    """The replay plan of one (rate, seed) for ``preset.arrivals`` and the trace's notes:
+    ``agents`` = :func:`agent_plan` (they join over the first half of the warm-up, as the
+    simulator's agents do), ``stationary`` = :func:`stationary_plan` over warm-up + window,
+    ``cold`` = ``ceil(rate x (warm-up + window))`` sampled families with Poisson starts from 0."""
     from smetric.trace import family_start_times, subsample_families
 
+    capacity = scaled_kv_capacity(args, preset)
+    if preset.arrivals == "agents":
+        agents = agent_plan(
+            trace, rate, seed, preset.warmup_s / 2, preset.token_scale, args.max_turns, capacity
+        )
+        return agents, [*trace.notes, f"{agents.n_agents} steady agents over {len(agents.families)} families"]
+    if preset.arrivals == "stationary":
+        horizon = preset.warmup_s + preset.duration_s
+        return stationary_plan(
+            trace, rate, seed, horizon, preset.token_scale, args.max_turns, capacity
+        ), list(trace.notes)
     n_families = len({r.family_id for r in trace.requests})
     k = families_for(n_families, preset, rate)
     sub = subsample_families(trace, k / n_families, seed)
     starts = family_start_times(sub, rate, seed)
-    plan = build_plan(
-        sub, list(starts), starts, preset.token_scale, args.max_turns, scaled_kv_capacity(args, preset)
-    )
+    plan = build_plan(sub, list(starts), starts, preset.token_scale, args.max_turns, capacity)
     return plan, list(sub.notes)
 
 
@@ -125,7 +139,7 @@ def parse_rates(args: argparse.Namespace) -> tuple[float, ...]:
 
 
 def resolve(args: argparse.Namespace) -> Preset:
-    base = QUICK if args.quick else FULL
+    base = preset_for(args.quick, args.arrivals)
     instances = args.instances if args.instances is not None else base.instances
     peers = base.peers if args.peer is None else tuple(p for p in args.peer if p.strip().lower() != "none")
     preset = replace(
@@ -143,6 +157,7 @@ def resolve(args: argparse.Namespace) -> Preset:
         drain_s=args.drain_timeout if args.drain_timeout is not None else base.drain_s,
         global_tier=args.global_tier if args.global_tier is not None else base.global_tier,
         rates=parse_rates(args) or (base.rates if args.knee_start is None else ()),
+        warmup_s=args.warmup if args.warmup is not None else base.warmup_s,
     )
     if preset.instances < 1:
         raise BenchError("--instances must be >= 1")
@@ -152,6 +167,12 @@ def resolve(args: argparse.Namespace) -> Preset:
         raise BenchError("--time-scale and --knee-start must be > 0 and --token-scale in (0, 1]")
     if not 1 <= preset.seeds <= 20 or preset.sessions < 0 or not preset.duration_s > 0:
         raise BenchError("--seeds must be in [1, 20], --sessions >= 1 and --duration > 0")
+    if not (math.isfinite(preset.warmup_s) and preset.warmup_s >= 0):
+        raise BenchError("--warmup must be a finite number of model seconds >= 0")
+    if preset.sessions and preset.arrivals != "cold":
+        raise BenchError(
+            f"--sessions sets the sampled families of --arrivals cold; with {preset.arrivals} the rate sets the load"
+        )
     unknown = [p for p in split_names(preset.policies) if p not in known_policies()]
     if unknown:
         raise BenchError(f"unknown policy {', '.join(unknown)}; known: {', '.join(known_policies())}")

@@ -21,6 +21,11 @@ modelled tokens and the emulator charges time as for them, smetric.engine.roofli
 tokens and TPS are counted in modelled tokens (``k`` x the scaled counts) and TPOT per modelled
 token (the time of one scaled token / ``k``).
 
+Arrival drift (the simulator's definition, :func:`smetric.sim.metrics.arrival_drift`): requests
+sent per model second in the first and the last quarter of the measurement window, ``end / start -
+1``; ``arrival_drift_ok`` = ``|drift| <= 10 %`` (a run outside it did not see a steady offered
+load). Only requests sent in the window (after the warm-up) are summarised.
+
 Load imbalance: ``vllm:num_requests_running`` of every instance sampled every 0.5 s; in each window
 (30 model seconds by default) the mean running count per instance; the window's imbalance is
 max / mean over instances; windows with no running request are skipped; reported as the mean and
@@ -41,6 +46,7 @@ from smetric.bench.promtext import CounterDelta
 from smetric.bench.replay import RequestRecord
 from smetric.bench.sampler import LoadSample
 from smetric.core.slo import SloConfig
+from smetric.sim.metrics import arrival_drift
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,12 @@ class Summary:
     # mean (server wall TTFT - modelled engine TTFT x time scale) per request, wall ms: the
     # emulator's own HTTP, tokenizer and event-loop time (counted unscaled in the split accounting)
     emulator_overhead_ms: float = float("nan")
+    # requests sent per model second in the first / last quarter of the measurement window, their
+    # ratio - 1, and whether |drift| is within the simulator's bound (MAX_ARRIVAL_DRIFT)
+    arrival_rate_start_per_s: float = float("nan")
+    arrival_rate_end_per_s: float = float("nan")
+    arrival_drift: float = float("nan")
+    arrival_drift_ok: bool = False
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -167,7 +179,16 @@ def summarise(
     window_model_s: float = 30.0,
     engine_unfinished_at_end: float = float("nan"),
     token_cost_scale: float = 1.0,
+    measured_s: tuple[float, float] | None = None,
 ) -> Summary:
+    """Summary of ``records`` (those sent before ``measured_s[0]``, the warm-up, are left out); the
+    arrival drift is measured over ``measured_s`` (model seconds since the replay's start; None: no
+    drift, NaN)."""
+    drift: tuple[float, float, float, bool] = (math.nan, math.nan, math.nan, False)
+    if measured_s is not None:
+        lo, hi = measured_s
+        records = [r for r in records if r.sent_s / time_scale >= lo]
+        drift = arrival_drift([r.sent_s / time_scale for r in records], lo, hi)
     k = token_cost_scale
     scaled_slo = slo.token_scaled(k)
     ok = [r for r in records if r.outcome.ok]
@@ -254,4 +275,8 @@ def summarise(
         ttft_p90_all_scaled_s=percentile(ttft_all, 90),
         n_server_timed=len(timed),
         emulator_overhead_ms=emu_ms,
+        arrival_rate_start_per_s=drift[0],
+        arrival_rate_end_per_s=drift[1],
+        arrival_drift=drift[2],
+        arrival_drift_ok=drift[3],
     )

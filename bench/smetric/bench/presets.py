@@ -3,7 +3,7 @@ each is configured as it is. ``smetric bench`` flags override single fields (``c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DEFAULT_POLICIES = "smetric,lmetric,bailian,llmd-session,preble,dynamo,load-balance"
 
@@ -26,15 +26,20 @@ class Preset:
     # time as for the full-size request; smetric.engine.roofline); "scaled": the engine times the
     # scaled tokens as they are (a request costs ~1/token_scale^2 less, attention is quadratic)
     token_cost: str = "scaled"
+    # who starts families (smetric simulate's --arrivals): "agents" = steady agents (the default),
+    # "stationary" = Poisson starts also before t = 0, "cold" = Poisson starts from t = 0, each
+    # sampled family once (the bench before steady agents)
+    arrivals: str = "agents"
+    warmup_s: float = 0.0  # model seconds replayed before the measured window
 
     @property
     def token_cost_scale(self) -> float:
         return 1.0 / self.token_scale if self.token_cost == "preserved" else 1.0
 
 
-# Load: session families arrive as a Poisson process at the rate over the whole window (as in the
-# simulator), so the rate sets the load; the sessions are closed loops, so the load builds up over
-# the window. The knee search walks a x sqrt(2) ladder either way from its start; FULL starts at
+# FULL_COLD and QUICK_COLD (--arrivals cold): session families arrive as a Poisson process at the
+# rate over the whole window, so the rate sets the load; the sessions are closed loops, so the load
+# builds up over the window. The knee search walks a x sqrt(2) ladder either way from its start; FULL starts at
 # 1.41 families per model second for 8 instances (first set from the first quick preset's knee,
 # 4 instances between 1.0 and 1.41, 2026-12-01 on the shared box), other instance counts at the
 # same rate per instance.
@@ -48,8 +53,30 @@ class Preset:
 # rule has no stable crossing; 0.125 is where attainment starts to fall (a search from 0.25 found
 # it, 2026-12-01), 0.177 one rung past. <= 3 min on 2 cores: 12 rows of ~12 s. Drain: 4-10 wall
 # s after the window; requests cut then count as failed (SLO misses).
-FULL = Preset(8, DEFAULT_POLICIES, ("vllm-router:cache_aware",), 0, 1.41, 0.1, 1 / 16, 120.0, 3, 10.0)
-QUICK = Preset(
-    4, "smetric,lmetric", ("vllm-router:cache_aware",), 0, 0.005, 0.002, 1 / 8, 4800.0, 2, 4.0, "none", (0.005, 0.007),
-    "preserved",
+FULL_COLD = Preset(
+    8, DEFAULT_POLICIES, ("vllm-router:cache_aware",), 0, 1.41, 0.1, 1 / 16, 120.0, 3, 10.0, arrivals="cold"
 )  # fmt: skip
+QUICK_COLD = Preset(
+    4, "smetric,lmetric", ("vllm-router:cache_aware",), 0, 0.005, 0.002, 1 / 8, 4800.0, 2, 4.0, "none", (0.005, 0.007),
+    "preserved", "cold",
+)  # fmt: skip
+# FULL and QUICK (the default --arrivals agents; stationary uses the same numbers): the rate is
+# round(rate x mean family duration) steady agents (smetric.trace.agents_for_rate, ~9,390 s for the
+# families that fit one instance), who join over the first half of a warm-up of half the window.
+# QUICK: a knee search from 0.0035 (docs/bench.md, "Steady load") had the best row at 3 % SLO
+# attainment there (33 agents) and below 90 % down to 0.000875 (8 agents, 77 %): without a global
+# tier 4 instances hold ~2 agents' sessions each, and every session that does not fit recomputes its
+# whole context. Its rates are that rung and the next. FULL's knee start is not measured: it is the
+# rate whose agents send about as many requests per second as the cold FULL preset's knee did
+# (~15 per model second for 8 instances), the most the shared 2 cores were seen to drive.
+QUICK_AGENTS_RATES = (0.000875, 0.00124)
+FULL_AGENTS_KNEE_START = 0.2
+FULL = replace(FULL_COLD, arrivals="agents", rate=FULL_AGENTS_KNEE_START, warmup_s=60.0)
+QUICK = replace(QUICK_COLD, arrivals="agents", rates=QUICK_AGENTS_RATES, warmup_s=2400.0)
+
+
+def preset_for(quick: bool, arrivals: str) -> Preset:
+    """The preset of ``--quick`` (or not) for these arrivals (``stationary`` uses the agents' one)."""
+    if arrivals == "cold":
+        return QUICK_COLD if quick else FULL_COLD
+    return replace(QUICK if quick else FULL, arrivals=arrivals)

@@ -1,9 +1,12 @@
-"""Closed-loop replay: one task per session. A request is sent at
+"""Closed-loop replay: one task per session (a :class:`ReplayPlan`) or per agent (an
+:class:`AgentPlan`: the agent runs its family's sessions, then starts its next family when every
+one of them has finished). A request is sent at
 ``max(family start + recorded offset, previous response of the session done + think time)`` on the
 model clock (the simulator's rule, :func:`smetric.trace.workload.closed_loop_send_time`), and the
 wall clock is the model clock times ``time_scale``. A session's first request goes at its family's
 start plus its recorded offset, so sub-agents start where the trace put them relative to their
-parent.
+parent. A family under way when the replay (or its agent) joins it sends only its requests due
+from then on (``PlannedFamily.from_s``).
 
 Requests whose send time would fall after the replay window (``duration_s``) are not sent and
 counted as ``not_sent``; requests in flight at the window's end may finish until the drain deadline
@@ -14,12 +17,14 @@ counted as ``not_sent``; requests in flight at the window's end may finish until
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
-from smetric.bench.plan import PlannedFamily, PlannedSession, ReplayPlan
+from smetric.bench.plan import AgentPlan, PlannedFamily, PlannedSession, ReplayPlan
 from smetric.bench.synth import Conversation, Message, TokenCount
-from smetric.trace.workload import closed_loop_send_time
+from smetric.trace.workload import AgentStart, SteadyAgents, closed_loop_send_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +93,7 @@ class ReplayResult:
 class ClosedLoopReplay:
     def __init__(
         self,
-        plan: ReplayPlan,
+        plan: ReplayPlan | AgentPlan,
         send: SendFn,
         count: TokenCount,
         time_scale: float,
@@ -119,15 +124,24 @@ class ClosedLoopReplay:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         deadline = t0 + self.duration_s * self.time_scale if self.duration_s > 0 else float("inf")
-        tasks = [
-            asyncio.create_task(self._session(family, session, t0, deadline), name=session.session_id)
-            for family in self.plan.families
-            for session in family.sessions
-        ]
+        plan = self.plan
+        tasks: list[asyncio.Task[Any]]
+        if isinstance(plan, AgentPlan):
+            agents = plan.agents()
+            tasks = [
+                asyncio.create_task(self._agent(plan, agents, j, t0, deadline), name=f"agent {j.agent}")
+                for j in agents.initial(plan.entry_s)
+            ]
+        else:
+            tasks = [
+                asyncio.create_task(self._session(family, session, t0, deadline), name=session.session_id)
+                for family in plan.families
+                for session in family.sessions
+            ]
         hard_deadline = deadline + self.drain_s if self.duration_s > 0 else float("inf")
         timeout = None if hard_deadline == float("inf") else max(0.0, hard_deadline - loop.time())
         try:
-            pending: set[asyncio.Task[None]] = set()
+            pending: set[asyncio.Task[Any]] = set()
             if tasks:
                 _, pending = await asyncio.wait(tasks, timeout=timeout)
             if pending:  # the drain deadline passed: what is still in flight counts as failed
@@ -144,9 +158,35 @@ class ClosedLoopReplay:
         records = tuple(sorted(self._records, key=lambda r: r.sent_s))
         return ReplayResult(records, self._not_sent, loop.time() - t0)
 
+    async def _agent(
+        self, plan: AgentPlan, agents: SteadyAgents, joined: AgentStart, t0: float, deadline: float
+    ) -> None:
+        """One agent: its family's sessions, then its next family from when the last one ended
+        (the simulator's ``start_family`` / ``session_ended``); it stops when a session of its
+        family is cut by the window's end (that family never ended)."""
+        loop = asyncio.get_running_loop()
+        horizon = (deadline - t0) / self.time_scale
+        family, start_s, from_s = joined.family, joined.start_s, joined.enter_s
+        for n in itertools.count():
+            if start_s >= horizon:
+                return
+            planned = plan.family_for(family, joined.agent, n, start_s, from_s)
+            if planned.sends():
+                ended = await asyncio.gather(
+                    *(self._session(planned, s, t0, deadline) for s in planned.sessions)
+                )
+                if not all(ended):
+                    return
+                start_s = (loop.time() - t0) / self.time_scale
+            else:  # joined after its last send: the family ends at its recorded end
+                start_s = max(start_s + plan.durations_s[family], start_s + 1e-9, from_s)
+            from_s = start_s
+            family = agents.next_family(joined.agent)
+
     async def _session(
         self, family: PlannedFamily, session: PlannedSession, t0: float, deadline: float
-    ) -> None:
+    ) -> bool:
+        """Replay one session; False when the window's end cut it (its last turns not sent)."""
         loop = asyncio.get_running_loop()
         ts = self.time_scale
         # Shared: one system prompt per model (the trace hashes families apart; see docs/bench.md).
@@ -154,6 +194,8 @@ class ClosedLoopReplay:
         conv = Conversation(session.session_id, self.seed, self.count, key)
         prev_done_model_s: float | None = None
         for i, req in enumerate(session.requests):
+            if family.start_s + req.offset_s < family.from_s:
+                continue  # due before the family was joined: not replayed
             # The simulator's rule, on the model clock: max(family start + offset, prev done + think).
             at_model_s = closed_loop_send_time(
                 family.start_s, req.offset_s, prev_done_model_s, req.think_time_s
@@ -161,7 +203,7 @@ class ClosedLoopReplay:
             send_at = t0 + at_model_s * ts
             if send_at > deadline:
                 self._not_sent += len(session.requests) - i
-                return
+                return False
             delay = send_at - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -185,6 +227,7 @@ class ClosedLoopReplay:
             if outcome.ok:
                 conv.add_answer(outcome.text)
             self._record(spec, send_at - t0, sent - t0, outcome)
+        return True
 
     def _record(self, spec: SendSpec, scheduled_s: float, sent_s: float, outcome: Outcome) -> None:
         record = RequestRecord(

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from smetric.bench.report import _clean, _fmt, _pct
 from smetric.bench.sweep import Row, row_dict
+from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 
 
 def _pm(row: Row, name: str, spec: str, scale: float = 1.0) -> str:
@@ -33,6 +34,39 @@ def _ok_sent(row: Row, sep: str = "/") -> str:
     """ok / sent / not sent (planned = sent + not sent), summed over seeds."""
     sent, not_sent = int(row.mean("n_sent")), int(row.mean("n_not_sent"))
     return f"{int(row.mean('n_ok'))}{sep}{sent}{sep}{not_sent} of {sent + not_sent}"
+
+
+def drift_text(row: Row) -> str:
+    """Each seed's arrival drift in %, a run outside the bound (``arrival_drift_ok`` false) marked ``!``."""
+    parts: list[str] = []
+    for seed in row.per_seed:
+        d = seed.get("arrival_drift")
+        if not isinstance(d, int | float):
+            continue  # the seed did not run
+        parts.append(
+            ("-" if math.isnan(d) else f"{100 * d:+.0f}") + ("" if seed.get("arrival_drift_ok") else "!")
+        )
+    return " ".join(parts) or "-"
+
+
+def drift_warnings(rows: Sequence[Row]) -> list[str]:
+    """One line naming every run (front end, rate, seed) whose arrival drift is outside the bound."""
+    runs = [(r, s) for r in rows for s in r.per_seed if "arrival_drift_ok" in s]
+    bad = [(r, s) for r, s in runs if not s["arrival_drift_ok"]]
+    if not bad:
+        return []
+
+    def one(r: Row, s: Mapping[str, Any]) -> str:
+        d = s.get("arrival_drift")
+        pct = "no send in the first quarter" if d is None or math.isnan(d) else f"{100 * d:+.0f} %"
+        return f"{r.label} rate {r.rate:g} seed {s['seed']} ({pct})"
+
+    shown = ", ".join(one(r, s) for r, s in bad[:8])
+    return [
+        f"warning: {len(bad)} of {len(runs)} runs drifted by more than {100 * MAX_ARRIVAL_DRIFT:.0f} % (requests "
+        "sent in the measured window's last quarter vs its first; arrival_drift_ok false in the JSON): "
+        f"{shown}{' ...' if len(bad) > 8 else ''}"
+    ]
 
 
 def verdict(row: Row) -> str:
@@ -80,7 +114,7 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
     ref = next((r.paired["vs"] for r in rows if r.paired), "")
     heads = ["rate", "point", "policy", "seeds", "TPS in SLO", f"Δ vs {ref} (95 % CI)" if ref else "Δ",
              "SLO att.", "all-scaled TPS / att.", "TTFT p50/p90", "engine TTFT", "local hit", "router ms",
-             "ok/sent/not sent of planned"]  # fmt: skip
+             "drift % per seed", "ok/sent/not sent of planned"]  # fmt: skip
     for i, h in enumerate(heads):
         table.add_column(h, justify="left" if 1 <= i <= 2 else "right", no_wrap=i == 2)
     last_rate = None
@@ -102,30 +136,35 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
             f"{_fmt(r.mean('engine_ttft_mean_s'), '.2f')}s",
             _pct(r.mean("local_hit_ratio")),
             _fmt(r.mean("router_overhead_ms"), ".1f"),
+            drift_text(r),
             _ok_sent(r),
         )
     console.print(table)
     for line in verdict_lines(rows):
         console.print(line)
+    for line in drift_warnings(rows):
+        console.print(line, style="yellow", markup=False)
     console.print(NOT_SENT, style="dim")
 
 
 CAPTION = (
     "rate: session families per model second; ± = std over seeds. TPS in SLO, SLO att., TTFT: engine time / "
-    "time scale + router/network time unscaled (split); all-scaled: whole client latency / time scale."
+    "time scale + router/network time unscaled (split); all-scaled: whole client latency / time scale. Drift: "
+    "requests sent in the measured window's last quarter / first quarter - 1, per seed; ! = outside +-10 %."
 )
 
 
 def rows_markdown(rows: Sequence[Row]) -> str:
     head = (
         "| rate | point | policy | router | seeds | TPS in SLO | Δ TPS vs first row, paired (95 % CI) | SLO att. | all-scaled TPS / att. "
-        "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms | ok / sent / not sent of planned |"
+        "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms "
+        "| arrival drift % per seed (! > 10 %) | ok / sent / not sent of planned |"
     )
-    lines = [head, "|" + "---|" * 16]
+    lines = [head, "|" + "---|" * 17]
     for r in rows:
         lead = f"| {r.rate:g} | {r.point} | {r.label} | {r.router} | {len(r.seeds)} "
         if r.summary is None:
-            lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 10)
+            lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 11)
             continue
         lines.append(
             lead + f"| {_pm(r, 'tps_within_slo', '.1f')} | {_paired(r)} | {_pct_pm(r, 'slo_attainment')} "
@@ -134,14 +173,14 @@ def rows_markdown(rows: Sequence[Row]) -> str:
             f"| {_fmt(r.mean('tpot_p50_s') * 1000, '.1f')} | {_fmt(r.mean('engine_ttft_mean_s'), '.2f')} "
             f"| {_pct(r.mean('local_hit_ratio'), ' ')} | {_pct(r.mean('usage_hit_ratio'), ' ')} "
             f"| {_fmt(r.mean('router_overhead_ms'), '.1f')} / {_fmt(r.mean('emulator_overhead_ms'), '.1f')} "
-            f"| {_ok_sent(r, ' / ')} |"
+            f"| {drift_text(r)} | {_ok_sent(r, ' / ')} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def summary_markdown(rows: Sequence[Row]) -> str:
     """The table, the per-rate verdicts and what "not sent" means."""
-    notes = "".join(f"- {line.strip()}\n" for line in verdict_lines(rows))
+    notes = "".join(f"- {line.strip()}\n" for line in [*verdict_lines(rows), *drift_warnings(rows)])
     return rows_markdown(rows) + (f"\n{notes}" if notes else "") + f"\n{NOT_SENT}\n"
 
 

@@ -1,4 +1,8 @@
-"""One bench row: fresh cluster (cold caches) + a front end, replay, scrape, summarise, tear down."""
+"""One bench row: fresh cluster (cold caches) + a front end, replay, scrape, summarise, tear down.
+
+With a warm-up the replay runs ``warmup_s + duration_s`` model seconds and the row summarises the
+requests sent after the warm-up: the engines' counters are read when it ends, the load samples
+taken before it are left out."""
 
 from __future__ import annotations
 
@@ -11,9 +15,9 @@ import aiohttp
 
 from smetric.bench.client import Api, make_client
 from smetric.bench.metrics import summarise
-from smetric.bench.plan import ReplayPlan
+from smetric.bench.plan import AgentPlan, ReplayPlan
 from smetric.bench.procs import BenchError, Supervisor
-from smetric.bench.promtext import counter_delta
+from smetric.bench.promtext import EngineScrape, counter_delta
 from smetric.bench.replay import ClosedLoopReplay, ReplayResult, RequestRecord, SendSpec
 from smetric.bench.report import PolicyResult
 from smetric.bench.sampler import LoadSampler, scrape_all
@@ -33,6 +37,14 @@ class RunSettings:
     window_s: float  # imbalance window, model seconds
     sample_interval_s: float = 0.5
     api: Api = "chat"  # the wire API of the replayed traffic: OpenAI chat or Anthropic Messages
+    warmup_s: float = 0.0  # model seconds replayed before the measured window (not summarised)
+
+    @property
+    def measured_s(self) -> tuple[float, float] | None:
+        """The measured window in model seconds since the replay's start (None: no fixed window)."""
+        if self.duration_s <= 0:
+            return None
+        return self.warmup_s, self.warmup_s + self.duration_s
 
 
 async def _watch(sup: Supervisor, interval_s: float = 1.0) -> None:
@@ -44,7 +56,7 @@ async def _watch(sup: Supervisor, interval_s: float = 1.0) -> None:
 
 async def run_row(
     frontend: Frontend,
-    plan: ReplayPlan,
+    plan: ReplayPlan | AgentPlan,
     settings: RunSettings,
     count: TokenCount,
     log_dir: Path,
@@ -66,26 +78,39 @@ async def run_row(
             phase(f"starting {frontend.router}")
             urls = await frontend.start(sup, cluster, settings.cluster, row_dir)
             timeout = aiohttp.ClientTimeout(total=5.0)
-            async with aiohttp.ClientSession(timeout=timeout) as http:
-                before = await scrape_all(http, cluster.base_urls)
+            warmup_wall_s = settings.warmup_s * settings.cluster.time_scale
+            if warmup_wall_s <= 0:
+                async with aiohttp.ClientSession(timeout=timeout) as http:
+                    before = await scrape_all(http, cluster.base_urls)
             phase("replaying")
             async with (
                 make_client(settings.api, urls.base_url, settings.cluster.model) as client,
                 LoadSampler(cluster.base_urls, settings.sample_interval_s) as sampler,
             ):
+                at_warmup_end = (
+                    asyncio.create_task(_scrape_later(cluster.base_urls, warmup_wall_s, timeout))
+                    if warmup_wall_s > 0
+                    else None
+                )
                 replay = ClosedLoopReplay(
                     plan,
                     send=client.send,
                     count=count,
                     time_scale=settings.cluster.time_scale,
-                    duration_s=settings.duration_s,
+                    duration_s=settings.duration_s + settings.warmup_s if settings.duration_s > 0 else 0.0,
                     seed=settings.seed,
                     shared_system_prompt=settings.shared_system_prompt,
                     on_record=on_record,
                     drain_s=settings.drain_timeout_s,
                     on_send=on_send,
                 )
-                result = await _unless_a_process_dies(replay, sup)
+                try:
+                    result = await _unless_a_process_dies(replay, sup)
+                    if at_warmup_end is not None:
+                        before = await at_warmup_end
+                finally:
+                    if at_warmup_end is not None:
+                        at_warmup_end.cancel()
                 if client.in_flight:  # requests cut at the drain deadline: say where they were stuck
                     lines = [f"{rid}: {state}" for rid, state in sorted(client.in_flight.items())]
                     (row_dir / "stuck-requests.txt").write_text("\n".join(lines) + "\n")
@@ -100,14 +125,24 @@ async def run_row(
         result.not_sent,
         settings.slo,
         settings.cluster.time_scale,
-        sampler.samples,
+        [x for x in sampler.samples if x.t_s >= warmup_wall_s],
         counter_delta(before, after),
         settings.window_s,
         sum(a.running + a.waiting for a in after.values()),
         settings.cluster.token_cost_scale,
+        settings.measured_s,
     )
     note = "" if summary.n_failed == 0 else _first_error(result.records)
     return PolicyResult(frontend.label, frontend.router, frontend.policy, "ok", note, summary)
+
+
+async def _scrape_later(
+    base_urls: tuple[str, ...] | list[str], delay_s: float, timeout: aiohttp.ClientTimeout
+) -> dict[str, EngineScrape]:
+    """The engines' counters ``delay_s`` wall seconds from now (the end of the warm-up)."""
+    await asyncio.sleep(delay_s)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        return await scrape_all(http, base_urls)
 
 
 async def _unless_a_process_dies(replay: ClosedLoopReplay, sup: Supervisor) -> ReplayResult:

@@ -32,6 +32,8 @@ SPREAD_FIELDS = (
     "slo_attainment_all_scaled",
     "ttft_p90_s",
 )
+# per seed as well, not spread: the stationarity check of each run (metrics.py)
+DRIFT_FIELDS = ("arrival_drift", "arrival_drift_ok")
 
 
 def rung(rate: float) -> float:
@@ -132,7 +134,11 @@ def aggregate(cells: Sequence[Cell], rate: float, label: str, point: str) -> Row
     ran = [c for c in mine if c.result.summary is not None]
     per_seed = tuple(
         {"seed": c.seed, "status": c.result.status, "note": c.result.note}
-        | ({k: getattr(c.result.summary, k) for k in SPREAD_FIELDS} if c.result.summary is not None else {})
+        | (
+            {k: getattr(c.result.summary, k) for k in (*SPREAD_FIELDS, *DRIFT_FIELDS)}
+            if c.result.summary is not None
+            else {}
+        )
         for c in mine
     )
     if not ran:
@@ -149,6 +155,9 @@ def aggregate(cells: Sequence[Cell], rate: float, label: str, point: str) -> Row
             summary[f.name] = float(np.mean(finite)) if finite else float("nan")
     for name in SPREAD_FIELDS:
         summary[f"{name}_spread"] = _spread([float(getattr(s, name)) for s in sums])
+    summary["arrival_drift_ok"] = all(s.arrival_drift_ok for s in sums)  # every seed's run within the bound
+    drifts = [abs(s.arrival_drift) for s in sums if not math.isnan(s.arrival_drift)]
+    summary["arrival_drift_max_abs"] = max(drifts, default=float("nan"))
     failed = [c for c in mine if c.result.summary is None]
     note = "; ".join(f"seed {c.seed}: {c.result.note}" for c in failed) or first.note
     status = "ok" if not failed else "partial"

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from smetric.bench import cli
+from smetric.bench.presets import QUICK_COLD
 from smetric.bench.procs import BenchError
 from smetric.bench.stacks import PickerFrontend, VllmRouterFrontend, frontends
 
@@ -95,7 +96,8 @@ def test_peer_defaults_rates_and_seeds() -> None:
 
 
 def test_families_follow_the_rate_unless_given() -> None:
-    preset = cli.QUICK
+    preset = QUICK_COLD  # --arrivals cold: sampled families arriving over the replay
     assert cli.families_for(560, preset, 0.05) == 240  # 0.05 families per model second x 4800 s window
+    assert cli.families_for(560, cli.replace(preset, warmup_s=1200.0), 0.05) == 300  # warm-up and window
     assert cli.families_for(50, preset, 1.0) == 50  # capped by the trace
     assert cli.families_for(560, cli.replace(preset, sessions=7), 5.0) == 7

@@ -41,7 +41,8 @@ def test_quick_runs_without_a_global_tier_and_the_full_bench_keeps_it() -> None:
     assert quick.duration_s == 4800 and quick.time_scale == pytest.approx(0.002)
     assert quick.rate == pytest.approx(0.005) and quick.seeds == 2
     # two fixed rates (where the best router's attainment has fallen, and one rung past), no search
-    assert quick.rates == (0.005, 0.007)
+    assert quick.rates == (0.000875, 0.00124) and quick.arrivals == "agents"
+    assert _parse("--quick", "--arrivals", "cold").rates == (0.005, 0.007)  # the cold preset's
     assert _parse("--quick", "--rates", "0.3").rates == (0.3,)
     assert _parse("--quick", "--knee-start", "0.2").rates == ()  # --knee-start asks for the search
     assert _parse().rates == ()  # the full bench finds the knee
