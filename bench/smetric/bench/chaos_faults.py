@@ -11,22 +11,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from smetric.bench.chaos_bodies import hostile_bodies
 from smetric.bench.chaos_frozen import endpoint_stop
 from smetric.bench.chaos_gateway import prefills_on, upload_bounds, while_picker_dead
 from smetric.bench.chaos_guards import (
-    BODY_LIMITS,
     CUT_STREAM,
     FAIL_CLOSE,
     GATEWAY_PINGS,
     KV_SEQUENCE,
     KV_STORE_CAP,
     SCRAPE_CHECKS,
-    STALENESS,
     STATE_FILE,
 )
 from smetric.bench.chaos_headers import hostile_headers_and_paths, long_prefill, protocol_errors
 from smetric.bench.chaos_row import Fault, Row
 from smetric.bench.chaos_stack import ChaosStack, Reply, chat
+from smetric.bench.chaos_stale import stale_row, while_down
 from smetric.bench.chaos_uploads import slow_uploads
 
 if TYPE_CHECKING:
@@ -109,10 +109,10 @@ async def endpoint_kill(st: ChaosStack, quick: bool) -> list[Row]:
     i = int(victim.removeprefix("engine"))
     replies = await asyncio.gather(*(st.post(chat(f"kill-{i}", 0)) for i in range(12)))
     retried = await prefilling.row(st, replies)
+    down = await while_down(st, st.endpoints[i])
     await st.restart_engine(victim)
     await st.wait_fresh()
     back = await asyncio.gather(*(st.post(chat(f"back-{n}", 0)) for n in range(9)))
-    served_back = sum(1 for r in back if r.served == st.endpoints[i])
     return [
         Row(
             "endpoint SIGKILL mid-stream",
@@ -123,13 +123,7 @@ async def endpoint_kill(st: ChaosStack, quick: bool) -> list[Row]:
             CUT_STREAM,
         ),
         retried,
-        Row(
-            "endpoint restart",
-            "serves again once scraped fresh",
-            f"{served_back}/{len(back)} new sessions placed on it, all {sum(r.status == 200 for r in back)} ok",
-            all(r.status == 200 for r in back),
-            STALENESS,
-        ),
+        stale_row(st, down, list(back)),
     ]
 
 
@@ -164,74 +158,6 @@ async def hostile_metrics(st: ChaosStack, quick: bool) -> list[Row]:
         )
     st.hostile.mode = "garbage"
     return rows
-
-
-def _nested(depth: int) -> bytes:
-    content = b'{"type":"tool_result","content":' * depth + b'"x"' + b"}" * depth
-    return b'{"model":"m","messages":[{"role":"user","content":' + content + b"}]}"
-
-
-async def hostile_bodies(st: ChaosStack, quick: bool) -> list[Row]:
-    nested = await st.post(_nested(600))
-    garbage = await st.post(b"{not json at all")
-    too_big = await st.post(
-        b'{"model":"m","messages":[{"role":"user","content":"' + b"x" * (17 << 20) + b'"}]}'
-    )
-    big = (
-        b'{"model":"m","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"'
-        + b"y" * (15 << 20)
-        + b'"}]}'
-    )
-    rss0 = st.rss_mb()
-    peak = rss0
-    lat: list[float] = []
-
-    async def probe() -> None:
-        nonlocal peak
-        while True:
-            lat.append(await st.health_latency_s())
-            peak = max(peak, st.rss_mb())
-            await asyncio.sleep(0.1)
-
-    task = asyncio.create_task(probe())
-    st.hostile.worst_scrape_gap_s = 0.0
-    three = await asyncio.gather(*(st.post(big, timeout_s=60) for _ in range(3)))
-    worst3 = max(lat) if lat else 99.0
-    gap3 = st.hostile.worst_scrape_gap_s
-    lat.clear()
-    replies = await asyncio.gather(*(st.post(big, timeout_s=60) for _ in range(8)))
-    task.cancel()
-    codes = sorted(r.status for r in replies)
-    worst8 = max(lat) if lat else 99.0
-    budget_mb = 64.0
-    return [
-        Row(
-            "600-level nested content",
-            "400 (no traceback, no 500)",
-            f"{nested.status}",
-            nested.status == 400,
-            BODY_LIMITS,
-        ),
-        Row("body that is not JSON", "400", f"{garbage.status}", garbage.status == 400, BODY_LIMITS),
-        Row("17 MiB body (limit 16 MiB)", "413", f"{too_big.status}", too_big.status == 413, BODY_LIMITS),
-        Row(
-            "3 concurrent 15 MiB bodies (the probe's case)",
-            "health answers < 1 s (kubelet's default probe timeout); scrapes keep running "
-            "(longest gap < 1 s, half the 2 s staleness threshold)",
-            f"codes {sorted(r.status for r in three)}; worst health {worst3:.2f} s; longest scrape gap {gap3:.2f} s",
-            worst3 < 1.0 and gap3 < 1.0,
-            BODY_LIMITS,
-        ),
-        Row(
-            "8 concurrent 15 MiB bodies",
-            "every one answered (none stuck; the picker refuses what passes its 64 MiB budget with 503); "
-            "RSS growth < 8 x budget",
-            f"codes {codes} (400: the engine's context limit, 504: the gateway's 5 s idle timeout); "
-            f"picker RSS {rss0:.0f} -> peak {peak:.0f} MB; worst health {worst8:.2f} s",
-            all(c != 0 for c in codes) and peak - rss0 < 8 * budget_mb,
-            BODY_LIMITS,
-        ),
-    ]
 
 
 async def kv_events(st: ChaosStack, quick: bool) -> list[Row]:

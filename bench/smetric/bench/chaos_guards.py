@@ -58,6 +58,7 @@ KV_MESSAGE_LIMIT = "KV-event message limit"
 KV_SEQUENCE = "KV-event sequence check"
 KV_RECONNECT = "KV subscriber reconnects after a dropped connection"
 BODY_BUDGET = "picker body budget"
+PARSE_OFFLOAD = "large bodies parsed off the event loop"
 PARSE_COST = "bounded cost of a parsed body"
 PICKER_RETRY = "gateway fails a dead picker replica over"
 NO_GUARD = ""  # a row that measures the whole path (the load row), not one guard
@@ -154,6 +155,22 @@ GUARDS: tuple[Guard, ...] = (
         "blocks are reset and it resynchronises; kvevents/subscriber.py SequenceTracker)",
         ("kv_events",),
         picker_patches=("kv-no-sequence-check",),
+    ),
+    Guard(
+        BODY_LIMITS,
+        "the picker answers a body itself when it passes --max-body-bytes (413), nests content more "
+        "than 64 levels (400, parse/body.py MAX_CONTENT_DEPTH) or is not a request it can read (400): "
+        "no engine sees it",
+        ("hostile_bodies",),
+        picker_flags=("--max-body-bytes=1073741824",),
+        picker_patches=("unchecked-bodies",),
+    ),
+    Guard(
+        BODY_BUDGET,
+        "request bodies buffered by all streams together stay within --body-budget-bytes (64 MiB); "
+        "past it a request gets 503 (server/guard.py BodyBudget)",
+        ("hostile_bodies", "agent_bodies"),
+        picker_flags=("--body-budget-bytes=1099511627776",),
     ),
 )
 

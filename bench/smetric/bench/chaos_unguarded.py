@@ -128,6 +128,34 @@ def _scrape_unchecked() -> None:
     scraper.parse_vllm_metrics = lenient
 
 
+def _unchecked_bodies() -> None:
+    """Bodies are not checked: content nests without a depth limit, and a body the picker cannot
+    read (not JSON, not an API's shape) is routed by load alone, as a request without a body."""
+    from smetric.epp.parse import body
+    from smetric.epp.parse.errors import RequestError
+    from smetric.epp.server import servicer
+
+    def unchecked(doc: bytes | bytearray | memoryview, path: str = "") -> body.ParsedBody | None:
+        try:
+            return body.parse_body(doc, path)
+        except RequestError:
+            return None
+
+    body.MAX_CONTENT_DEPTH = sys.maxsize
+    servicer.parse_body = unchecked  # type: ignore[assignment]
+
+
+def _stale_as_fresh() -> None:
+    """An endpoint with metrics counts as fresh: neither a failed scrape nor old metrics mark it
+    stale, so the policies see a dead or frozen engine with its last scraped gauges."""
+    from smetric.epp.datastore import Datastore
+
+    def fresh(self: Datastore, address: str) -> bool:
+        return False
+
+    Datastore.is_stale = fresh  # type: ignore[method-assign]
+
+
 PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
     {
         "kv-no-reconnect": _kv_no_reconnect,
@@ -139,6 +167,8 @@ PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
         "kv-store-uncapped": _kv_store_uncapped,
         "kv-no-sequence-check": _kv_no_sequence_check,
         "scrape-unchecked": _scrape_unchecked,
+        "unchecked-bodies": _unchecked_bodies,
+        "stale-as-fresh": _stale_as_fresh,
     }
 )
 

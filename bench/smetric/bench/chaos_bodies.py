@@ -1,0 +1,124 @@
+"""Chaos fault of hostile request bodies through the gateway (:func:`hostile_bodies`).
+
+* The per-body limits (:data:`~smetric.bench.chaos_guards.BODY_LIMITS`): content nested 600 levels,
+  a body that is not JSON and one a byte over 16 MiB are answered by the picker itself (400, 400,
+  413: its error body, ``"type": "smetric_epp"``), so no engine spends anything on them.
+* Parsing off the event loop (:data:`~smetric.bench.chaos_guards.PARSE_OFFLOAD`, not a registered
+  guard: with the parse on the loop three 15 MiB one-string bodies still pass, and three or four
+  15.5 MiB agent transcripts stall the health answers past a second on a loaded 2-core box with the
+  offload as well): while three 15 MiB bodies are parsed, the picker's health server answers within
+  a second and its scrapes keep running.
+* The body budget (:data:`~smetric.bench.chaos_guards.BODY_BUDGET`): eight concurrent 15 MiB bodies
+  are more than the 64 MiB budget, so the picker refuses some with its budget's 503 and its memory
+  grows by less than eight budgets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from smetric.bench.chaos_guards import BODY_BUDGET, BODY_LIMITS, PARSE_OFFLOAD
+from smetric.bench.chaos_row import Row
+from smetric.bench.chaos_stack import ChaosStack, Reply
+
+MAX_BODY_BYTES = 16 << 20  # the picker's default --max-body-bytes
+BUDGET_MB = 64.0  # the picker's default --body-budget-bytes
+BUDGET_REFUSAL = b"its budget is"  # in the picker's 503 when its body budget is spent
+
+
+def _nested(depth: int) -> bytes:
+    content = b'{"type":"tool_result","content":' * depth + b'"x"' + b"}" * depth
+    return b'{"model":"m","messages":[{"role":"user","content":' + content + b"}]}"
+
+
+def _from_picker(r: Reply, status: int) -> bool:
+    """``r`` is the picker's own answer with ``status`` (its error body), not an engine's."""
+    return r.status == status and b'"smetric_epp"' in r.body
+
+
+def _said(r: Reply) -> str:
+    who = "the picker" if b'"smetric_epp"' in r.body else (r.served or "the gateway")
+    return f"{r.status or r.error} from {who}"
+
+
+async def _probed(st: ChaosStack, body: bytes, n: int) -> tuple[list[Reply], float, float, float]:
+    """``n`` concurrent posts of ``body`` while the picker's health and RSS are sampled: the
+    replies, the worst health answer (s), the longest gap between two scrapes of the hostile
+    engine (s) and the peak RSS growth (MB)."""
+    rss0 = st.rss_mb()
+    peak, worst = rss0, 0.0
+
+    async def probe() -> None:
+        nonlocal peak, worst
+        while True:
+            worst = max(worst, await st.health_latency_s())
+            peak = max(peak, st.rss_mb())
+            await asyncio.sleep(0.1)
+
+    task = asyncio.create_task(probe())
+    st.hostile.worst_scrape_gap_s = 0.0
+    try:
+        replies = await asyncio.gather(*(st.post(body, timeout_s=90) for _ in range(n)))
+    finally:
+        task.cancel()
+    return list(replies), worst, st.hostile.worst_scrape_gap_s, peak - rss0
+
+
+async def hostile_bodies(st: ChaosStack, quick: bool) -> list[Row]:
+    nested = await st.post(_nested(600))
+    garbage = await st.post(b"{not json at all")
+    head, tail = b'{"model":"m","messages":[{"role":"user","content":"', b'"}]}'
+    too_big = await st.post(head + b"x" * (MAX_BODY_BYTES + 1 - len(head) - len(tail)) + tail)
+    big = (
+        b'{"model":"m","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"'
+        + b"y" * (15 << 20)
+        + b'"}]}'
+    )
+    three, worst3, gap3, _ = await _probed(st, big, 3)
+    eight, worst8, _, growth = await _probed(st, big, 8)
+    codes = sorted(r.status for r in eight)
+    refused = sum(1 for r in eight if _from_picker(r, 503) and BUDGET_REFUSAL in r.body)
+    return [
+        Row(
+            "600-level nested content",
+            "400 from the picker (no traceback, no 500, no engine)",
+            _said(nested),
+            _from_picker(nested, 400),
+            BODY_LIMITS,
+        ),
+        Row(
+            "body that is not JSON",
+            "400 from the picker",
+            _said(garbage),
+            _from_picker(garbage, 400),
+            BODY_LIMITS,
+        ),
+        Row(
+            "body one byte over 16 MiB (the limit)",
+            "413 from the picker",
+            _said(too_big),
+            _from_picker(too_big, 413),
+            BODY_LIMITS,
+        ),
+        Row(
+            "3 concurrent 15 MiB bodies (the probe's case)",
+            "health answers < 1 s (kubelet's default probe timeout); scrapes keep running "
+            "(longest gap < 1 s, half the 2 s staleness threshold)",
+            f"codes {sorted(r.status for r in three)}; worst health {worst3:.2f} s; "
+            f"longest scrape gap {gap3:.2f} s",
+            worst3 < 1.0 and gap3 < 1.0,
+            PARSE_OFFLOAD,
+        ),
+        Row(
+            "8 concurrent 15 MiB bodies",
+            f"every one answered; the picker refuses what passes its {BUDGET_MB:.0f} MiB body budget "
+            "(503, at least one); RSS growth < 8 x budget",
+            f"codes {codes} (400: the engine's context limit); {refused} refused by the budget; "
+            f"picker RSS +{growth:.0f} MB; worst health {worst8:.2f} s",
+            all(c != 0 for c in codes) and refused >= 1 and growth < 8 * BUDGET_MB,
+            BODY_BUDGET,
+        ),
+    ]
+
+
+__all__ = ["hostile_bodies"]
