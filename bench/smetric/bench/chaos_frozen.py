@@ -1,6 +1,7 @@
 """Chaos fault of a frozen engine (SIGSTOP: the kernel still accepts its connections, nothing
 answers). The picker stops choosing it once its scrapes fail, so only the requests sent before that
-reach it -- here the next turns of sessions it served, sent the moment it froze. An attempt that
+reach it -- here the next turns of sessions it served, sent the moment it froze and then one every
+80 ms, which measures that window (refresh interval + scrape timeout). An attempt that
 sees no byte for the gateway's per-try idle timeout is reset: before its response it is retried
 on the picker's next fallback (200 from another engine), after that the stream is cut (an error
 at the client). The stream idle timeout is the outer bound."""
@@ -13,9 +14,36 @@ import time
 
 from smetric.bench.chaos_guards import IDLE_TIMEOUT, PER_TRY_IDLE, STALENESS
 from smetric.bench.chaos_row import Row
-from smetric.bench.chaos_stack import ChaosStack, chat
+from smetric.bench.chaos_stack import ChaosStack, Reply, chat
 
 WAVE = 9
+PROBE_EVERY_S = 0.08  # the next turn of one of its sessions this often from the freeze on
+# How long the picker can keep choosing a frozen engine: its scrape in flight (or the next one,
+# one refresh interval later) waits out the scrape timeout, then the endpoint is down (stale). The
+# picker's defaults: --refresh-interval-ms 50, --scrape-timeout-ms 1000.
+STALE_WINDOW_S = 0.05 + 1.0
+WINDOW_SLACK_S = 0.5  # the picker's event loop on a loaded 2-core box
+PROBES = 24  # sessions of the engine whose next turn is spread over ~2 s after the freeze
+
+
+async def _probe(
+    st: ChaosStack, session: str, n: int, t_stop: float, timeout_s: float
+) -> tuple[float, Reply]:
+    await asyncio.sleep(n * PROBE_EVERY_S)
+    sent = time.monotonic() - t_stop
+    return sent, await st.post(chat(session, 1), timeout_s=timeout_s)
+
+
+async def _sessions_on(st: ChaosStack, address: str, tag: int, want: int) -> list[str]:
+    """Sessions whose first turn ``address`` served (their next turn sticks to it)."""
+    found: list[str] = []
+    for batch in range(6):
+        names = [f"stick-{tag}-{batch}-{n}" for n in range(3 * WAVE)]
+        placed = await asyncio.gather(*(st.post(chat(s, 0)) for s in names))
+        found += [s for s, r in zip(names, placed, strict=True) if r.served == address]
+        if len(found) >= want:
+            break
+    return found[:want]
 
 
 async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
@@ -26,12 +54,13 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
     address = st.endpoints[int(victim.removeprefix("engine"))]
     # Sessions whose first turn the engine about to freeze served: their next turn sticks to it.
     tag = time.monotonic_ns()
-    placed = await asyncio.gather(*(st.post(chat(f"stick-{tag}-{n}", 0)) for n in range(3 * WAVE)))
-    sticky = [f"stick-{tag}-{n}" for n, r in enumerate(placed) if r.served == address][:WAVE]
+    mine = await _sessions_on(st, address, tag, WAVE + PROBES)
+    sticky, spread = mine[:WAVE], mine[WAVE:]
     st.signal(victim, signal.SIGSTOP)
     t_stop = time.monotonic()
     try:
         first = asyncio.gather(*(st.post(chat(s, 1), timeout_s=idle + 10.0) for s in sticky))
+        probes = asyncio.gather(*(_probe(st, s, n, t_stop, idle + 10.0) for n, s in enumerate(spread)))
         await asyncio.sleep(stale_s)
         later = await asyncio.gather(
             *(st.post(chat(f"stop-{tag}-{n}", 0), timeout_s=idle + 10.0) for n in range(WAVE))
@@ -39,6 +68,7 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
         hung = await long_req
         cut_after = time.monotonic() - t_stop
         at_once = await first
+        probed = await probes
     finally:
         st.signal(victim, signal.SIGCONT)
     await st.wait_fresh()
@@ -46,6 +76,11 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
     worst = max((r.elapsed_s for r in at_once), default=0.0)
     avoid = sum(1 for r in later if r.status == 200 and not r.error and r.served != address)
     bound_s = per_try + 3.0
+    # A probe that reached the frozen engine waited out the per-try idle timeout before its retry.
+    reached = [sent for sent, r in probed if r.elapsed_s >= per_try - 1.0]
+    probes_ok = sum(1 for _, r in probed if r.status == 200 and not r.error)
+    last = max(reached, default=0.0)
+    window = STALE_WINDOW_S + WINDOW_SLACK_S
     return [
         Row(
             "endpoint SIGSTOP mid-stream",
@@ -64,6 +99,16 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
             f"({sorted({r.status for r in at_once})}); slowest {worst:.1f} s",
             len(at_once) > 0 and retried == len(at_once) and worst < bound_s,
             PER_TRY_IDLE,
+        ),
+        Row(
+            f"endpoint SIGSTOP: next turns of its sessions, one every {PROBE_EVERY_S * 1000:g} ms "
+            "from the freeze on",
+            f"only those sent within the picker's stale window reach it (refresh interval + scrape "
+            f"timeout = {STALE_WINDOW_S:g} s, +{WINDOW_SLACK_S:g} s slack); all 200",
+            f"{len(reached)}/{len(probed)} reached it, the last sent {last:.2f} s after SIGSTOP; "
+            f"{probes_ok}/{len(probed)} ok",
+            len(probed) > 0 and last <= window and probes_ok == len(probed),
+            STALENESS,
         ),
         Row(
             f"endpoint SIGSTOP: new sessions {stale_s:g} s later",
