@@ -25,6 +25,7 @@ from smetric.bench.procs import Supervisor, free_port, wait_http_ok
 from smetric.bench.stacks import HOST, smetric_argv, wait_grpc_serving
 
 MODEL = "m"
+NO_DONE = "stream ended without [DONE]"  # Reply.error of a stream that ended cleanly, truncated
 GOOD_METRICS = (
     'vllm:num_requests_running{engine="0",model_name="m"} 0\n'
     'vllm:num_requests_waiting{engine="0",model_name="m"} 0\n'
@@ -114,6 +115,9 @@ class HostileEngine:
 
 @dataclass
 class Reply:
+    """``error``: a transport error's class name (the gateway reset the stream: a truncated body),
+    :data:`NO_DONE` (the stream ended cleanly without ``[DONE]``), a client timeout, or empty."""
+
     status: int
     served: str
     elapsed_s: float
@@ -392,7 +396,7 @@ class ChaosStack:
                             status,
                             served,
                             time.monotonic() - t0,
-                            "stream ended without [DONE]",
+                            NO_DONE,
                             first,
                             body_bytes,
                         )
