@@ -172,6 +172,14 @@ GUARDS: tuple[Guard, ...] = (
         ("hostile_bodies", "agent_bodies"),
         picker_flags=("--body-budget-bytes=1099511627776",),
     ),
+    Guard(
+        STALENESS,
+        "an endpoint whose last scrape failed or is older than --staleness-threshold-ms is stale "
+        "(datastore.is_stale), and the policies see a stale endpoint only when no fresh one is left "
+        "(policy/framework.py)",
+        ("endpoint_kill", "endpoint_stop"),
+        picker_patches=("stale-as-fresh",),
+    ),
 )
 
 
