@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("pool", "original-dst"),
         default="pool",
         help="picker rows: Envoy's pool cluster (override_host: pool endpoints only, retries on the "
-        "picker's fallbacks) or the header-driven ORIGINAL_DST cluster (no retry)",
+        "picker's fallbacks) or the header-driven ORIGINAL_DST path (retries through one ORIGINAL_DST "
+        "cluster per attempt)",
     )
     p.add_argument(
         "--pickers", default="1", help="picker rows: replica counts behind one ext_proc cluster, e.g. 1,2,4"
