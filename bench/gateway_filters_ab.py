@@ -2,7 +2,9 @@
 the same picker process and backend behind two Envoys, one with them and one without; 128 KiB
 requests alternate between the two; latencies are paired by position.
 
-    python bench/gateway_filters_ab.py [N]      # N rounds (default 400; the first 20 are warm-up)
+    python bench/gateway_filters_ab.py [N]          # N rounds (default 400; the first 20 are warm-up)
+    python bench/gateway_filters_ab.py N retries    # ORIGINAL_DST with retries (composite cluster +
+                                                    # fallback-header filter) against retries=0
 """
 
 import asyncio
@@ -45,6 +47,7 @@ async def wait(url: str) -> None:
 
 
 async def main() -> None:
+    retries_ab = len(sys.argv) > 2 and sys.argv[2] == "retries"
     bport, gp, hp, mp = free_port(), free_port(), free_port(), free_port()
     procs = [subprocess.Popen([sys.executable, "-c", BACKEND, str(bport)])]
     procs.append(
@@ -72,10 +75,11 @@ async def main() -> None:
             listen_port=free_port(),
             admin_port=free_port(),
             picker_port=gp,
-            allowed_paths=() if name == "old" else INFERENCE_PATHS,
+            allowed_paths=() if name == "old" and not retries_ab else INFERENCE_PATHS,
+            retries=0 if name == "old" and retries_ab else 2,
         )
         cfg = bootstrap(o)
-        if name == "old":  # without the hardening Lua filters (the bootstrap's chain before them)
+        if name == "old" and not retries_ab:  # without the hardening Lua filters
             hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
             hcm["http_filters"] = [f for f in hcm["http_filters"] if not f["name"].startswith("smetric.")]
         path = Path(tempfile.gettempdir()) / f"gateway-ab-{name}-{os.getpid()}.json"
