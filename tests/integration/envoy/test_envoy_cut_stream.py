@@ -1,15 +1,17 @@
 """A stream cut by an engine kill, as the agents' own SDKs see it: the real ``openai`` and
 ``anthropic`` clients through a real Envoy (ORIGINAL_DST and pool cluster), the real `smetric-epp`
 process and `smetric emulate`, SIGKILLed while a Chat Completions, a Messages and a Responses stream
-are each mid-response.
+are each mid-response -- or, with the engines still up, told to stop serving (their running
+requests aborted).
 
 Envoy cannot add an SSE ``error`` event to a stream whose upstream reset after the response
 started: its router resets the downstream stream (the client reads a chunked body that never ends
 with its zero-length chunk, or an HTTP/2 RST_STREAM), the ext_proc filter is destroyed with the
 stream (no message tells the picker) and an ImmediateResponse after the response headers is
 ignored. So the guard is that reset: each SDK must raise, never end as if the answer were complete.
-The second test shows why: a stream that ends cleanly without its closing event is accepted by the
-SDKs as a finished answer."""
+The last test shows why: a stream that ends cleanly without its closing event is accepted by the
+SDKs as a finished answer. An engine that stays up ends an aborted stream with its API's error
+event, which reaches the SDKs through the gateway and the picker."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anthropic
 import openai
 import pytest
@@ -44,6 +47,8 @@ class Outcome:
         self.events = 0
         self.finished = False  # the API's closing event ([DONE] / message_stop / response.completed)
         self.error: BaseException | None = None
+        self.error_events: list[str] = []  # Responses API error events handed to the caller
+        self.before_cut = 0
         self.started = asyncio.Event()
 
 
@@ -90,12 +95,19 @@ def _consumers(url: str) -> dict[str, Callable[[Outcome], Awaitable[None]]]:
         async for event in stream:
             _count(out)
             out.finished = out.finished or isinstance(event, ResponseCompletedEvent)
+            if event.type in ("error", "response.failed"):
+                out.error_events.append(event.type)
 
     return {"chat": chat, "messages": messages, "responses": responses}
 
 
-@pytest.mark.parametrize("pool", [False, True], ids=["original_dst", "pool"])
-async def test_an_engine_kill_mid_stream_raises_in_every_sdk(tmp_path: Path, pool: bool) -> None:
+@asynccontextmanager
+async def _streams_cut_by(
+    tmp_path: Path, pool: bool, cut: Callable[[asyncio.subprocess.Process, int], Awaitable[None]]
+) -> AsyncIterator[dict[str, Outcome]]:
+    """Three emulated engines, the picker and Envoy; a Chat Completions, a Messages and a Responses
+    stream each read until it delivered a few events, then ``cut(emulator, first_port)``; yields
+    the outcomes once every stream ended."""
     port, kv_port = free_port_block(N), free_port_block(N)
     emu = await spawn(
         "-m", "smetric.core.cli", "emulate", "--instances", str(N), "--port", str(port),
@@ -113,19 +125,60 @@ async def test_an_engine_kill_mid_stream_raises_in_every_sdk(tmp_path: Path, poo
             consumers = _consumers(stack.url)
             tasks = [asyncio.create_task(_read(outcomes[n], consumers[n])) for n in outcomes]
             await asyncio.wait_for(asyncio.gather(*(o.started.wait() for o in outcomes.values())), 60)
-            running = {n: o.events for n, o in outcomes.items()}
-            emu.kill()  # SIGKILL: every engine dies mid-response
-            await emu.wait()
+            for o in outcomes.values():
+                o.before_cut = o.events
+            await cut(emu, port)
             await asyncio.wait_for(asyncio.gather(*tasks), 60)
     finally:
         await stop(emu)
     for name, out in outcomes.items():
-        assert running[name] >= SEEN_BEFORE_KILL, (name, running, out.error)  # cut mid-response
-        assert out.error is not None, f"{name}: the cut stream ended without an error ({out.events} events)"
+        assert out.before_cut >= SEEN_BEFORE_KILL, (name, out.before_cut, out.error)  # mid-response
         assert not out.finished, name
-        # a transport error, not a status: openai wraps it in APIConnectionError, anthropic raises
-        # its HTTP client's RemoteProtocolError ("incomplete chunked read") as it is
-        assert type(out.error).__name__ in TRANSPORT_ERRORS, (name, repr(out.error))
+    yield outcomes
+
+
+async def _sigkill(emu: asyncio.subprocess.Process, port: int) -> None:
+    emu.kill()  # every engine dies mid-response
+    await emu.wait()
+
+
+async def _abort(emu: asyncio.subprocess.Process, port: int) -> None:
+    """The engines stay up and stop serving (the emulator's ``dead`` fault: running requests are
+    aborted), as vLLM does when its engine core fails under a live API server."""
+    async with aiohttp.ClientSession() as http:
+        for i in range(N):
+            async with http.post(f"http://127.0.0.1:{port + i}/admin/fault", json={"mode": "dead"}) as r:
+                assert r.status == 200, await r.text()
+
+
+UPSTREAMS = pytest.mark.parametrize("pool", [False, True], ids=["original_dst", "pool"])
+
+
+@UPSTREAMS
+async def test_an_engine_kill_mid_stream_raises_in_every_sdk(tmp_path: Path, pool: bool) -> None:
+    async with _streams_cut_by(tmp_path, pool, _sigkill) as outcomes:
+        for name, out in outcomes.items():
+            assert out.error is not None, f"{name}: the cut stream ended without an error ({out.events})"
+            # a transport error, not a status: openai wraps it in APIConnectionError, anthropic
+            # raises its HTTP client's RemoteProtocolError ("incomplete chunked read") as it is
+            assert type(out.error).__name__ in TRANSPORT_ERRORS, (name, repr(out.error))
+
+
+@UPSTREAMS
+async def test_an_engine_abort_mid_stream_reaches_every_sdk_as_its_error_event(
+    tmp_path: Path, pool: bool
+) -> None:
+    """An engine that stays up ends an aborted stream with its API's error event, and the gateway
+    and the picker pass it through: Chat Completions' ``{"error": ...}`` chunk and Messages'
+    ``event: error`` make the SDKs raise; the Responses ``error`` event is handed to the caller as
+    an event (the openai SDK raises only on an ``error`` key)."""
+    async with _streams_cut_by(tmp_path, pool, _abort) as outcomes:
+        chat, messages, responses = outcomes["chat"], outcomes["messages"], outcomes["responses"]
+        assert isinstance(chat.error, openai.APIError), repr(chat.error)
+        assert not isinstance(chat.error, openai.APIConnectionError), repr(chat.error)
+        assert isinstance(messages.error, anthropic.APIStatusError), repr(messages.error)
+        assert "internal_error" in str(messages.error), repr(messages.error)
+        assert responses.error is None and responses.error_events == ["error"], responses.error_events
 
 
 async def _truncated_sse(request: web.Request) -> web.StreamResponse:
