@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "window) -- docs/bench.md")  # fmt: skip
     p.add_argument("--warmup", type=float,
                    help=f"model seconds replayed before the measured window, agents joining over its first half (default "
-                   f"{FULL.warmup_s:g}, --quick {QUICK.warmup_s:g}; 0 with --arrivals cold)")  # fmt: skip
+                   f"half the window: {FULL.warmup_s:g}, --quick {QUICK.warmup_s:g}; 0 with --arrivals cold)")  # fmt: skip
     p.add_argument("--knee-start", type=float,
                    help=f"first rate of the knee search (default {FULL.rate / FULL.instances:g} x instances)")  # fmt: skip
     p.add_argument("--seeds", type=int, help=f"seeds per rate (default {FULL.seeds}, --quick {QUICK.seeds})")
@@ -325,6 +325,10 @@ class Bench:
         self, fe: Frontend, plan: ReplayPlan | AgentPlan, settings: RunSettings, rate: float, seed: int
     ) -> PolicyResult:
         progress, records_out = self.progress, self.records_out
+        ts, warmup_s = (
+            settings.cluster.time_scale,
+            settings.warmup_s,
+        )  # sent before the warm-up's end: not summarised
         name = f"{fe.label:<24} rate {rate:<5g} seed {seed}"
         task = progress.add_task(f"{name} starting", total=0)
 
@@ -334,7 +338,9 @@ class Bench:
         def on_record(record: RequestRecord) -> None:
             progress.advance(task)
             if records_out is not None:
-                records_out.write(record_line(fe.label, record, rate=rate, seed=seed))
+                records_out.write(
+                    record_line(fe.label, record, rate=rate, seed=seed, warmup=record.sent_s / ts < warmup_s)
+                )
 
         def on_phase(text: str) -> None:
             progress.update(task, description=f"{name} {text}")

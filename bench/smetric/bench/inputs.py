@@ -157,8 +157,10 @@ def resolve(args: argparse.Namespace) -> Preset:
         drain_s=args.drain_timeout if args.drain_timeout is not None else base.drain_s,
         global_tier=args.global_tier if args.global_tier is not None else base.global_tier,
         rates=parse_rates(args) or (base.rates if args.knee_start is None else ()),
-        warmup_s=args.warmup if args.warmup is not None else base.warmup_s,
     )
+    # the preset's warm-up keeps its share of the window when --duration changes the window
+    share = base.warmup_s / base.duration_s if base.duration_s > 0 else 0.0
+    preset = replace(preset, warmup_s=args.warmup if args.warmup is not None else share * preset.duration_s)
     if preset.instances < 1:
         raise BenchError("--instances must be >= 1")
     for peer in preset.peers:

@@ -48,9 +48,10 @@ def _running_with(fragment: str) -> list[int]:
     not TRACE.is_file() and not os.environ.get("SMETRIC_TRACES"), reason="agentic trace not found"
 )
 def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
-    # The quick preset at one fixed rate (the knee search is unit-tested), two seeds, a short window.
+    # The quick preset (steady agents) at one fixed rate (the knee search is unit-tested), two seeds,
+    # a short window after a warm-up of half of it.
     out, plot, logs = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "logs"
-    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--rates", "0.02", "--duration", "600",
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--rates", "0.00124", "--duration", "1200",
             "--json", str(out), "--plot", str(plot), "--records", str(tmp_path / "r.jsonl"), "--log-dir", str(logs)]  # fmt: skip
     peer = bool(
         shutil.which("vllm-router", path=str(Path(sys.executable).parent)) or shutil.which("vllm-router")
@@ -68,9 +69,13 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
         assert "vllm-router is not installed" in proc.stdout
     assert set(doc["meta"]["time_accounting"]) >= {"split", "all_scaled"}
     assert doc["meta"]["seeds"] == [0, 1]
+    assert doc["meta"]["arrivals"] == "agents" and doc["meta"]["warmup_s"] == 600
+    assert [run["agents"] for run in doc["meta"]["runs"]] == [12, 12]
     for row in doc["results"]:
         assert row["status"] == "ok", row
-        assert row["seeds"] == [0, 1] and row["rate"] == 0.02
+        assert row["seeds"] == [0, 1] and row["rate"] == 0.00124
+        for run in row["per_seed"]:  # every run's drift and its flag
+            assert run["arrival_drift_ok"] == (abs(run["arrival_drift"]) <= 0.10)
         s = row["summary"]
         assert s["n_ok"] > 0 and s["n_ok"] >= 0.9 * s["n_sent"]
         assert 0.0 < s["local_hit_ratio"] <= 1.0  # engines' own prefix counters moved
@@ -79,7 +84,9 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
         assert s["tps_within_slo_all_scaled"] <= s["tps_within_slo"] + 1e-9
     assert plot.stat().st_size > 10_000
     assert "TPS in SLO" in proc.stdout
-    assert (tmp_path / "r.jsonl").read_text().count("\n") == sum(
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert any(line["warmup"] for line in lines)  # every request is recorded, the warm-up's marked
+    assert sum(1 for line in lines if not line["warmup"]) == sum(
         r["summary"]["n_sent"] for r in doc["results"]
     )
     _assert_all_stopped(logs)
