@@ -6,9 +6,9 @@ family sample of the same fraction (the bench's share of the trace's families at
 ``subsample_families`` with the same seeds -- not the same families: the simulator draws from all
 of the trace's families, the bench from those with a prompt that fits one instance). What cannot
 be the same: the simulator replays
-full-size prompts with a stationary open-loop arrival process over 20 + 20 simulated minutes,
-while the bench replays prompts x token scale from a cold start for a short window; the simulator
-has no model of vllm-router. The bench ranks the policies by mean TPS within SLO at its knee (the
+full-size prompts over 20 + 20 simulated minutes, the bench prompts x token scale over its own
+window; both start families as the bench's ``--arrivals`` says (steady agents by default); the
+simulator has no model of vllm-router. The bench ranks the policies by mean TPS within SLO at its knee (the
 first rate where the best policy's mean SLO attainment is below 90 %); the simulator by its peak TPS
 within SLO over its rates (see :func:`sim_scores`); the rank correlation of the two orders
 (Spearman's rho and Kendall's tau-b over the common policies) is reported.
@@ -155,7 +155,7 @@ def compare_with_simulator(bench: Bench, rows: Sequence[Row], console: Console) 
     return compare_rows(
         rows, rate, bench.meta["trace"], bench.preset.instances, bench.args.preset, bench.preset.global_tier,
         list(bench.meta["seeds"]), runs[0]["families"] / n_families if runs else 1.0,
-        bench.args.json.with_suffix(".sim.json"), console,
+        bench.args.json.with_suffix(".sim.json"), console, bench.preset.arrivals,
     )  # fmt: skip
 
 
@@ -170,6 +170,7 @@ def compare_rows(
     fraction: float,
     sim_json: Path,
     console: Console,
+    arrivals: str = "agents",
 ) -> dict[str, Any]:
     policies = list(dict.fromkeys(r.policy for r in rows if r.router.startswith("envoy")))
     if len(policies) < 2:
@@ -180,7 +181,7 @@ def compare_rows(
     argv = ["--trace", trace, "--instances", str(instances), "--preset", preset, "--global-tier", global_tier,
             "--policies", ",".join(policies), "--rates", SIM_RATES, "--seeds", ",".join(map(str, seeds)),
             "--subsample", f"{min(1.0, fraction):.6g}", "--warmup-s", f"{SIM_WARMUP_S:g}",
-            "--measure-s", f"{SIM_MEASURE_S:g}", "--no-extend-past-knee"]  # fmt: skip
+            "--measure-s", f"{SIM_MEASURE_S:g}", "--no-extend-past-knee", "--arrivals", arrivals]  # fmt: skip
     console.print(f"compare-sim: smetric simulate {' '.join(argv)} --json {sim_json}")
     results = run_simulator(argv, sim_json)
     sim_knee, sim = sim_scores(results, policies)
