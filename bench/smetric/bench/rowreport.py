@@ -36,6 +36,14 @@ def _ok_sent(row: Row, sep: str = "/") -> str:
     return f"{int(row.mean('n_ok'))}{sep}{sent}{sep}{not_sent} of {sent + not_sent}"
 
 
+def _drift_pct(drift: float, ok: bool) -> str:
+    """A drift in whole percent; to a tenth where whole percent would hide that it is outside the bound."""
+    text = f"{100 * drift:+.0f}"
+    if not ok and abs(round(100 * drift)) <= 100 * MAX_ARRIVAL_DRIFT:
+        text = f"{100 * drift:+.1f}"
+    return text
+
+
 def drift_text(row: Row) -> str:
     """Each seed's arrival drift in %, a run outside the bound (``arrival_drift_ok`` false) marked ``!``."""
     parts: list[str] = []
@@ -43,9 +51,8 @@ def drift_text(row: Row) -> str:
         d = seed.get("arrival_drift")
         if not isinstance(d, int | float):
             continue  # the seed did not run
-        parts.append(
-            ("-" if math.isnan(d) else f"{100 * d:+.0f}") + ("" if seed.get("arrival_drift_ok") else "!")
-        )
+        ok = bool(seed.get("arrival_drift_ok"))
+        parts.append(("-" if math.isnan(d) else _drift_pct(d, ok)) + ("" if ok else "!"))
     return " ".join(parts) or "-"
 
 
@@ -58,7 +65,7 @@ def drift_warnings(rows: Sequence[Row]) -> list[str]:
 
     def one(r: Row, s: Mapping[str, Any]) -> str:
         d = s.get("arrival_drift")
-        pct = "no send in the first quarter" if d is None or math.isnan(d) else f"{100 * d:+.0f} %"
+        pct = "no send in the first quarter" if d is None or math.isnan(d) else f"{_drift_pct(d, False)} %"
         return f"{r.label} rate {r.rate:g} seed {s['seed']} ({pct})"
 
     shown = ", ".join(one(r, s) for r, s in bad[:8])

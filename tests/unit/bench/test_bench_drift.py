@@ -90,6 +90,10 @@ def test_json_carries_each_runs_drift_and_flag() -> None:
 def test_tables_show_each_runs_drift_and_warn_about_those_outside_the_bound() -> None:
     rows = rows_of(_cells(), ["smetric", "lmetric"], knee=0.5, past=None)
     assert drift_text(rows[0]) == "+4 -25!" and drift_text(rows[1]) == "+2 +9"
+    just_over = dataclasses.replace(
+        rows[1], per_seed=({"seed": 0, "arrival_drift": -0.1034, "arrival_drift_ok": False},)
+    )
+    assert drift_text(just_over) == "-10.3!"  # whole percent would read as within the bound
     out = io.StringIO()
     render_rows(rows, Console(file=out, width=400), "t")
     text = out.getvalue()
