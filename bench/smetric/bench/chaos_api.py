@@ -19,7 +19,8 @@ from typing import Any
 
 import aiohttp
 
-from smetric.bench.chaos_guards import PICKER_PINGS, SCRUB, Guard
+from smetric.bench.chaos_bodies import from_picker
+from smetric.bench.chaos_guards import BODY_LIMITS, PICKER_PINGS, SCRUB, Guard
 from smetric.bench.chaos_headers import QUIET_PAST_S
 from smetric.bench.chaos_row import Row
 from smetric.bench.chaos_stack import MODEL, ChaosStack, Reply, chat
@@ -29,7 +30,7 @@ MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01"}
 BODY_SIZE = "picker request body size limit"
-BODY_PARSING = "request body limits"  # the chat body rows' name: nesting depth and JSON checks
+BODY_PARSING = BODY_LIMITS  # the chat body rows' guard: nesting depth and JSON checks
 LIMIT_BYTES = 16 << 20  # the picker's default --max-body-bytes
 
 
@@ -144,13 +145,17 @@ async def messages_bodies(st: ChaosStack, quick: bool) -> list[Row]:
     return [
         Row(
             "/v1/messages: tool_result content nested 300 levels",
-            "400 (no traceback, no 500)",
+            "400 from the picker (no traceback, no 500, no engine)",
             f"{nested.status} {nested.body[:80]!r}",
-            nested.status == 400,
+            from_picker(nested, 400),
             BODY_PARSING,
         ),
         Row(
-            "/v1/messages: body cut mid-JSON", "400", f"{garbage.status}", garbage.status == 400, BODY_PARSING
+            "/v1/messages: body cut mid-JSON",
+            "400 from the picker",
+            f"{garbage.status} {garbage.body[:80]!r}",
+            from_picker(garbage, 400),
+            BODY_PARSING,
         ),
         Row(
             f"/v1/messages: body one byte over the picker's {LIMIT_BYTES >> 20} MiB limit",
@@ -234,6 +239,7 @@ GUARDS: tuple[Guard, ...] = (
 # Registered guards that rows here check, and the faults that check them.
 _CHECKED: tuple[tuple[str, tuple[str, ...]], ...] = (
     (SCRUB, ("messages_headers",)),
+    (BODY_PARSING, ("messages_bodies",)),
     (PICKER_PINGS, ("agent_api_long_quiet",)),
 )
 
