@@ -67,7 +67,7 @@ from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="smetric bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help=f"small preset (<= 3 min on 2 cores: {QUICK.instances} instances, {QUICK.policies}, vllm-router, "
+                   help=f"small preset (~4 min on 2 cores: {QUICK.instances} instances, {QUICK.policies}, vllm-router, steady agents, "
                    f"{QUICK.seeds} seeds, global KV tier {QUICK.global_tier}, tokens x1/{1 / QUICK.token_scale:g} "
                    f"(cost {QUICK.token_cost}), time x{QUICK.time_scale:g}; docs/bench.md says why)")  # fmt: skip
     p.add_argument("--instances", type=int, help=f"emulated instances (default {FULL.instances})")
