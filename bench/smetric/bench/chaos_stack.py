@@ -38,11 +38,12 @@ GOOD_METRICS = (
 class ChaosSettings:
     instances: int = 3
     time_scale: float = 0.1
-    # The default's ratio: 300 s is about 2x the default cost model's 128k-token prefill; the
-    # engines here run 10x faster, so their longest prefill (long_prefill's ~100k tokens) stays
-    # under half of it, and a frozen stream is cut after it.
+    # Scaled with the engines, which run 10x faster (long_prefill's ~100k tokens take ~9 s): the
+    # per-try idle timeout stays above that prefill and the stream idle timeout above the per-try
+    # one, so a frozen stream is cut after both. Unlike the defaults (200 s, 400 s) they leave no
+    # room for a long prefill retried after a frozen attempt: no row sends one.
     stream_idle_timeout_s: float = 20.0
-    per_try_idle_timeout_s: float = 13.0  # the default's 200/300 of the idle timeout
+    per_try_idle_timeout_s: float = 13.0
     max_model_len: int = 131_072  # agents' long contexts (the preset model's own limit is shorter)
     route_timeout_s: float = 60.0
     state_interval_ms: int = 500

@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PER_TRY_S = 2.0
 IDLE_S = 8.0
+LATE_S = 1.5  # below PER_TRY_S: the per-try idle timeout does not reset the late fallback itself
 
 
 class Dying(Backend):
@@ -48,13 +49,23 @@ class Dying(Backend):
         return web.Response(status=500)  # never reaches the client: the connection is gone
 
 
+class Late(Backend):
+    """Answers after LATE_S of silence (a long prefill)."""
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(LATE_S)
+        return await super().chat(request)
+
+
 @asynccontextmanager
 async def _stack(
-    pool: bool, dying: bool = False, route_to: str = "", **envoy: Any
+    pool: bool, dying: bool = False, route_to: str = "", late: bool = False, **envoy: Any
 ) -> AsyncIterator[tuple[str, Backend, Backend]]:
-    """``route_to``: the gateway route's cluster replaced by that one (its retry policy kept)."""
+    """``route_to``: the gateway route's cluster replaced by that one (its retry policy kept);
+    ``late``: the good backend sends its first byte after LATE_S."""
     async with AsyncExitStack() as stack:
-        frozen, good = (Dying if dying else Backend)("127.0.0.1"), Backend("127.0.0.2")
+        frozen = (Dying if dying else Backend)("127.0.0.1")
+        good = (Late if late else Backend)("127.0.0.2")
         frozen.held = asyncio.Event()  # never set: it never answers a request
         for b in (frozen, good):
             await b.start()
@@ -76,9 +87,8 @@ async def _stack(
             admin_port=free_port(),
             picker_port=server.grpc_port,
             pool_endpoints=(frozen.address, good.address) if pool else (),
-            stream_idle_timeout_s=IDLE_S,
             served_by_header=True,
-            **envoy,
+            **{"stream_idle_timeout_s": IDLE_S, **envoy},
         )
         config = bootstrap(opts)
         if route_to:
@@ -164,3 +174,26 @@ async def test_a_client_copy_of_a_fallback_header_never_routes() -> None:
         await decoy.stop()
     assert dying.seen and not decoy.seen, results
     assert all(status == 200 and served == good.address for status, served, _ in results), results
+
+
+@pytest.mark.parametrize(
+    ("idle_s", "status"),
+    [(PER_TRY_S + LATE_S + 2.0, 200), (PER_TRY_S + LATE_S - 1.0, 504)],
+    ids=["fits", "short"],
+)
+async def test_the_retry_gets_only_what_is_left_of_the_stream_idle_timeout(
+    idle_s: float, status: int
+) -> None:
+    """Why EnvoyOptions.stream_idle_timeout_s is at least the per-try idle timeout plus the longest
+    prefill: Envoy does not restart the stream idle timer for a retry, so a retry whose first byte
+    comes LATE_S after a frozen first attempt gets 200 only when per-try + LATE_S fits in it."""
+    async with _stack(False, late=True, per_try_idle_timeout_s=PER_TRY_S, stream_idle_timeout_s=idle_s) as (
+        url,
+        frozen,
+        good,
+    ):
+        results = await _send(url, 8)
+    retried = [(s, served) for s, served, elapsed in results if elapsed >= PER_TRY_S]
+    assert frozen.seen and retried, results
+    assert all(s == status for s, _ in retried), results
+    assert all(served == good.address for s, served in retried if s == 200), results

@@ -128,15 +128,16 @@ class EnvoyOptions:
     # 0: no retry (and no per-try idle timeout); ORIGINAL_DST is then one header-driven cluster.
     retries: int = 2
     # An attempt silent this long is reset and, before its response, retried on the next fallback
-    # (a frozen engine); above the longest prefill (~153 s at 128k tokens), below
-    # stream_idle_timeout_s so the retry has time to answer. 0 = off.
+    # (a frozen engine); above the longest prefill (~153 s at 128k tokens). 0 = off.
     per_try_idle_timeout_s: float = 200.0
     # Longest silence of a healthy request: queueing + the prefill of the largest prompt before the
     # first byte. The project's default cost model puts a 128k-token prefill at 153 s
-    # (PolicyParams().cost_model.cost(131072, 131072)); 300 s is about 2x that, so a hung endpoint
-    # is cut after 300 s and no legitimate prefill trips it. The route timeout (whole
-    # request, generation included) stays 600 s.
-    stream_idle_timeout_s: float = 300.0
+    # (PolicyParams().cost_model.cost(131072, 131072)), so no legitimate prefill trips it. Envoy does
+    # not restart this timer for a retry: a request whose first attempt waited out the per-try idle
+    # timeout on a frozen engine has what is left of it for the retry's first byte, so it is at
+    # least the per-try idle timeout + that prefill (200 + 153 s) plus room for queueing. The route
+    # timeout (whole request, generation included) stays 600 s.
+    stream_idle_timeout_s: float = 400.0
     picker_keepalive_s: float = 1.0  # PING interval and timeout: a stopped picker -> 500 in ~2 s
     # Slow clients (hardening.upload_bounds; 0 = off): headers within 10 s, the whole request within
     # 60 s (a 16 MiB body at >= 0.3 MB/s; the picker's 10 s decision budget usually ends a stalled
