@@ -23,7 +23,7 @@ TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "clau
 def test_bench_replays_the_trace_as_anthropic_messages(tmp_path: Path) -> None:
     out, records = tmp_path / "bench.json", tmp_path / "r.jsonl"
     argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--api", "anthropic", "--rates", "0.02",
-            "--duration", "300", "--seeds", "1", "--peer", "none", "--policies", "smetric", "--json", str(out),
+            "--duration", "300", "--seeds", "1", "--peer", "none", "--arrivals", "cold", "--policies", "smetric", "--json", str(out),
             "--records", str(records), "--log-dir", str(tmp_path / "logs")]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
