@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The simulator evidence in docs/evidence.md (SMetric against the best baseline, steady load):
 # steady agents (the default arrivals), 3 seeds paired, 20 + 40 simulated minutes per run, SMetric
-# and the three strongest baselines, three rates around each regime's knee, no knee extension.
+# and every baseline of the registry, three rates around each regime's knee, no knee extension.
 # 16 instances: colocated and PD x full, small and no global tier; the headroom bound (free
 # global-tier loads and HBM that never evicts, the request limit held at 217,664 tokens);
 # 32 instances: the same six regimes. Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
 # OUT/i32-*.json --headroom OUT/i16-coloc-full.json=OUT/i16-coloc-ideal.json --headroom OUT/i16-pd-full.json=OUT/i16-pd-ideal.json
-# Usage: bench/evidence_sweeps.sh [OUT_DIR] (default results/evidence); ~52 min for the 16-instance
-# part and the full-tier 32-instance runs on 2 shared cores; add --resume to S after an interruption.
+# Usage: bench/evidence_sweeps.sh [OUT_DIR] (default results/evidence); about 22 min for all of it on
+# 2 idle cores; add --resume to S after an interruption.
 set -euo pipefail
 OUT="${1:-results/evidence}"
 mkdir -p "$OUT"
 S="smetric simulate --seeds 0,1,2 --warmup-s 1200 --measure-s 2400 --no-extend-past-knee"
-P=smetric,llmd-slo,lmetric,dynamo
+P=smetric,lmetric,bailian,load-balance,llmd-session,llmd-slo,preble,dynamo,round-robin,random  # SMetric and every baseline
 IDEAL="--global-load-gbit-s 0 --global-store-gbit-s 0 --global-lookup-ms 0 --no-global-write-back --global-load-mode async \
   --nic-gbit-s 1000000 --hbm-gb 4000 --max-context 217664"
 $S --instances 16 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5 --json "$OUT/i16-coloc-full.json"
