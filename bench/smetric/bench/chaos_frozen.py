@@ -12,7 +12,7 @@ import asyncio
 import signal
 import time
 
-from smetric.bench.chaos_guards import IDLE_TIMEOUT, PER_TRY_IDLE, STALENESS
+from smetric.bench.chaos_guards import FROZEN_AVOIDED, IDLE_TIMEOUT, PER_TRY_IDLE, STALENESS
 from smetric.bench.chaos_row import Row
 from smetric.bench.chaos_stack import ChaosStack, Reply, chat
 
@@ -129,6 +129,6 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
             "though its ledger soon makes it the cheapest)",
             f"{avoid}/{LATER_WAVE} ok elsewhere in time; slowest {max(r.elapsed_s for r in later):.1f} s",
             avoid == LATER_WAVE,
-            STALENESS,
+            FROZEN_AVOIDED,
         ),
     ]

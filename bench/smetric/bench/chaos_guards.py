@@ -59,6 +59,9 @@ KV_SEQUENCE = "KV-event sequence check"
 KV_RECONNECT = "KV subscriber reconnects after a dropped connection"
 BODY_BUDGET = "picker body budget"
 PARSE_OFFLOAD = "large bodies parsed off the event loop"
+# Two guards that each keep new sessions off a frozen engine: its scrapes failing (STALENESS) and
+# the ledger charging the requests it holds; with either alone the row can pass.
+FROZEN_AVOIDED = "staleness and the ledger keep new sessions off a frozen engine"
 PARSE_COST = "bounded cost of a parsed body"
 PICKER_RETRY = "gateway fails a dead picker replica over"
 NO_GUARD = ""  # a row that measures the whole path (the load row), not one guard
