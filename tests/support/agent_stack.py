@@ -3,6 +3,7 @@ the agent-API tests: the SDKs talk to Envoy, the picker routes, its Prometheus s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from smetric.emulator.ports import free_port_block
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.health import wait_serving
 from tests.support.childproc import spawn, stop
@@ -27,6 +29,27 @@ class Stack:
 class Engine:
     address: str  # host:port of its HTTP API
     kv_events: str  # tcp://host:port of its ZMQ PUB socket ("" = none)
+
+
+@asynccontextmanager
+async def emulated_engines(
+    n: int, model: str, time_scale: float
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, list[Engine]]]:
+    """``smetric emulate`` with ``n`` engines (KV events on, hash seed 0, 8192-token context), ready:
+    (its process, the first engine's port, the engines); stopped on exit."""
+    port, kv_port = free_port_block(n), free_port_block(n)
+    emu = await spawn(
+        "-m", "smetric.core.cli", "emulate", "--instances", str(n), "--port", str(port),
+        "--kv-events-port", str(kv_port), "--time-scale", str(time_scale), "--model", model,
+        "--hash-seed", "0", "--max-model-len", "8192",
+    )  # fmt: skip
+    try:
+        assert emu.stdout is not None
+        line = await asyncio.wait_for(emu.stdout.readline(), 60)
+        assert b"ready" in line, line
+        yield emu, port, [Engine(f"127.0.0.1:{port + i}", f"tcp://127.0.0.1:{kv_port + i}") for i in range(n)]
+    finally:
+        await stop(emu)
 
 
 @asynccontextmanager

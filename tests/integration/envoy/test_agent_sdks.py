@@ -21,9 +21,7 @@ import openai
 import pytest
 from openai.types.responses import ResponseCompletedEvent
 
-from smetric.emulator.ports import free_port_block
-from tests.support.agent_stack import Engine, Stack, picker_stack, samples, total, usage_tokens
-from tests.support.childproc import spawn, stop
+from tests.support.agent_stack import Stack, emulated_engines, picker_stack, samples, total, usage_tokens
 
 pytestmark = pytest.mark.integration
 
@@ -62,22 +60,12 @@ class Cluster:
 @pytest.fixture
 async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
     response_path = getattr(request, "param", "inline")  # the session tests run both paths
-    port, kv_port = free_port_block(N), free_port_block(N)
-    emu = await spawn(
-        "-m", "smetric.core.cli", "emulate", "--instances", str(N), "--port", str(port),
-        "--kv-events-port", str(kv_port), "--time-scale", "0.05", "--model", MODEL, "--hash-seed", "0",
-        "--max-model-len", "8192",
-    )  # fmt: skip
-    assert emu.stdout is not None
-    line = await asyncio.wait_for(emu.stdout.readline(), 60)
-    assert b"ready" in line, line
-    engines = [Engine(f"127.0.0.1:{port + i}", f"tcp://127.0.0.1:{kv_port + i}") for i in range(N)]
-    try:
-        async with picker_stack(tmp_path, engines, response_path=response_path) as stack:
-            await asyncio.sleep(0.5)  # first scrapes + KV subscriptions
-            yield Cluster(stack, port)
-    finally:
-        await stop(emu)
+    async with (
+        emulated_engines(N, MODEL, 0.05) as (_, port, engines),
+        picker_stack(tmp_path, engines, response_path=response_path) as stack,
+    ):
+        await asyncio.sleep(0.5)  # first scrapes + KV subscriptions
+        yield Cluster(stack, port)
 
 
 async def _decisions(c: Cluster) -> dict[str, float]:

@@ -28,10 +28,8 @@ import pytest
 from aiohttp import web
 from openai.types.responses import ResponseCompletedEvent
 
-from smetric.emulator.ports import free_port_block
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
-from tests.support.agent_stack import Engine, picker_stack
-from tests.support.childproc import spawn, stop
+from tests.support.agent_stack import emulated_engines, picker_stack
 
 pytestmark = pytest.mark.integration
 
@@ -108,29 +106,19 @@ async def _streams_cut_by(
     """Three emulated engines, the picker and Envoy; a Chat Completions, a Messages and a Responses
     stream each read until it delivered a few events, then ``cut(emulator, first_port)``; yields
     the outcomes once every stream ended."""
-    port, kv_port = free_port_block(N), free_port_block(N)
-    emu = await spawn(
-        "-m", "smetric.core.cli", "emulate", "--instances", str(N), "--port", str(port),
-        "--kv-events-port", str(kv_port), "--time-scale", "0.2", "--model", MODEL, "--hash-seed", "0",
-        "--max-model-len", "8192",
-    )  # fmt: skip
-    assert emu.stdout is not None
-    line = await asyncio.wait_for(emu.stdout.readline(), 60)
-    assert b"ready" in line, line
-    engines = [Engine(f"127.0.0.1:{port + i}", f"tcp://127.0.0.1:{kv_port + i}") for i in range(N)]
     outcomes = {name: Outcome() for name in ("chat", "messages", "responses")}
-    try:
-        async with picker_stack(tmp_path, engines, pool=pool) as stack:
-            await asyncio.sleep(0.5)  # first scrapes
-            consumers = _consumers(stack.url)
-            tasks = [asyncio.create_task(_read(outcomes[n], consumers[n])) for n in outcomes]
-            await asyncio.wait_for(asyncio.gather(*(o.started.wait() for o in outcomes.values())), 60)
-            for o in outcomes.values():
-                o.before_cut = o.events
-            await cut(emu, port)
-            await asyncio.wait_for(asyncio.gather(*tasks), 60)
-    finally:
-        await stop(emu)
+    async with (
+        emulated_engines(N, MODEL, 0.2) as (emu, port, engines),
+        picker_stack(tmp_path, engines, pool=pool) as stack,
+    ):
+        await asyncio.sleep(0.5)  # first scrapes
+        consumers = _consumers(stack.url)
+        tasks = [asyncio.create_task(_read(outcomes[n], consumers[n])) for n in outcomes]
+        await asyncio.wait_for(asyncio.gather(*(o.started.wait() for o in outcomes.values())), 60)
+        for o in outcomes.values():
+            o.before_cut = o.events
+        await cut(emu, port)
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
     for name, out in outcomes.items():
         assert out.before_cut >= SEEN_BEFORE_KILL, (name, out.before_cut, out.error)  # mid-response
         assert not out.finished, name
