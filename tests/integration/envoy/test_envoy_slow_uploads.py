@@ -18,19 +18,12 @@ import orjson
 import pytest
 
 from tests.support.envoy_stack import one_backend_stack, session_body
+from tests.support.raw_http import read_status, send_raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HELD = 600
 LIMIT = 64
-
-
-async def _partial(address: str, data: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    host, port = address.rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(data)
-    await writer.drain()
-    return reader, writer
 
 
 def _stalled_body(address: str) -> bytes:
@@ -41,21 +34,9 @@ def _stalled_body(address: str) -> bytes:
     ).encode() + prefix[:17]
 
 
-async def _status(reader: asyncio.StreamReader, timeout_s: float) -> int:
-    """The status of the answer, 0 when none came in ``timeout_s``, -1 when the connection closed."""
-    try:
-        line = await asyncio.wait_for(reader.readline(), timeout_s)
-    except TimeoutError:
-        return 0
-    except ConnectionError:
-        return -1
-    parts = line.split()
-    return int(parts[1]) if len(parts) > 1 else -1
-
-
 async def test_held_partial_uploads_do_not_starve_complete_requests() -> None:
     async with one_backend_stack(LIMIT) as (address, servicer):
-        conns = [await _partial(address, _stalled_body(address)) for _ in range(HELD)]
+        conns = [await send_raw(address, _stalled_body(address)) for _ in range(HELD)]
         deadline = time.monotonic() + 30
         while servicer.metrics.active_streams._value.get() < HELD and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -78,18 +59,18 @@ async def test_held_partial_uploads_do_not_starve_complete_requests() -> None:
 
 async def test_headers_that_never_finish_get_408() -> None:
     async with one_backend_stack(request_headers_timeout_s=1.0) as (address, _):
-        reader, writer = await _partial(address, b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        reader, writer = await send_raw(address, b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
         t0 = time.monotonic()
-        status = await _status(reader, 10.0)
+        status = await read_status(reader, 10.0)
         writer.close()
     assert status == 408 and time.monotonic() - t0 < 5.0, status
 
 
 async def test_a_body_that_never_finishes_gets_408_from_the_gateway() -> None:
     async with one_backend_stack(request_timeout_s=2.0) as (address, _):
-        reader, writer = await _partial(address, _stalled_body(address))
+        reader, writer = await send_raw(address, _stalled_body(address))
         t0 = time.monotonic()
-        status = await _status(reader, 10.0)
+        status = await read_status(reader, 10.0)
         writer.close()
     assert status == 408 and time.monotonic() - t0 < 6.0, status
 
@@ -99,12 +80,12 @@ async def test_a_listener_holds_at_most_max_connections() -> None:
         conns, refused = [], 0
         for _ in range(30):
             try:
-                conns.append(await _partial(address, _stalled_body(address)))
+                conns.append(await send_raw(address, _stalled_body(address)))
             except ConnectionError:  # closed by the gateway at accept
                 refused += 1
             await asyncio.sleep(0.02)
         await asyncio.sleep(1.0)
-        statuses = [await _status(reader, 0.2) for reader, _ in conns]
+        statuses = [await read_status(reader, 0.2) for reader, _ in conns]
         for _, writer in conns:
             writer.close()
     held = statuses.count(0)

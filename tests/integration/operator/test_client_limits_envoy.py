@@ -25,6 +25,7 @@ from aiohttp import web
 from smetric.epp.envoy.process import EnvoyProcess, free_port
 from smetric.operator.render_client_limits import HCM, HCM_TYPE
 from tests.support.operator_render import by_name, render, spec
+from tests.support.raw_http import read_status, send_raw
 
 pytestmark = pytest.mark.integration
 
@@ -140,26 +141,6 @@ async def _gateway() -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-async def _send(address: str, data: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    host, port = address.rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(data)
-    await writer.drain()
-    return reader, writer
-
-
-async def _status(reader: asyncio.StreamReader, timeout_s: float) -> int:
-    """The answer's status; 0 when none came in ``timeout_s``, -1 when the connection closed."""
-    try:
-        line = await asyncio.wait_for(reader.readline(), timeout_s)
-    except TimeoutError:
-        return 0
-    except ConnectionError:
-        return -1
-    parts = line.split()
-    return int(parts[1]) if len(parts) > 1 else -1
-
-
 def _request(address: str, body: bytes, declared: int | None = None) -> bytes:
     length = len(body) if declared is None else declared
     return (
@@ -170,16 +151,16 @@ def _request(address: str, body: bytes, declared: int | None = None) -> bytes:
 
 async def test_the_timeouts_bound_the_upload_and_never_the_response() -> None:
     async with _gateway() as address:
-        reader, writer = await _send(address, _request(address, b'{"m": 1}'))
+        reader, writer = await send_raw(address, _request(address, b'{"m": 1}'))
         started = time.monotonic()
-        quiet = await _status(reader, 10)
+        quiet = await read_status(reader, 10)
         waited = time.monotonic() - started
         writer.close()
-        reader, writer = await _send(address, f"POST / HTTP/1.1\r\nhost: {address}\r\n".encode())
-        headers = await _status(reader, 10)
+        reader, writer = await send_raw(address, f"POST / HTTP/1.1\r\nhost: {address}\r\n".encode())
+        headers = await read_status(reader, 10)
         writer.close()
-        reader, writer = await _send(address, _request(address, b'{"mess', declared=100_000))
-        body = await _status(reader, 10)
+        reader, writer = await send_raw(address, _request(address, b'{"mess', declared=100_000))
+        body = await read_status(reader, 10)
         writer.close()
     assert quiet == 200 and waited >= QUIET_S  # quiet past requestTimeoutS, not cut
     assert headers == 408
@@ -191,14 +172,14 @@ async def test_connections_past_the_limit_are_closed() -> None:
         host, port = address.rsplit(":", 1)
         held = [await asyncio.open_connection(host, int(port)) for _ in range(LIMITS["maxConnections"])]
         await asyncio.sleep(0.3)
-        reader, writer = await _send(address, _request(address, b"{}"))
-        refused = await _status(reader, 5)
+        reader, writer = await send_raw(address, _request(address, b"{}"))
+        refused = await read_status(reader, 5)
         writer.close()
         _, first = held.pop(0)
         first.close()
         await asyncio.sleep(0.3)
-        reader, writer = await _send(address, _request(address, b"{}"))
-        freed = await _status(reader, 10)
+        reader, writer = await send_raw(address, _request(address, b"{}"))
+        freed = await read_status(reader, 10)
         writer.close()
         for _, w in held:
             w.close()
