@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -49,12 +50,24 @@ def _said(r: Reply) -> str:
     return f"{r.status or r.error} from {who}"
 
 
-async def _probed(
-    st: ChaosStack, requests: Awaitable[list[Reply]]
-) -> tuple[list[Reply], float, float, float]:
-    """``requests`` while the picker's health and RSS are sampled: their replies, the worst health
-    answer (s), the longest gap between two scrapes of the hostile engine (s) and the peak RSS
-    growth (MB)."""
+@dataclass(frozen=True)
+class Probed:
+    """Requests sent while the picker was probed: their replies, the worst health answer, the
+    longest gap between two scrapes of the hostile engine, and the picker's RSS before and at peak."""
+
+    replies: list[Reply]
+    worst_health_s: float
+    worst_scrape_gap_s: float
+    rss0_mb: float
+    peak_mb: float
+
+    @property
+    def growth_mb(self) -> float:
+        return self.peak_mb - self.rss0_mb
+
+
+async def probed(st: ChaosStack, requests: Awaitable[list[Reply]]) -> Probed:
+    """``requests`` while the picker's health (every 0.1 s) and RSS are sampled."""
     rss0 = st.rss_mb()
     peak, worst = rss0, 0.0
 
@@ -71,7 +84,7 @@ async def _probed(
         replies = await requests
     finally:
         task.cancel()
-    return list(replies), worst, st.hostile.worst_scrape_gap_s, peak - rss0
+    return Probed(list(replies), worst, st.hostile.worst_scrape_gap_s, rss0, peak)
 
 
 async def _concurrent(st: ChaosStack, body: bytes, n: int) -> list[Reply]:
@@ -133,8 +146,10 @@ async def hostile_bodies(st: ChaosStack, quick: bool) -> list[Row]:
         + b"y" * (15 << 20)
         + b'"}]}'
     )
-    three, worst3, gap3, _ = await _probed(st, _concurrent(st, big, 3))
-    eight, worst8, _, growth = await _probed(st, _held(st, big, 8))
+    p3 = await probed(st, _concurrent(st, big, 3))
+    p8 = await probed(st, _held(st, big, 8))
+    three, worst3, gap3 = p3.replies, p3.worst_health_s, p3.worst_scrape_gap_s
+    eight, worst8, growth = p8.replies, p8.worst_health_s, p8.growth_mb
     codes = sorted(r.status for r in eight)
     refused = sum(1 for r in eight if from_picker(r, 503) and BUDGET_REFUSAL in r.body)
     must_refuse = len(eight) - int(BUDGET_MB * (1 << 20)) // len(big)  # past the budget while held

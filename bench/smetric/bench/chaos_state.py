@@ -28,7 +28,7 @@ from contextlib import contextmanager
 
 import orjson
 
-from smetric.bench.chaos_bodies import BUDGET_REFUSAL
+from smetric.bench.chaos_bodies import BUDGET_REFUSAL, probed
 from smetric.bench.chaos_guards import (
     BODY_BUDGET,
     KV_MESSAGE_LIMIT,
@@ -184,21 +184,8 @@ def precise_flags(st: ChaosStack) -> list[str]:
 
 async def _bodies_row(st: ChaosStack, index: str, body: bytes, guard: str, refusal: bool = False) -> Row:
     """``refusal``: at least one body must be refused by the picker's body budget (503)."""
-    rss0 = st.rss_mb()
-    peak, worst_health = rss0, 0.0
-
-    async def probe() -> None:
-        nonlocal peak, worst_health
-        while True:
-            worst_health = max(worst_health, await st.health_latency_s())
-            peak = max(peak, st.rss_mb())
-            await asyncio.sleep(0.1)
-
-    task = asyncio.create_task(probe())
-    try:
-        replies = await asyncio.gather(*(st.post(body, timeout_s=90) for _ in range(8)))
-    finally:
-        task.cancel()
+    p = await probed(st, asyncio.gather(*(st.post(body, timeout_s=90) for _ in range(8))))
+    replies, rss0, peak, worst_health = p.replies, p.rss0_mb, p.peak_mb, p.worst_health_s
     codes = sorted(r.status for r in replies)
     growth = peak - rss0
     why = sorted({r.body[:70].decode(errors="replace") for r in replies if r.status == 503})
