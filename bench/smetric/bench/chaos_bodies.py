@@ -3,11 +3,11 @@
 * The per-body limits (:data:`~smetric.bench.chaos_guards.BODY_LIMITS`): content nested 600 levels,
   a body that is not JSON and one a byte over 16 MiB are answered by the picker itself (400, 400,
   413: its error body, ``"type": "smetric_epp"``), so no engine spends anything on them.
-* Parsing off the event loop (:data:`~smetric.bench.chaos_guards.PARSE_OFFLOAD`, not a registered
-  guard: with the parse on the loop three 15 MiB one-string bodies still pass, and three or four
-  15.5 MiB agent transcripts stall the health answers past a second on a loaded 2-core box with the
-  offload as well): while three 15 MiB bodies are parsed, the picker's health server answers within
-  a second and its scrapes keep running.
+* Parsing in worker processes (:data:`~smetric.bench.chaos_guards.PARSE_OFFLOAD`, switched off by
+  ``--parse-processes=0``, which parses on two threads of the picker process): while three
+  15.5 MiB agent transcripts (~250k messages each) are parsed and keyed, the picker's health server
+  answers within 0.25 s and its scrapes keep running. On threads the parse holds the GIL and the
+  answers stall 0.4-1.7 s; a 15 MiB one-string body parses in milliseconds and would show nothing.
 * The body budget (:data:`~smetric.bench.chaos_guards.BODY_BUDGET`): eight 15 MiB uploads held one
   byte short of complete are 120 MiB, more than the 64 MiB budget: the picker buffers at most four
   and refuses the others with its budget's 503 while they are held (complete bodies that parse in
@@ -24,15 +24,33 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 
 import aiohttp
+import orjson
 
 from smetric.bench.chaos_guards import BODY_BUDGET, BODY_LIMITS, PARSE_OFFLOAD
 from smetric.bench.chaos_row import Row
-from smetric.bench.chaos_stack import ChaosStack, Reply
+from smetric.bench.chaos_stack import MODEL, ChaosStack, Reply
 
 MAX_BODY_BYTES = 16 << 20  # the picker's default --max-body-bytes
 BUDGET_MB = 64.0  # the picker's default --body-budget-bytes
 BUDGET_REFUSAL = b"its budget is"  # in the picker's 503 when its body budget is spent
 HOLD_S = 1.5  # how long the held uploads stay held once all are sent up to their last byte
+BODY_BYTES = int(15.5 * 1024 * 1024)  # an agent transcript just under the 16 MiB body limit
+# While bodies are parsed, the picker's health answers must keep coming within this: 2.5x the worst
+# seen with the worker processes on the 2-core box (0.10 s), below the best seen with the parse on
+# threads (0.39 s idle box; 0.7-1.7 s loaded), where one orjson or tokenizer call holds the GIL.
+HEALTH_BOUND_S = 0.25
+
+
+def agent_body(target_bytes: int = BODY_BYTES) -> bytes:
+    """A streaming chat body of short alternating tool steps filling ``target_bytes``."""
+    messages: list[dict[str, str]] = []
+    size, i = 0, 0
+    while size < target_bytes - 300:
+        m = {"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}: ls -la src/ ok {i * 7}"}
+        messages.append(m)
+        size += len(orjson.dumps(m)) + 1
+        i += 1
+    return orjson.dumps({"model": MODEL, "stream": True, "max_tokens": 4, "messages": messages})
 
 
 def _nested(depth: int) -> bytes:
@@ -146,7 +164,7 @@ async def hostile_bodies(st: ChaosStack, quick: bool) -> list[Row]:
         + b"y" * (15 << 20)
         + b'"}]}'
     )
-    p3 = await probed(st, _concurrent(st, big, 3))
+    p3 = await probed(st, _concurrent(st, agent_body(), 3))
     p8 = await probed(st, _held(st, big, 8))
     three, worst3, gap3 = p3.replies, p3.worst_health_s, p3.worst_scrape_gap_s
     eight, worst8, growth = p8.replies, p8.worst_health_s, p8.growth_mb
@@ -176,12 +194,12 @@ async def hostile_bodies(st: ChaosStack, quick: bool) -> list[Row]:
             BODY_LIMITS,
         ),
         Row(
-            "3 concurrent 15 MiB bodies (the probe's case)",
-            "health answers < 1 s (kubelet's default probe timeout); scrapes keep running "
-            "(longest gap < 1 s, half the 2 s staleness threshold)",
+            "3 concurrent 15.5 MiB agent bodies (~250k messages each)",
+            f"every one answered; health answers < {HEALTH_BOUND_S} s; scrapes keep running (longest "
+            "gap < 1 s, half the 2 s staleness threshold)",
             f"codes {sorted(r.status for r in three)}; worst health {worst3:.2f} s; "
             f"longest scrape gap {gap3:.2f} s",
-            worst3 < 1.0 and gap3 < 1.0,
+            all(r.status != 0 for r in three) and worst3 < HEALTH_BOUND_S and gap3 < 1.0,
             PARSE_OFFLOAD,
         ),
         Row(

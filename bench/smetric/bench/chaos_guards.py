@@ -176,6 +176,14 @@ GUARDS: tuple[Guard, ...] = (
         picker_flags=("--body-budget-bytes=1099511627776",),
     ),
     Guard(
+        PARSE_OFFLOAD,
+        "bodies of 1 MiB or more are parsed and keyed in --parse-processes worker processes "
+        "(server/offload.py); off: --parse-processes=0 parses them on two threads of the picker, "
+        "where the parse holds the GIL and stalls the event loop",
+        ("hostile_bodies",),
+        picker_flags=("--parse-processes=0",),
+    ),
+    Guard(
         STALENESS,
         "an endpoint whose last scrape failed or is older than --staleness-threshold-ms is stale "
         "(datastore.is_stale), and the policies see a stale endpoint only when no fresh one is left "

@@ -257,13 +257,13 @@ class ChaosStack:
         )
 
     def rss_mb(self, name: str = "picker") -> float:
+        """Resident memory of ``name`` and every process under it (the picker's parse workers
+        count: memory moved into a child is still the picker pod's)."""
         try:
-            for line in Path(f"/proc/{self.pid(name)}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
-        except (OSError, KeyError):
-            pass
-        return 0.0
+            pid = self.pid(name)
+        except KeyError:
+            return 0.0
+        return sum(_rss_kb(p) for p in _tree(pid)) / 1024.0
 
     def picker_log(self) -> str:
         child = self.sup.children.get("picker")
@@ -422,3 +422,27 @@ def chat(
         messages.append({"role": "assistant", "content": f"step {t} done for {session}"})
     messages.append({"role": "user", "content": f"continue {session}"})
     return {"model": MODEL, "messages": messages, "stream": stream, "max_tokens": max_tokens}
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (Linux ``/proc/PID/task/TID/children``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0

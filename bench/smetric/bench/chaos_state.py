@@ -26,9 +26,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import orjson
-
-from smetric.bench.chaos_bodies import BUDGET_REFUSAL, probed
+from smetric.bench.chaos_bodies import BUDGET_REFUSAL, agent_body, probed
 from smetric.bench.chaos_guards import (
     BODY_BUDGET,
     KV_MESSAGE_LIMIT,
@@ -39,10 +37,9 @@ from smetric.bench.chaos_guards import (
     Guard,
 )
 from smetric.bench.chaos_row import Fault, Row
-from smetric.bench.chaos_stack import MODEL, ChaosStack, chat
+from smetric.bench.chaos_stack import ChaosStack, chat
 from smetric.bench.procs import free_port
 
-BODY_BYTES = int(15.5 * 1024 * 1024)
 # 8 bodies against the 64 MiB body budget: at most 4 buffered at once, 2 parsed at once. Per body
 # the picker holds its bytes plus at most 3x them once keyed and peaks at 10x while parsing
 # (tests/unit/epp/test_epp_body_memory.py), so 4 x 4 x 15.5 + 2 x 10 x 15.5 = 558 MB; the bound adds
@@ -52,18 +49,6 @@ BODY_RSS_BOUND_MB = 600.0
 
 def _off(st: ChaosStack, name: str) -> bool:
     return any(g.name == name for g in st.settings.guards_off)
-
-
-def agent_body(target_bytes: int = BODY_BYTES) -> bytes:
-    """A streaming chat body of short alternating tool steps filling ``target_bytes``."""
-    messages: list[dict[str, str]] = []
-    size, i = 0, 0
-    while size < target_bytes - 300:
-        m = {"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}: ls -la src/ ok {i * 7}"}
-        messages.append(m)
-        size += len(orjson.dumps(m)) + 1
-        i += 1
-    return orjson.dumps({"model": MODEL, "stream": True, "max_tokens": 4, "messages": messages})
 
 
 # -- KV events ------------------------------------------------------------------------------------

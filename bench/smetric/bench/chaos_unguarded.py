@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+PARSE_WORKER = "--parse-worker"  # argv[1] of a patched picker's parse worker (instead of "--")
+
 
 def _ledger_client_id() -> None:
     """Key the dispatch ledger on the client's x-request-id."""
@@ -77,10 +79,11 @@ def _kv_no_reconnect() -> None:
 
 
 def _whole_prompt_key() -> None:
-    """The precise index tokenizes a prompt in one piece, and a parsed body keeps its document."""
+    """The precise index tokenizes a prompt in one piece, and a parsed body keeps its document (on
+    the parse threads); the parse worker processes run with the same patch."""
     from smetric.epp.index import precise
     from smetric.epp.parse.body import parse_body
-    from smetric.epp.server import offload
+    from smetric.epp.server import offload, parseworker
 
     def parse_and_key(body: bytes | bytearray, path: str, keyer: offload.Keyer) -> Any:
         parsed = parse_body(body, path)
@@ -88,6 +91,14 @@ def _whole_prompt_key() -> None:
 
     precise.ENCODE_CHUNK_CHARS = 1 << 62
     offload._parse_and_key = parse_and_key
+    init = parseworker.WorkerPool.__init__
+
+    def patched_workers(self: parseworker.WorkerPool, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        recipe = self._argv[-1]
+        self._argv = [sys.executable, "-m", "smetric.bench.chaos_unguarded", "whole-prompt-key", PARSE_WORKER, recipe]
+
+    parseworker.WorkerPool.__init__ = patched_workers  # type: ignore[method-assign]
 
 
 def _kv_store_uncapped() -> None:
@@ -175,7 +186,7 @@ PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 2 or args[1] != "--":
+    if len(args) < 2 or args[1] not in ("--", PARSE_WORKER):
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         return 2
     names = [n for n in args[0].split(",") if n]
@@ -185,6 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for n in names:
         PATCHES[n]()
+    if args[1] == PARSE_WORKER:  # a parse worker process of a patched picker
+        from smetric.epp.server import parseworker
+
+        parseworker.main(args[2:])
+        return 0
     from smetric.epp.main import main as epp_main
 
     return epp_main(args[2:])

@@ -88,6 +88,14 @@ FLAGS: tuple[Flag, ...] = (
         "request bodies buffered by all streams together; past it a request gets 503",
     ),
     Flag(
+        "parse-processes",
+        int,
+        2,
+        "bodies of 1 MiB or more are parsed and keyed in this many worker processes (each loads the "
+        "tokenizer; the event loop only copies bytes); 0 = threads in the picker process, whose event "
+        "loop then stalls while a many-message body is parsed (the parse holds the GIL)",
+    ),
+    Flag(
         "max-inflight-decisions",
         int,
         512,

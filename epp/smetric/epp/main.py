@@ -32,6 +32,7 @@ from smetric.epp.obs.logging import (
 from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
 from smetric.epp.obs.metrics_server import KubeAuthorizer, MetricsServer
 from smetric.epp.server.app import PickerServer, build_picker
+from smetric.epp.server.keyrecipe import KeyRecipe
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 from smetric.epp.server.snapshot import StateKeeper
 from smetric.epp.server.tls import TlsError, server_key_pair
@@ -66,6 +67,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         metrics,
         ServicerSettings.from_picker(s, cfg.servedModels),
         renderer=renderer,
+        key_recipe=KeyRecipe.of(s),
     )
     datastore.on_removed(picker.on_endpoint_removed)  # a removed pod's learned speed goes with it
     elector = leader_elector(s)

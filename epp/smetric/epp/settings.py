@@ -50,6 +50,7 @@ class PickerSettings:
     # request path bounds
     max_body_bytes: int
     body_budget_bytes: int
+    parse_processes: int
     max_inflight_decisions: int
     decision_budget_s: float
     response_observer: bool  # --response-path=observer
@@ -97,6 +98,7 @@ class PickerSettings:
             scrape_max_bytes=args.scrape_max_bytes,
             max_body_bytes=args.max_body_bytes,
             body_budget_bytes=args.body_budget_bytes,
+            parse_processes=args.parse_processes,
             max_inflight_decisions=args.max_inflight_decisions,
             decision_budget_s=args.decision_budget_ms / 1000.0,
             response_observer=args.response_path == "observer",

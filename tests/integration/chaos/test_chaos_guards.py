@@ -14,7 +14,7 @@ import pytest
 
 from smetric.bench import chaos_guards
 from smetric.bench.chaos import FAULTS, GUARDS, faults_checking, run, unguarded_failures
-from smetric.bench.chaos_guards import CUT_STREAM, FROZEN_AVOIDED, PARSE_OFFLOAD, by_name
+from smetric.bench.chaos_guards import CUT_STREAM, FROZEN_AVOIDED, by_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,7 +30,6 @@ def test_every_guard_names_known_faults_and_a_way_to_switch_it_off() -> None:
 # Guards rows name without a --guard-off entry, each explained in docs/chaos.md.
 UNREGISTERED = {
     CUT_STREAM: "Envoy's own framing: no configuration ends a reset stream cleanly",
-    PARSE_OFFLOAD: "no health or scrape bound separates it from the parse on the loop on a 2-core box",
     FROZEN_AVOIDED: "two guards, each enough alone: the ledger often keeps new sessions off without staleness",
 }
 

@@ -11,5 +11,9 @@ class RequestError(Exception):
         self.status = status
         self.message = message
 
+    def __reduce__(self) -> tuple[type[RequestError], tuple[int, str]]:
+        """Picklable as itself: a parse worker process raises it (``server.offload``)."""
+        return (RequestError, (self.status, self.message))
+
     def __repr__(self) -> str:
         return f"RequestError({self.status}, {self.message!r})"

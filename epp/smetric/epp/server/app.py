@@ -131,7 +131,7 @@ class PickerServer:
         if self._health_server is not None:
             await self._health_server.stop(0)
             self._health_server = None
-        self.servicer.offload.close()
+        await self.servicer.offload.close()
 
 
 def _bind(

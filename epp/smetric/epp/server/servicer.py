@@ -50,6 +50,7 @@ from smetric.epp.server.guard import (
     prefills,
 )
 from smetric.epp.server.hooks import ResponseHooks
+from smetric.epp.server.keyrecipe import KeyRecipe
 from smetric.epp.server.observer import ObserverMatcher
 from smetric.epp.server.offload import ParseOffload
 from smetric.epp.server.response_path import RESPONSE_KINDS, ResponsePath
@@ -89,7 +90,9 @@ class ServicerSettings:
     body_budget_bytes: int = _FLAGS.body_budget_bytes
     allowed_paths: tuple[str, ...] = INFERENCE_PATHS
     offload_parse_bytes: int = 1024 * 1024
-    parse_workers: int = 2
+    parse_workers: int = 2  # threads, where no processes parse (below)
+    # worker processes for those bodies (``--parse-processes``; used with a key recipe only)
+    parse_processes: int = _FLAGS.parse_processes
     # Admission control (an alive but overloaded picker): requests waiting for a decision, and the
     # time from their headers to their decision; past either, 503 + retry-after at once.
     max_inflight_decisions: int = _FLAGS.max_inflight_decisions
@@ -122,9 +125,12 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         settings: ServicerSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
         renderer: ChatRenderer | None = None,
+        key_recipe: KeyRecipe | None = None,
     ) -> None:
         """``renderer``: the engines' chat template (a precise prefix index must see the prompt text
-        the engine tokenizes); without it the index gets the role-marked text of :mod:`parse.body`."""
+        the engine tokenizes); without it the index gets the role-marked text of :mod:`parse.body`.
+        ``key_recipe``: how a worker process keys as ``picker`` and ``renderer`` do (large bodies are
+        parsed in ``settings.parse_processes`` processes with it, else on threads)."""
         self.picker = picker
         self.hooks: ResponseHooks = picker  # all the response path tells the picker goes through these
         self.renderer = renderer
@@ -133,7 +139,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         self.clock = clock
         self.observers = ObserverMatcher(metrics)  # --response-path=observer
         self.budget = BodyBudget(self.settings.body_budget_bytes)
-        self.offload = ParseOffload(self.settings.parse_workers)
+        self.offload = ParseOffload(self.settings.parse_workers, key_recipe, self.settings.parse_processes)
         self.admission = Admission(self.settings.max_inflight_decisions, self.settings.decision_budget_s)
 
     async def Process(

@@ -1,0 +1,232 @@
+"""Worker processes that parse and key large request bodies (``--parse-processes``).
+
+Each worker is ``python -m smetric.epp.server.parseworker RECIPE_JSON``: a fresh interpreter that
+imports the parser and the index's key code only (not the picker's gRPC stack, ~25 MB before its
+tokenizer), builds the keyer from its :class:`~smetric.epp.server.keyrecipe.KeyRecipe`, says
+``ready`` and then answers one body at a time over its stdin and stdout:
+
+* request: ``>II`` (path length, body length), the path, the body;
+* answer: ``>I`` length, then a pickle of ``("ok", ParsedBody, PromptKey)`` (the slim parse and key,
+  :func:`~smetric.epp.server.keyrecipe.slim`) or ``("err", status, message)``.
+
+Both ends are this package (pickle is not a trust boundary here). A worker exits when its stdin
+closes (the picker stopped or died). :class:`WorkerPool` is the picker's side: at most ``n``
+workers, started on first use, one body each at a time; a worker whose exchange did not finish
+(it died, or the request was cancelled mid-exchange) is killed and replaced by a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import dataclasses
+import json
+import pickle
+import struct
+import sys
+from typing import BinaryIO
+
+from smetric.epp.contracts import PromptKey
+from smetric.epp.parse.body import ParsedBody, parse_body
+from smetric.epp.parse.errors import RequestError
+from smetric.epp.server.keyrecipe import KeyRecipe, slim
+
+_REQUEST = struct.Struct(">II")
+_ANSWER = struct.Struct(">I")
+READY = b"ready"
+START_TIMEOUT_S = 120.0  # interpreter start + tokenizer load (a Hugging Face tokenizer from disk)
+
+
+# -- the worker process ----------------------------------------------------------------------------
+
+
+def _read_exactly(f: BinaryIO, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        b = f.read(left)
+        if not b:
+            return None
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+def _trim_heap() -> None:
+    """Hand the last parse's freed heap back to the system (glibc keeps it otherwise, and the
+    worker's RSS would stay at its largest body's peak)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _answer(body: bytes, path: str, keyer: object) -> tuple[object, ...]:
+    try:
+        parsed = parse_body(body, path)
+        del body
+        _text, key = keyer(parsed)  # type: ignore[operator]
+        return ("ok", *slim(parsed, key))
+    except RequestError as exc:
+        return ("err", exc.status, exc.message)
+    except Exception as exc:  # a parser bug must not take the worker down: the request gets a 500
+        return ("err", 500, f"the endpoint picker could not parse the body: {type(exc).__name__}: {exc}")
+
+
+def serve(recipe: KeyRecipe, inp: BinaryIO, out: BinaryIO) -> None:
+    keyer = recipe.build()
+    out.write(_ANSWER.pack(len(READY)) + READY)
+    out.flush()
+    while (head := _read_exactly(inp, _REQUEST.size)) is not None:
+        path_len, body_len = _REQUEST.unpack(head)
+        path = _read_exactly(inp, path_len) if path_len else b""
+        body = _read_exactly(inp, body_len) if body_len else b""
+        if path is None or body is None:
+            return
+        payload = pickle.dumps(_answer(body, path.decode(), keyer), protocol=pickle.HIGHEST_PROTOCOL)
+        del body
+        out.write(_ANSWER.pack(len(payload)) + payload)
+        out.flush()
+        _trim_heap()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    recipe = KeyRecipe(**json.loads(args[0]))
+    serve(recipe, sys.stdin.buffer, sys.stdout.buffer)
+
+
+# -- the picker's side -----------------------------------------------------------------------------
+
+
+class WorkerDied(Exception):
+    """A worker closed its output mid-exchange (killed, out of memory) or never became ready."""
+
+
+class _Worker:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def _frame(self) -> bytes:
+        stdout = self.proc.stdout
+        assert stdout is not None
+        try:
+            (n,) = _ANSWER.unpack(await stdout.readexactly(_ANSWER.size))
+            return await stdout.readexactly(n)
+        except asyncio.IncompleteReadError:
+            raise WorkerDied(f"parse worker {self.proc.pid} exited ({self.proc.returncode})") from None
+
+    async def ready(self) -> None:
+        if await self._frame() != READY:
+            raise WorkerDied(f"parse worker {self.proc.pid} did not say ready")
+
+    async def call(self, body: bytes | bytearray, path: str) -> tuple[ParsedBody, PromptKey]:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        p = path.encode()
+        try:
+            stdin.write(_REQUEST.pack(len(p), len(body)) + p)
+            stdin.write(body)
+            await stdin.drain()
+        except (ConnectionError, BrokenPipeError):
+            raise WorkerDied(f"parse worker {self.proc.pid} is gone") from None
+        answer = pickle.loads(await self._frame())
+        if answer[0] == "ok":
+            return answer[1], answer[2]
+        raise RequestError(answer[1], answer[2])
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+
+
+class WorkerPool:
+    def __init__(self, recipe: KeyRecipe, n: int, start_timeout_s: float = START_TIMEOUT_S) -> None:
+        self._argv = [sys.executable, "-m", __name__, json.dumps(dataclasses.asdict(recipe))]
+        self._n = max(1, n)
+        self._start_timeout_s = start_timeout_s
+        self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()  # idle and busy, to kill at close
+        self._count = 0  # workers started or starting, idle or busy
+        self._freed: asyncio.Condition | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self._all]
+
+    async def _start(self) -> _Worker:
+        proc = await asyncio.create_subprocess_exec(
+            *self._argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        w = _Worker(proc)
+        try:
+            async with asyncio.timeout(self._start_timeout_s):
+                await w.ready()
+        except BaseException:
+            w.kill()
+            raise
+        self._all.add(w)
+        return w
+
+    async def _take(self) -> _Worker:
+        if self._freed is None:
+            self._freed = asyncio.Condition()
+        async with self._freed:
+            while not self._idle and self._count >= self._n:
+                await self._freed.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._count += 1
+        try:
+            return await self._start()
+        except BaseException:
+            await self._lost()
+            raise
+
+    async def _lost(self) -> None:
+        assert self._freed is not None
+        async with self._freed:
+            self._count -= 1
+            self._freed.notify()
+
+    async def parse(self, body: bytes | bytearray, path: str) -> tuple[ParsedBody, PromptKey]:
+        """Raises :class:`RequestError` (the parse's own, or 503 when a worker died)."""
+        try:
+            w = await self._take()
+        except (WorkerDied, TimeoutError, OSError) as exc:
+            raise RequestError(503, f"the endpoint picker's parse worker did not start: {exc}") from None
+        try:
+            result = await w.call(body, path)
+        except RequestError:
+            await self._give_back(w)  # the worker answered: it stays
+            raise
+        except BaseException as exc:  # died, or cancelled mid-exchange: its pipe state is unknown
+            self._all.discard(w)
+            w.kill()
+            await asyncio.shield(self._lost())
+            if isinstance(exc, WorkerDied):
+                raise RequestError(503, f"the endpoint picker's {exc} (out of memory?): retry") from None
+            raise
+        await self._give_back(w)
+        return result
+
+    async def _give_back(self, w: _Worker) -> None:
+        assert self._freed is not None
+        async with self._freed:
+            self._idle.append(w)
+            self._freed.notify()
+
+    async def close(self, timeout_s: float = 5.0) -> None:
+        """Kill every worker and reap it (within ``timeout_s``)."""
+        workers = list(self._all)
+        self._all.clear()
+        self._idle.clear()
+        for w in workers:
+            w.kill()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(*(w.proc.wait() for w in workers))
+
+
+if __name__ == "__main__":
+    main()
