@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from smetric.bench.chaos_bodies import hostile_bodies
-from smetric.bench.chaos_frozen import endpoint_stop
+from smetric.bench.chaos_frozen import endpoint_stop, endpoint_stop_burst
 from smetric.bench.chaos_gateway import prefills_on, upload_bounds, while_picker_dead
 from smetric.bench.chaos_guards import (
     CUT_STREAM,
@@ -274,6 +274,7 @@ FAULTS: tuple[Fault, ...] = (
     picker_kill_and_restart,
     endpoint_kill,
     endpoint_stop,
+    endpoint_stop_burst,
 )
 
 

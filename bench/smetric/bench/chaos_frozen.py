@@ -12,7 +12,7 @@ import asyncio
 import signal
 import time
 
-from smetric.bench.chaos_guards import FROZEN_AVOIDED, IDLE_TIMEOUT, PER_TRY_IDLE, STALENESS
+from smetric.bench.chaos_guards import FROZEN_AVOIDED, IDLE_TIMEOUT, PER_TRY_IDLE, REQUEST_CAP, STALENESS
 from smetric.bench.chaos_row import Row
 from smetric.bench.chaos_stack import ChaosStack, Reply, chat
 
@@ -29,6 +29,7 @@ PROBE_EVERY_S = 0.08  # the next turn of one of its sessions this often from the
 STALE_WINDOW_S = 0.05 + 1.0
 WINDOW_SLACK_S = 0.5  # the picker's event loop on a loaded 2-core box
 PROBES = 24  # sessions of the engine whose next turn is spread over ~2 s after the freeze
+BURST = 44  # next turns of its sessions sent at once as it froze: more than the request cap
 
 
 async def _probe(
@@ -39,10 +40,10 @@ async def _probe(
     return sent, await st.post(chat(session, 1), timeout_s=timeout_s)
 
 
-async def _sessions_on(st: ChaosStack, address: str, tag: int, want: int) -> list[str]:
+async def _sessions_on(st: ChaosStack, address: str, tag: int, want: int, batches: int = 6) -> list[str]:
     """Sessions whose first turn ``address`` served (their next turn sticks to it)."""
     found: list[str] = []
-    for batch in range(6):
+    for batch in range(batches):
         names = [f"stick-{tag}-{batch}-{n}" for n in range(3 * WAVE)]
         placed = await asyncio.gather(*(st.post(chat(s, 0)) for s in names))
         found += [s for s, r in zip(names, placed, strict=True) if r.served == address]
@@ -132,3 +133,44 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
             FROZEN_AVOIDED,
         ),
     ]
+
+
+async def endpoint_stop_burst(st: ChaosStack, quick: bool) -> list[Row]:
+    """A burst at a frozen engine: the picker keeps choosing it until its scrapes fail (~1.05 s),
+    and within that window the request cap (``--max-requests-per-scrape``) bounds how many reach it
+    by number: the rest go to the picker's next choice at once."""
+    from smetric.epp.settings import PickerSettings
+
+    cap = PickerSettings.defaults().max_requests_per_scrape
+    per_try, idle = st.settings.per_try_idle_timeout_s, st.settings.stream_idle_timeout_s
+    victim = "engine0"
+    address = st.endpoints[0]
+    mine = await _sessions_on(st, address, time.monotonic_ns(), BURST, batches=12)
+    await asyncio.sleep(0.2)  # a scrape after the first turns: the count starts at the freeze
+    st.signal(victim, signal.SIGSTOP)
+    try:
+        burst = await asyncio.gather(*(st.post(chat(s, 1), timeout_s=idle + 10.0) for s in mine))
+    finally:
+        st.signal(victim, signal.SIGCONT)
+    await st.wait_fresh()
+    reached = sum(1 for r in burst if r.elapsed_s >= per_try - 1.0)  # waited out the per-try timeout
+    ok = sum(1 for r in burst if r.status == 200 and not r.error)
+    return [
+        Row(
+            f"endpoint SIGSTOP: {len(mine)} next turns of its sessions at once, as it froze",
+            f"at most {cap} (--max-requests-per-scrape) reach it before its scrapes fail; all 200 "
+            "(those that reached it retried elsewhere after the per-try idle timeout)",
+            f"{reached}/{len(burst)} reached it; {ok}/{len(burst)} ok ({_outcomes(burst)}); "
+            f"slowest {max(r.elapsed_s for r in burst):.1f} s",
+            len(mine) > cap and 0 < reached <= cap and ok == len(burst),
+            REQUEST_CAP,
+        )
+    ]
+
+
+def _outcomes(replies: list[Reply]) -> str:
+    counts: dict[str, int] = {}
+    for r in replies:
+        k = f"{r.status}{' ' + r.error if r.error else ''}"
+        counts[k] = counts.get(k, 0) + 1
+    return ", ".join(f"{n} x {k}" for k, n in sorted(counts.items()))

@@ -45,6 +45,7 @@ RETRIES = "gateway retries on the picker's fallbacks"
 PER_TRY_IDLE = "per-try idle timeout retries a frozen attempt"
 CUT_STREAM = "a cut stream ends with an error the client sees"
 STALENESS = "stale endpoints avoided"
+REQUEST_CAP = "requests per endpoint between two of its scrapes capped"
 ADMISSION = "picker decision budget"
 UPLOAD_COUNTING = "admission counts a request once its body is complete"
 PROTOCOL_GUARD = "gateway answers refused requests with a status"
@@ -182,6 +183,13 @@ GUARDS: tuple[Guard, ...] = (
         "where the parse holds the GIL and stalls the event loop",
         ("hostile_bodies",),
         picker_flags=("--parse-processes=0",),
+    ),
+    Guard(
+        REQUEST_CAP,
+        "an endpoint sent --max-requests-per-scrape (32) requests since its last successful scrape is "
+        "stale until a newer one answers (datastore.Datastore.dispatched / is_stale)",
+        ("endpoint_stop_burst",),
+        picker_flags=("--max-requests-per-scrape=0",),
     ),
     Guard(
         STALENESS,

@@ -80,6 +80,14 @@ FLAGS: tuple[Flag, ...] = (
     ),
     Flag("refresh-interval-ms", int, 50, "metrics scrape interval per endpoint"),
     Flag("staleness-threshold-ms", int, 2000, "metrics older than this mark an endpoint stale (saturated)"),
+    Flag(
+        "max-requests-per-scrape",
+        int,
+        32,
+        "an endpoint sent this many requests since its last successful metrics scrape counts as stale "
+        "until a newer scrape answers: bounds what a frozen engine receives before its scrapes time out "
+        "(32 = 640 req/s per engine at the 50 ms scrape interval); 0 = no bound",
+    ),
     Flag("max-body-bytes", int, 16 * 1024 * 1024, "requests larger than this get 413"),
     Flag(
         "body-budget-bytes",

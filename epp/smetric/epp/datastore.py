@@ -36,7 +36,10 @@ class Datastore:
         kv_events: KvEventManager | None = None,
         staleness_threshold_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        max_requests_per_scrape: int = 0,
     ) -> None:
+        """``max_requests_per_scrape``: an endpoint sent this many requests since its last
+        successful scrape is stale until a newer scrape answers (0: no such bound)."""
         self._discovery = discovery
         self._scraper = scraper
         self._index = index
@@ -46,6 +49,9 @@ class Datastore:
         self._endpoints: tuple[EndpointInfo, ...] = ()
         self._warned_block_size: set[str] = set()
         self._removal_listeners: list[Callable[[str], None]] = []
+        self._max_per_scrape = max_requests_per_scrape
+        # address -> (scraped_at_s of the scrape the count runs since, requests sent since it)
+        self._unconfirmed: dict[str, tuple[float, int]] = {}
 
     def on_removed(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(address)`` when discovery drops an endpoint (e.g. the picker's
@@ -78,6 +84,7 @@ class Datastore:
             self._kv_events.sync(self._endpoints)
         for address in old - new:
             self._index.forget(address)
+            self._unconfirmed.pop(address, None)
         if self._index.reads_kv_events:
             for e in self._endpoints:
                 if not e.kv_events_endpoint and e.address not in old:
@@ -105,7 +112,21 @@ class Datastore:
         m = self._scraper.metrics(address)
         if m is None or self._scraper.is_down(address):
             return True
+        if self._max_per_scrape:
+            since, n = self._unconfirmed.get(address, (-1.0, 0))
+            if since == m.scraped_at_s and n >= self._max_per_scrape:
+                return True  # an engine frozen since its last scrape gets at most this many
         return self._clock() - m.scraped_at_s > self._staleness_s
+
+    def dispatched(self, address: str) -> None:
+        """A request was sent to ``address`` (the picker's dispatch hook): counted until the
+        endpoint's next successful scrape confirms it is alive."""
+        if not self._max_per_scrape:
+            return
+        m = self._scraper.metrics(address)
+        at = m.scraped_at_s if m is not None else -1.0
+        since, n = self._unconfirmed.get(address, (at, 0))
+        self._unconfirmed[address] = (at, n + 1 if since == at else 1)
 
     def capacity_blocks(self, address: str) -> int | None:
         """The engine's ``num_gpu_blocks`` (sizes the approximate index's LRU), if scraped."""
@@ -153,7 +174,9 @@ def build_datastore(settings: PickerSettings, on_kv_gap: GapCallback | None = No
         index = approximate = ApproximateIndex(block_tokens=s.block_size)
     else:
         raise ValueError(f"--prefix-index must be precise or approximate, got {s.prefix_index!r}")
-    ds = Datastore(discovery, scraper, index, kv_events, s.staleness_s)
+    ds = Datastore(
+        discovery, scraper, index, kv_events, s.staleness_s, max_requests_per_scrape=s.max_requests_per_scrape
+    )
     if approximate is not None:
         approximate.set_capacity_source(ds.capacity_blocks)
     if store is not None:  # the KV block store's cap follows each engine's num_gpu_blocks

@@ -55,7 +55,13 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
     metrics = PickerMetrics(registry, s.pool_name)
     datastore = build_datastore(s, KvEventGapCounter(metrics).on_gap)
     picker = build_picker(
-        cfg, params, datastore, datastore.index, staleness_s=s.staleness_s, is_stale=datastore.is_stale
+        cfg,
+        params,
+        datastore,
+        datastore.index,
+        staleness_s=s.staleness_s,
+        is_stale=datastore.is_stale,
+        on_dispatch=datastore.dispatched,
     )
     renderer = None
     if s.prefix_index == "precise":  # the index must see the text the engines tokenize

@@ -47,6 +47,7 @@ class PickerSettings:
     staleness_s: float
     scrape_timeout_s: float
     scrape_max_bytes: int
+    max_requests_per_scrape: int
     # request path bounds
     max_body_bytes: int
     body_budget_bytes: int
@@ -96,6 +97,7 @@ class PickerSettings:
             staleness_s=up.staleness_s or args.staleness_threshold_ms / 1000.0,
             scrape_timeout_s=args.scrape_timeout_ms / 1000.0,
             scrape_max_bytes=args.scrape_max_bytes,
+            max_requests_per_scrape=args.max_requests_per_scrape,
             max_body_bytes=args.max_body_bytes,
             body_budget_bytes=args.body_budget_bytes,
             parse_processes=args.parse_processes,

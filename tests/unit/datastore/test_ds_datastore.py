@@ -71,6 +71,52 @@ async def test_datastore_serves_metrics_and_staleness() -> None:
         await runner.cleanup()
 
 
+async def test_an_endpoint_sent_too_many_requests_since_its_last_scrape_is_stale_until_the_next() -> None:
+    """A frozen engine still has fresh metrics for up to the scrape interval + timeout: the cap
+    bounds the requests it gets meanwhile; a newer scrape (the engine answered) lifts it."""
+    runner, port = await _serve()
+    live = f"127.0.0.1:{port}"
+    clock = _Clock()
+    ds = Datastore(
+        StaticDiscovery.from_spec(live, kv_events_port=0),
+        ScrapeManager(interval_s=0.01, timeout_s=0.5, clock=clock),
+        ApproximateIndex(block_tokens=32),
+        staleness_threshold_s=2.0,
+        clock=clock,
+        max_requests_per_scrape=3,
+    )
+    await ds.start()
+    try:
+        for _ in range(500):
+            if ds.metrics(live) is not None:
+                break
+            await asyncio.sleep(0.01)
+        await ds.scraper.stop()  # no newer scrape from here on: the engine "froze"
+        for _ in range(2):
+            ds.dispatched(live)
+        assert not ds.is_stale(live)  # 2 < 3
+        ds.dispatched(live)
+        assert ds.is_stale(live)  # the third request since the last scrape: no more until one answers
+        clock.now += 0.05
+        assert await ds.scraper.scrape_once(live)  # the engine answers a scrape again
+        assert not ds.is_stale(live)  # a newer scrape answered: the count starts again
+        ds.dispatched(live)
+        assert not ds.is_stale(live)
+    finally:
+        await ds.stop()
+        await runner.cleanup()
+
+
+def test_the_request_cap_is_on_by_default_and_0_turns_it_off() -> None:
+    assert PickerSettings.defaults().max_requests_per_scrape == 32
+    ds = build_datastore(
+        PickerSettings.from_argv(["--endpoints", "10.0.0.1:8000", "--max-requests-per-scrape=0"])
+    )
+    for _ in range(100):
+        ds.dispatched("10.0.0.1:8000")
+    assert ds._unconfirmed == {}
+
+
 def test_build_from_flags() -> None:
     approx = build_datastore(PickerSettings.from_argv(["--endpoints", "10.0.0.1:8000"]))
     assert isinstance(approx.index, ApproximateIndex)

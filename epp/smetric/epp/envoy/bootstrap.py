@@ -167,6 +167,11 @@ def _socket(host: str, port: int) -> dict[str, Any]:
 # carries one ext_proc stream per in-flight request (two with the response observer, which Envoy
 # keeps open up to deferred_close_timeout after the request) and the model-server cluster every
 # in-flight generation, so both would start failing requests with 500/503 at moderate load.
+# Concurrent retries stay bounded (a retry storm is the one thing a breaker should stop), but above
+# what one frozen engine can hold: the picker sends it at most --max-requests-per-scrape (32)
+# requests before its scrapes fail, and each is retried after the per-try idle timeout; at 16, 15
+# of 32 such retries got 504 (`smetric chaos` row "endpoint SIGSTOP: 44 next turns ... at once").
+MAX_CONCURRENT_RETRIES = 64
 _UNLIMITED = 1 << 30
 CIRCUIT_BREAKERS = {
     "thresholds": [
@@ -174,7 +179,7 @@ CIRCUIT_BREAKERS = {
             "max_connections": _UNLIMITED,
             "max_pending_requests": _UNLIMITED,
             "max_requests": _UNLIMITED,
-            "max_retries": 16,
+            "max_retries": MAX_CONCURRENT_RETRIES,
         }
     ]
 }

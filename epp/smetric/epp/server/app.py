@@ -32,6 +32,7 @@ def build_picker(
     staleness_s: float = 2.0,
     cost_model: CostModel | None = None,
     is_stale: Callable[[str], bool] | None = None,
+    on_dispatch: Callable[[str], None] | None = None,
 ) -> Picker:
     """One :class:`Picker` from the config. Each call makes fresh policy instances (own counters).
     ``is_stale``: the source's own staleness judgement (the datastore's), else the scrape age."""
@@ -50,6 +51,7 @@ def build_picker(
         global_fetch_s_per_token=params.global_fetch_s_per_token,
         is_stale=is_stale,
         pd_decider=PdDecider(cfg.pdDisaggregation.nonCachedTokens),
+        on_dispatch=on_dispatch,
     )
     if uses_tier_view(cfg.policy.name):
         picker.tier_facts = build_tier_facts(index, params, picker.clock)

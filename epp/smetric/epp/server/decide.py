@@ -85,11 +85,15 @@ class Picker:
         tier_facts: TierFacts | None = None,
         is_stale: Callable[[str], bool] | None = None,
         pd_decider: PdDecider | None = None,
+        on_dispatch: Callable[[str], None] | None = None,
     ) -> None:
         """``is_stale``: the source's own staleness judgement when it knows more than the scrape
         age (the datastore: a failed last scrape is stale at once); ``None`` = the scrape age.
+        ``on_dispatch``: told each endpoint a request is sent to (the datastore counts them
+        against ``--max-requests-per-scrape``).
         ``pd_decider``: selective P/D (``pdDisaggregation.nonCachedTokens``)."""
         self.source = source
+        self.on_dispatch = on_dispatch
         self.tier_facts = tier_facts  # smetric-tiered's g, nodes and footprint (None otherwise)
         self.index = index
         self.router = router
@@ -198,6 +202,10 @@ class Picker:
             request.request_id, pick.ledger_address, pick.uncached_tokens, pick.cost_s, pick.fetch_s
         )
         self.index.on_routed(key, pick.ledger_address)
+        if self.on_dispatch is not None:
+            self.on_dispatch(pick.ledger_address)
+            if pick.destination != pick.ledger_address:
+                self.on_dispatch(pick.destination)
         if pick.prefill and pick.destination != pick.ledger_address:
             # P/D: the KV crosses to the decode pod, which then holds the prompt too (what lets
             # selective P/D keep the session's next turn there)
