@@ -178,7 +178,7 @@ def table(rows: Sequence[Row]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="smetric chaos", description=__doc__.split("\n\n")[0])
-    p.add_argument("--json", required=True, help="write rows and load figures here")
+    p.add_argument("--json", default="", help="write rows and load figures here (required unless --list-guards)")
     p.add_argument("--quick", action="store_true", help="CI size: fewer sessions, 15 s load")
     p.add_argument("--work-dir", default="", help="logs and state (default: a temporary directory)")
     p.add_argument(
@@ -196,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for g in GUARDS:
             print(f"{g.name}: {g.what} [faults: {', '.join(g.faults)}]")
         return 0
+    if not a.json:
+        p.error("the following arguments are required: --json")
     unknown = [n for n in a.guard_off if n not in table_of]
     if unknown:
         print(f"smetric chaos: unknown guard(s) {unknown}; --list-guards shows them", file=sys.stderr)
