@@ -4,10 +4,11 @@
 # and every baseline of the registry, three rates around each regime's knee, no knee extension.
 # 16 instances: colocated and PD x full, small and no global tier; the headroom bound (free
 # global-tier loads and HBM that never evicts, the request limit held at 217,664 tokens);
-# 32 instances: the same six regimes. Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
+# 32 instances: the same six regimes; then 16 and 32 instances, full tier, with asynchronous loads
+# (LMCacheMPConnector; ~35 min more). Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
 # OUT/i32-*.json --headroom OUT/i16-coloc-full.json=OUT/i16-coloc-ideal.json --headroom OUT/i16-pd-full.json=OUT/i16-pd-ideal.json
-# Usage: bench/evidence_sweeps.sh [OUT_DIR] (default results/evidence); about 22 min for all of it on
-# 2 idle cores; add --resume to S after an interruption.
+# Usage: bench/evidence_sweeps.sh [OUT_DIR] (default results/evidence); about 22 min for the synchronous
+# regimes and ~35 min for the asynchronous ones on 2 idle cores; add --resume to S after an interruption.
 set -euo pipefail
 OUT="${1:-results/evidence}"
 mkdir -p "$OUT"
@@ -29,3 +30,8 @@ $S --instances 32 --mode colocated --global-tier none --policies $P --rates 0.5,
 $S --instances 32 --mode disaggregated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i32-pd-none.json"
 $S --instances 32 --mode colocated --global-tier small --policies $P --rates 0.5,0.75,1,1.25,1.5 --json "$OUT/i32-coloc-small.json"
 $S --instances 32 --mode disaggregated --global-tier small --policies $P --rates 0.5,0.75,1 --json "$OUT/i32-pd-small.json"
+A="--global-load-mode async"
+$S --instances 32 --mode disaggregated --global-tier full --policies $P --rates 5,6,7,8 $A --json "$OUT/i32-pd-async.json"
+$S --instances 32 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5,5 $A --json "$OUT/i32-coloc-async.json"
+$S --instances 16 --mode disaggregated --global-tier full --policies $P --rates 5,6,7,8 $A --json "$OUT/i16-pd-async.json"
+$S --instances 16 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5,5 $A --json "$OUT/i16-coloc-async.json"
