@@ -5,10 +5,10 @@
 # 16 instances: colocated and PD x full, small and no global tier; the headroom bound (free
 # global-tier loads and HBM that never evicts, the request limit held at 217,664 tokens);
 # 32 instances: the same six regimes; then 16 and 32 instances, full tier, with asynchronous loads
-# (LMCacheMPConnector; ~35 min more). Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
+# (LMCacheMPConnector; ~20 min more). Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
 # OUT/i32-*.json --headroom OUT/i16-coloc-full.json=OUT/i16-coloc-ideal.json --headroom OUT/i16-pd-full.json=OUT/i16-pd-ideal.json
 # Usage: bench/evidence_sweeps.sh [OUT_DIR] (default results/evidence); about 22 min for the synchronous
-# regimes and ~35 min for the asynchronous ones on 2 idle cores; add --resume to S after an interruption.
+# regimes and ~20 min for the asynchronous ones on 2 idle cores; add --resume to S after an interruption.
 set -euo pipefail
 OUT="${1:-results/evidence}"
 mkdir -p "$OUT"
