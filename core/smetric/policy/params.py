@@ -89,8 +89,10 @@ class SMetricParams(SessionParams, SlackParams):
         "h = max(c, est_hit) plus its fetch, no queued fetch; local = "
         "(q + cost(L - c, L)) / rate, algorithms.md literally (ablations).",
     )
-    nobody_meets: Literal["stick", "argmin"] = Field(
+    nobody_meets: Literal["stick", "argmin", "least-loaded"] = Field(
         default="stick",
-        description="a cached follow-up when no endpoint meets: stick = keep prev (algorithms.md); "
-        "argmin = the least balance score (docs/policies.md, measured).",
+        description="when no endpoint meets: stick = a cached follow-up keeps prev (algorithms.md); "
+        "argmin = it takes the least balance score; least-loaded = every request (first turns and "
+        "evicted follow-ups too) goes to the least 4 x waiting + running of the engines' own gauges "
+        "(docs/policies.md, measured).",
     )

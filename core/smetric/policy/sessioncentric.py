@@ -27,7 +27,9 @@ colocated, where ``t[i]`` is (``SessionParams.balance_estimate``):
 Both subtract the local hit, so a first turn prefers an endpoint that holds its system prompt.
 
 "Nobody meets" (``SMetricParams.nobody_meets``): ``stick`` keeps the session on ``prev``
-(algorithms.md); ``argmin`` sends it to the least balance score.
+(algorithms.md); ``argmin`` sends it to the least balance score; ``least-loaded`` sends every
+request that no endpoint can serve within its SLO (first turns and evicted follow-ups too) to the
+least ``4 * waiting + running`` of the engines' gauges.
 
 Reconstruction notes: (1) the score is divided by ``rate[i]`` so it is the same wall-time
 estimate the SLO check uses (identical to the paper's cost units when all rates are 1.0);
@@ -66,6 +68,8 @@ class SessionCentric:
         self._queued_fetch = own.queued_fetch
         # a cached follow-up nobody can serve within its SLO: stick (False) or argmin (True)
         self._nobody_argmin = False
+        # any request nobody can serve within its SLO: the least loaded by the engines' gauges
+        self._nobody_least_loaded = False
 
     @property
     def params(self) -> PolicyParams:
@@ -89,12 +93,18 @@ class SessionCentric:
         else:
             scores = times
         frozen = tuple(scores)
+        ok: list[bool] | None = None
+        if self._nobody_least_loaded:
+            ok = self.eligible(request, endpoints, -1, times)
+            if ok is not None and not any(ok):
+                return self._least_loaded(request, endpoints, scores)
         if request.turn <= 0:
             return Decision(self._ties.argmin(scores), REASON_BALANCE, frozen)
         prev = self._previous(request, endpoints, scores)
         if not local_hit(request, endpoints[prev]) > self._hit_ratio * max(0, request.est_hit_tokens):
             return Decision(self._ties.argmin(scores), REASON_EVICTED, frozen)
-        ok = self.eligible(request, endpoints, prev, times)
+        if ok is None:
+            ok = self.eligible(request, endpoints, prev, times)
         if ok is None or ok[prev]:
             return Decision(prev, REASON_STICK, frozen)
         if not any(ok):
@@ -104,6 +114,22 @@ class SessionCentric:
             return Decision(prev, REASON_STICK, frozen)
         masked = [s if ok[i] else math.inf for i, s in enumerate(scores)]
         return Decision(self._ties.argmin(masked), REASON_MIGRATE, frozen)
+
+    def _least_loaded(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], scores: Sequence[float]
+    ) -> Decision:
+        """Nobody meets (``nobody_meets: least-loaded``): the least ``4 * waiting + running`` of the
+        engines' own gauges, ties round-robin. Past the knee no estimate promises the SLO, and the
+        least estimated time herds requests that the engines' queue lengths spread (measured:
+        docs/policies.md). Reasons as usual: balance, evicted, stick or migrate."""
+        loads = [float(4 * max(0, ep.waiting) + max(0, ep.running)) for ep in endpoints]
+        target = self._ties.argmin(loads)
+        if request.turn <= 0:
+            return Decision(target, REASON_BALANCE, tuple(loads))
+        prev = self._previous(request, endpoints, scores)
+        if not local_hit(request, endpoints[prev]) > self._hit_ratio * max(0, request.est_hit_tokens):
+            return Decision(target, REASON_EVICTED, tuple(loads))
+        return Decision(target, REASON_STICK if target == prev else REASON_MIGRATE, tuple(loads))
 
     def balance_times_s(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> list[float]:
         """``t[i]`` of the balance score (``balance_estimate``, module docstring)."""

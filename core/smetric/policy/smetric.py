@@ -62,6 +62,7 @@ class SMetric(SessionCentric):
         self._slack = own.slack
         self._meets = own.meets_estimate
         self._nobody_argmin = own.nobody_meets == "argmin"
+        self._nobody_least_loaded = own.nobody_meets == "least-loaded"
 
     def eligible(
         self,

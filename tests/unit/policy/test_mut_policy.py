@@ -159,6 +159,33 @@ def test_nobody_meets_stick_or_argmin() -> None:
     assert (prev_is_least.target, prev_is_least.reason) == (1, "stick")
 
 
+def test_nobody_meets_least_loaded_spreads_every_request_by_the_engines_queues() -> None:
+    # nobody meets (every estimate over 1 s): the least 4 x waiting + running wins, whatever the
+    # estimates say -- the follow-up leaves prev, and a first turn and an evicted one go there too
+    eps = [ep(q=3.0, waiting=2), ep(hit=500, q=5.0, running=3), ep(q=2.0, waiting=1, running=1)]
+    ll = smetric(nobody_meets="least-loaded")
+    d = ll.pick(FOLLOW_UP, eps)
+    assert (d.target, d.reason, d.scores) == (1, "stick", (8.0, 3.0, 5.0))  # prev is the least loaded
+    eps[1] = ep(hit=500, q=5.0, running=9)
+    d = ll.pick(FOLLOW_UP, eps)
+    assert (d.target, d.reason, d.scores) == (2, "migrate", (8.0, 9.0, 5.0))
+    first = ll.pick(replace(FOLLOW_UP, turn=0), eps)
+    assert (first.target, first.reason) == (2, "balance")  # the least estimate would be endpoint 2 too
+    eps[2] = ep(q=2.0, waiting=3)
+    assert ll.pick(replace(FOLLOW_UP, turn=0), eps).target == 0  # 8 < 9 < 12, not the least estimate (2)
+    evicted = ll.pick(replace(FOLLOW_UP, est_hit_tokens=2000), eps)
+    assert (evicted.target, evicted.reason) == (0, "evicted")
+
+
+def test_least_loaded_applies_only_when_nobody_meets() -> None:
+    # endpoint 2 meets (q 0.1 + (1000 - 300) / 1000 = 0.8 <= 1 s), prev does not (5.0 + 0.5)
+    eps = [ep(q=3.0), ep(hit=500, q=5.0, running=0), ep(hit=300, q=0.1, waiting=5)]
+    d = smetric(nobody_meets="least-loaded").pick(FOLLOW_UP, eps)
+    assert (d.target, d.reason) == (2, "migrate")  # the rule, not the queues: 2 meets, it is busiest
+    first = smetric(nobody_meets="least-loaded").pick(replace(FOLLOW_UP, turn=0), eps)
+    assert (first.target, first.reason) == (2, "balance")
+
+
 def test_colocated_needs_both_the_ttft_and_the_tpot_guard() -> None:
     # prev meets TTFT (0.5 s) but its running decodes would miss TPOT: step 10 ms / (1 - 0.5/1)
     # = 20 ms is exactly the SLO (passes); with a 19.9 ms TPOT SLO it fails and the session moves
