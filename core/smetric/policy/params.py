@@ -92,7 +92,8 @@ class SMetricParams(SessionParams, SlackParams):
     nobody_meets: Literal["stick", "argmin", "least-loaded"] = Field(
         default="stick",
         description="when no endpoint meets: stick = a cached follow-up keeps prev (algorithms.md); "
-        "argmin = it takes the least balance score; least-loaded = every request (first turns and "
-        "evicted follow-ups too) goes to the least 4 x waiting + running of the engines' own gauges "
+        "argmin = it takes the least balance score; least-loaded = with a global tier, every request "
+        "that can move at the cost of a fetch (a first turn, or a session whose prefix the tier holds) "
+        "goes to the least 4 x waiting + running of the engines' own gauges, the rest stick "
         "(docs/policies.md, measured).",
     )

@@ -29,7 +29,8 @@ Both subtract the local hit, so a first turn prefers an endpoint that holds its 
 "Nobody meets" (``SMetricParams.nobody_meets``): ``stick`` keeps the session on ``prev``
 (algorithms.md); ``argmin`` sends it to the least balance score; ``least-loaded`` sends every
 request that no endpoint can serve within its SLO (first turns and evicted follow-ups too) to the
-least ``4 * waiting + running`` of the engines' gauges.
+least ``4 * waiting + running`` of the engines' gauges -- where it can move at the cost of a
+global-tier fetch (a pool with a tier; a first turn, or a session whose prefix the tier holds).
 
 Reconstruction notes: (1) the score is divided by ``rate[i]`` so it is the same wall-time
 estimate the SLO check uses (identical to the paper's cost units when all rates are 1.0);
@@ -94,7 +95,7 @@ class SessionCentric:
             scores = times
         frozen = tuple(scores)
         ok: list[bool] | None = None
-        if self._nobody_least_loaded:
+        if self._nobody_least_loaded and self._movable(request, endpoints):
             ok = self.eligible(request, endpoints, -1, times)
             if ok is not None and not any(ok):
                 return self._least_loaded(request, endpoints, scores)
@@ -114,6 +115,18 @@ class SessionCentric:
             return Decision(prev, REASON_STICK, frozen)
         masked = [s if ok[i] else math.inf for i, s in enumerate(scores)]
         return Decision(self._ties.argmin(masked), REASON_MIGRATE, frozen)
+
+    def _movable(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> bool:
+        """The request can go anywhere at the cost of a fetch, not a recompute: the pool has a
+        global tier and the request is a first turn or its session's prefix is in that tier
+        (``g > HIT_RATIO * est_hit``). Without a tier, moving a long session recomputes it, and
+        spreading by queue length lost up to 97 % (docs/policies.md)."""
+        if self._params.global_fetch_s_per_token is None:
+            return False
+        if request.turn <= 0:
+            return True
+        g = max((ep.global_hit_tokens for ep in endpoints), default=0)
+        return g > self._hit_ratio * max(0, request.est_hit_tokens)
 
     def _least_loaded(
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], scores: Sequence[float]

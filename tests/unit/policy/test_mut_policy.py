@@ -159,31 +159,40 @@ def test_nobody_meets_stick_or_argmin() -> None:
     assert (prev_is_least.target, prev_is_least.reason) == (1, "stick")
 
 
-def test_nobody_meets_least_loaded_spreads_every_request_by_the_engines_queues() -> None:
-    # nobody meets (every estimate over 1 s): the least 4 x waiting + running wins, whatever the
-    # estimates say -- the follow-up leaves prev, and a first turn and an evicted one go there too
-    eps = [ep(q=3.0, waiting=2), ep(hit=500, q=5.0, running=3), ep(q=2.0, waiting=1, running=1)]
-    ll = smetric(nobody_meets="least-loaded")
+TIER = replace(P, global_fetch_s_per_token=0.001)  # a pool with a global tier: 1 ms per loaded token
+
+
+def test_nobody_meets_least_loaded_spreads_what_can_move_by_the_engines_queues() -> None:
+    # nobody meets (every estimate over 1 s) and the tier holds the session (g 1000 > 0.5 x 400):
+    # the least 4 x waiting + running wins, whatever the estimates say
+    eps = [
+        ep(q=3.0, waiting=2, g=1000),
+        ep(hit=500, q=5.0, running=3, g=1000),
+        ep(q=2.0, waiting=1, running=1, g=1000),
+    ]
+    ll = smetric(TIER, nobody_meets="least-loaded")
     d = ll.pick(FOLLOW_UP, eps)
     assert (d.target, d.reason, d.scores) == (1, "stick", (8.0, 3.0, 5.0))  # prev is the least loaded
-    eps[1] = ep(hit=500, q=5.0, running=9)
+    eps[1] = ep(hit=500, q=5.0, running=9, g=1000)
     d = ll.pick(FOLLOW_UP, eps)
     assert (d.target, d.reason, d.scores) == (2, "migrate", (8.0, 9.0, 5.0))
-    first = ll.pick(replace(FOLLOW_UP, turn=0), eps)
-    assert (first.target, first.reason) == (2, "balance")  # the least estimate would be endpoint 2 too
-    eps[2] = ep(q=2.0, waiting=3)
+    eps[2] = ep(q=2.0, waiting=3, g=1000)
     assert ll.pick(replace(FOLLOW_UP, turn=0), eps).target == 0  # 8 < 9 < 12, not the least estimate (2)
-    evicted = ll.pick(replace(FOLLOW_UP, est_hit_tokens=2000), eps)
-    assert (evicted.target, evicted.reason) == (0, "evicted")
+    evicted = ll.pick(replace(FOLLOW_UP, est_hit_tokens=1500), eps)
+    assert (evicted.target, evicted.reason) == (0, "evicted")  # g 1000 > 0.5 x 1500: movable
 
 
-def test_least_loaded_applies_only_when_nobody_meets() -> None:
-    # endpoint 2 meets (q 0.1 + (1000 - 300) / 1000 = 0.8 <= 1 s), prev does not (5.0 + 0.5)
-    eps = [ep(q=3.0), ep(hit=500, q=5.0, running=0), ep(hit=300, q=0.1, waiting=5)]
-    d = smetric(nobody_meets="least-loaded").pick(FOLLOW_UP, eps)
-    assert (d.target, d.reason) == (2, "migrate")  # the rule, not the queues: 2 meets, it is busiest
-    first = smetric(nobody_meets="least-loaded").pick(replace(FOLLOW_UP, turn=0), eps)
-    assert (first.target, first.reason) == (2, "balance")
+def test_least_loaded_keeps_what_would_be_recomputed_and_what_meets() -> None:
+    busy_prev = [ep(q=3.0), ep(hit=500, q=5.0, running=9), ep(q=2.0, waiting=1)]
+    # no global tier: moving recomputes, so the follow-up sticks as with nobodyMeets: stick
+    assert smetric(P, nobody_meets="least-loaded").pick(FOLLOW_UP, busy_prev).target == 1
+    # a tier that does not hold the session (g 100 <= 0.5 x 400): it sticks too
+    no_copy = [replace(e, global_hit_tokens=100) for e in busy_prev]
+    assert smetric(TIER, nobody_meets="least-loaded").pick(FOLLOW_UP, no_copy).target == 1
+    # somebody meets: SMetric's rule, not the queues (endpoint 2: 0.1 + 700 x 1 ms = 0.8 s <= 1 s)
+    eps = [ep(q=3.0), ep(hit=500, q=5.0), ep(hit=300, q=0.1, waiting=5)]
+    d = smetric(TIER, nobody_meets="least-loaded").pick(FOLLOW_UP, eps)
+    assert (d.target, d.reason) == (2, "migrate")
 
 
 def test_colocated_needs_both_the_ttft_and_the_tpot_guard() -> None:
