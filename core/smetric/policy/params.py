@@ -90,7 +90,7 @@ class SMetricParams(SessionParams, SlackParams):
         "(q + cost(L - c, L)) / rate, algorithms.md literally (ablations).",
     )
     nobody_meets: Literal["stick", "argmin", "least-loaded"] = Field(
-        default="stick",
+        default="least-loaded",
         description="when no endpoint meets: stick = a cached follow-up keeps prev (algorithms.md); "
         "argmin = it takes the least balance score; least-loaded = with a global tier, every request "
         "that can move at the cost of a fetch (a first turn, or a session whose prefix the tier holds) "

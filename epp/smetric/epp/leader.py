@@ -96,9 +96,15 @@ class LeaderElector:
         """Stop electing; a leader releases the Lease (``release``) so a standby takes over at its
         next retry instead of after the lease duration."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Cancel until it ends, each wait bounded: Python 3.11's asyncio.wait_for can swallow a
+            # cancellation that lands as its inner call completes, and a single cancel then left
+            # stop() waiting forever on a task that kept running (seen once in the unit suite).
+            task = self._task
+            for _ in range(100):
+                task.cancel()
+                done, _pending = await asyncio.wait({task}, timeout=self.retry_s)
+                if done:
+                    break
             self._task = None
         if release and self._leader:
             with contextlib.suppress(ApiException, OSError, TimeoutError):
@@ -111,7 +117,8 @@ class LeaderElector:
     async def _run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self.try_acquire_or_renew(), self.retry_s)
+                async with asyncio.timeout(self.retry_s):  # unlike wait_for, never eats a cancel
+                    await self.try_acquire_or_renew()
             except (ApiException, OSError, TimeoutError, ValueError) as exc:
                 log.warning("leader election: lease %s/%s: %s", self.namespace, self.name, exc)
             if self._leader and self._clock() - self._last_renew > self.renew_deadline_s:

@@ -145,10 +145,12 @@ def test_ablations_share_the_balance_score() -> None:
 
 
 def test_queued_fetch_moves_a_first_turn() -> None:
-    # equal compute queues; "a" has 5 s of queued loads it will stall for
+    # equal compute queues; "a" has 5 s of queued loads it will stall for (nobody meets the SLO
+    # here: the balance score decides with nobodyMeets stick, the engines' queues with least-loaded)
     eps = [ep("a", q=1.0, qf=5.0), ep("b", q=2.0)]
-    assert SMetric(P).pick(req(1_000, turn=0), eps).target == 1
-    no_qf = P.with_own(SMetricParams(queued_fetch=False))
+    stick = P.with_own(SMetricParams(nobody_meets="stick"))
+    assert SMetric(stick).pick(req(1_000, turn=0), eps).target == 1
+    no_qf = P.with_own(SMetricParams(queued_fetch=False, nobody_meets="stick"))
     assert SMetric(no_qf).pick(req(1_000, turn=0), eps).target == 0
 
 

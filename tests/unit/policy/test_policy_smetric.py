@@ -269,4 +269,10 @@ def test_session_form_credits_est_hit_without_g() -> None:
 
 def test_slow_global_tier_does_not_help() -> None:
     params = replace(P, global_fetch_s_per_token=1e-4, slo=SloConfig(2.0, 0.0, 0.02))  # 9.9 s load
-    assert SMetric(params).pick(LONG, GLOBAL_CASE_G).reason == "stick"
+    stick = params.with_own(SMetricParams(nobody_meets="stick"))
+    assert SMetric(stick).pick(LONG, GLOBAL_CASE_G).reason == "stick"  # the paper's rule
+    # the default (least-loaded): nobody meets and the tier holds the session, so the engines'
+    # queues decide -- prev is the busier one here
+    busy_prev = [GLOBAL_CASE_G[0], replace(GLOBAL_CASE_G[1], running=3)]
+    d = SMetric(params).pick(LONG, busy_prev)
+    assert (d.target, d.reason) == (0, "migrate")

@@ -180,7 +180,7 @@ def test_all_off_decides_exactly_as_smetric(mode: str, fetch: float | None) -> N
     params = replace(P, mode=mode, global_fetch_s_per_token=fetch).with_own(  # type: ignore[arg-type]
         SMetricTieredParams(tiered=ALL_OFF),
         # smetric's literal estimates: local-hit balance score, max(c, est_hit) meets
-        SMetricParams(balance_estimate="local", meets_estimate="session"),
+        SMetricParams(balance_estimate="local", meets_estimate="session", nobody_meets="stick"),
     )
     a, b = SMetric(params), SMetricTiered(params)
     for _ in range(400):
