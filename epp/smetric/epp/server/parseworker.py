@@ -30,7 +30,7 @@ from typing import BinaryIO
 from smetric.epp.contracts import PromptKey
 from smetric.epp.parse.body import ParsedBody, parse_body
 from smetric.epp.parse.errors import RequestError
-from smetric.epp.server.keyrecipe import KeyRecipe, slim
+from smetric.epp.server.keyrecipe import Keyer, KeyRecipe, slim
 
 _REQUEST = struct.Struct(">II")
 _ANSWER = struct.Struct(">I")
@@ -59,11 +59,10 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _answer(body: bytes, path: str, keyer: object) -> tuple[object, ...]:
+def _answer(body: bytes, path: str, keyer: Keyer) -> tuple[object, ...]:
     try:
         parsed = parse_body(body, path)
-        del body
-        _text, key = keyer(parsed)  # type: ignore[operator]
+        _text, key = keyer(parsed)
         return ("ok", *slim(parsed, key))
     except RequestError as exc:
         return ("err", exc.status, exc.message)
