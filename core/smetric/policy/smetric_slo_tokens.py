@@ -37,6 +37,8 @@ class SMetricSloTokens(SessionCentric):
         self._slack = own.slack
         self._meets = own.meets_estimate
         self._nobody_argmin = own.nobody_meets == "argmin"
+        # least-loaded (smetric's default) is not applied here: the ablation keeps the paper's
+        # fallback (stick) with it, as when its tables were measured (docs/policies.md)
 
     def eligible(
         self,
