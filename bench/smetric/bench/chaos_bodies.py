@@ -41,8 +41,9 @@ BODY_BYTES = int(15.5 * 1024 * 1024)  # an agent transcript just under the 16 Mi
 HEALTH_BOUND_S = 0.25
 
 
-def agent_body(target_bytes: int = BODY_BYTES) -> bytes:
-    """A streaming chat body of short alternating tool steps filling ``target_bytes``."""
+def agent_messages(target_bytes: int) -> list[dict[str, str]]:
+    """Short alternating user/assistant turns (tool steps) whose JSON fills about ``target_bytes``
+    (300 bytes left for the body around them): the shape that costs the most after parsing."""
     messages: list[dict[str, str]] = []
     size, i = 0, 0
     while size < target_bytes - 300:
@@ -50,7 +51,14 @@ def agent_body(target_bytes: int = BODY_BYTES) -> bytes:
         messages.append(m)
         size += len(orjson.dumps(m)) + 1
         i += 1
-    return orjson.dumps({"model": MODEL, "stream": True, "max_tokens": 4, "messages": messages})
+    return messages
+
+
+def agent_body(target_bytes: int = BODY_BYTES) -> bytes:
+    """A streaming chat body of :func:`agent_messages` filling ``target_bytes``."""
+    return orjson.dumps(
+        {"model": MODEL, "stream": True, "max_tokens": 4, "messages": agent_messages(target_bytes)}
+    )
 
 
 def _nested(depth: int) -> bytes:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import orjson
 
+from smetric.bench.chaos_bodies import agent_messages
+
 BODY_BYTES = int(15.5 * 1024 * 1024)
 PEAK_X = 10.0
 HELD_X = 3.0
@@ -52,15 +54,9 @@ print(json.dumps({"held": rss() - base, "peak": peak - base, "messages": len(par
 
 
 def agent_body(target_bytes: int) -> tuple[bytes, int]:
-    """A chat body of short alternating user/assistant turns (tool steps) filling ``target_bytes``."""
-    messages: list[dict[str, str]] = []
-    size, i = 0, 0
-    while size < target_bytes - 300:
-        m = {"role": "user" if i % 2 == 0 else "assistant", "content": f"step {i}: ls -la src/ ok {i * 7}"}
-        messages.append(m)
-        size += len(orjson.dumps(m)) + 1
-        i += 1
-    return orjson.dumps({"model": "m", "stream": True, "messages": messages}), i
+    """A chat body of the chaos rows' agent messages filling ``target_bytes``, and their count."""
+    messages = agent_messages(target_bytes)
+    return orjson.dumps({"model": "m", "stream": True, "messages": messages}), len(messages)
 
 
 def test_a_many_message_body_costs_a_bounded_multiple_of_its_bytes(tmp_path: Path) -> None:
