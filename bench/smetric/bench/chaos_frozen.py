@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Callable
 
 from smetric.bench.chaos_guards import FROZEN_AVOIDED, IDLE_TIMEOUT, PER_TRY_IDLE, REQUEST_CAP, STALENESS
 from smetric.bench.chaos_row import Row
@@ -40,16 +41,27 @@ async def _probe(
     return sent, await st.post(chat(session, 1), timeout_s=timeout_s)
 
 
-async def _sessions_on(st: ChaosStack, address: str, tag: int, want: int, batches: int = 6) -> list[str]:
-    """Sessions whose first turn ``address`` served (their next turn sticks to it)."""
-    found: list[str] = []
+async def _first_turns(
+    st: ChaosStack, tag: str, batches: int, enough: Callable[[dict[str, list[str]]], bool]
+) -> dict[str, list[str]]:
+    """Batches of first turns until ``enough``: per pool engine, the sessions whose first turn it
+    served (their next turns stick to it)."""
+    by_engine: dict[str, list[str]] = {}
     for batch in range(batches):
-        names = [f"stick-{tag}-{batch}-{n}" for n in range(3 * WAVE)]
+        names = [f"{tag}-{batch}-{n}" for n in range(3 * WAVE)]
         placed = await asyncio.gather(*(st.post(chat(s, 0)) for s in names))
-        found += [s for s, r in zip(names, placed, strict=True) if r.served == address]
-        if len(found) >= want:
+        for s, r in zip(names, placed, strict=True):
+            if r.status == 200 and r.served in st.endpoints:
+                by_engine.setdefault(r.served, []).append(s)
+        if enough(by_engine):
             break
-    return found[:want]
+    return by_engine
+
+
+async def _sessions_on(st: ChaosStack, address: str, tag: int, want: int) -> list[str]:
+    """``want`` sessions whose first turn ``address`` served."""
+    found = await _first_turns(st, f"stick-{tag}", 6, lambda by: len(by.get(address, ())) >= want)
+    return found.get(address, [])[:want]
 
 
 async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
@@ -135,18 +147,11 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
     ]
 
 
-async def _busiest_sessions(st: ChaosStack, tag: int, want: int, batches: int = 12) -> tuple[str, list[str]]:
-    """The pool engine that served the most first turns, and those sessions (their next turns
-    stick to it): batches of first turns until one engine holds ``want``."""
-    by_engine: dict[str, list[str]] = {}
-    for batch in range(batches):
-        names = [f"burst-{tag}-{batch}-{n}" for n in range(3 * WAVE)]
-        placed = await asyncio.gather(*(st.post(chat(s, 0)) for s in names))
-        for s, r in zip(names, placed, strict=True):
-            if r.status == 200 and r.served in st.endpoints:
-                by_engine.setdefault(r.served, []).append(s)
-        if by_engine and max(len(v) for v in by_engine.values()) >= want:
-            break
+async def _busiest_sessions(st: ChaosStack, tag: int, want: int) -> tuple[str, list[str]]:
+    """The pool engine that served the most first turns, and up to ``want`` of those sessions."""
+    by_engine = await _first_turns(
+        st, f"burst-{tag}", 12, lambda by: max(map(len, by.values()), default=0) >= want
+    )
     if not by_engine:
         return "", []
     address = max(by_engine, key=lambda a: len(by_engine[a]))
