@@ -14,6 +14,11 @@ from smetric.policy.base import Decision, PolicyParams
 from smetric.policy.select import RoundRobinTies
 
 
+def queue_load(ep: EndpointSnapshot) -> float:
+    """``4 * waiting + running`` of the engine's own gauges (also SMetric's least-loaded fallback)."""
+    return float(4 * max(0, ep.waiting) + max(0, ep.running))
+
+
 class LoadBalance:
     name = "load-balance"
 
@@ -21,7 +26,7 @@ class LoadBalance:
         self._ties = RoundRobinTies()
 
     def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:
-        scores = tuple(float(4 * max(0, ep.waiting) + max(0, ep.running)) for ep in endpoints)
+        scores = tuple(map(queue_load, endpoints))
         return Decision(self._ties.argmin(scores), REASON_BALANCE, scores)
 
     def on_dispatch(self, request: RequestView, endpoint: str) -> None:

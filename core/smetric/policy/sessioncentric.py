@@ -49,6 +49,7 @@ from smetric.core.names import REASON_BALANCE, REASON_EVICTED, REASON_MIGRATE, R
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import Decision, PolicyParams
 from smetric.policy.estimates import batch, local_hit, prefill_time_s, tier_times_s
+from smetric.policy.load_balance import queue_load
 from smetric.policy.params import SessionParams
 from smetric.policy.select import RoundRobinTies
 
@@ -135,7 +136,7 @@ class SessionCentric:
         engines' own gauges, ties round-robin. Past the knee no estimate promises the SLO, and the
         least estimated time herds requests that the engines' queue lengths spread (measured:
         docs/policies.md). Reasons as usual: balance, evicted, stick or migrate."""
-        loads = [float(4 * max(0, ep.waiting) + max(0, ep.running)) for ep in endpoints]
+        loads = list(map(queue_load, endpoints))
         target = self._ties.argmin(loads)
         if request.turn <= 0:
             return Decision(target, REASON_BALANCE, tuple(loads))
