@@ -13,15 +13,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from smetric.core.blockhash import BlockHasher
 from smetric.core.tokenizer import load_tokenizer
 from smetric.epp.contracts import EndpointInfo, EngineMetrics, PoolIndex
 from smetric.epp.discovery.base import Discovery
 from smetric.epp.index.approximate import ApproximateIndex
-from smetric.epp.index.precise import PreciseIndex
 from smetric.epp.kvevents.store import BlockStore
 from smetric.epp.kvevents.subscriber import GapCallback, KvEventManager
 from smetric.epp.scrape.scraper import ScrapeManager
+from smetric.epp.server.keyrecipe import KeyRecipe
 from smetric.epp.settings import PickerSettings
 
 log = logging.getLogger(__name__)
@@ -166,9 +165,7 @@ def build_datastore(settings: PickerSettings, on_kv_gap: GapCallback | None = No
     approximate: ApproximateIndex | None = None
     if s.prefix_index == "precise":
         store = BlockStore()
-        seed = None if s.hash_seed == "" else s.hash_seed
-        hasher = BlockHasher(block_size=s.block_size, seed=seed, algo=s.hash_algo)
-        index = PreciseIndex(load_tokenizer(s.tokenizer), hasher, store)
+        index = KeyRecipe.of(s).precise_index(load_tokenizer(s.tokenizer), store)
         kv_events = KvEventManager(store, on_kv_gap, s.kv_events_max_message_bytes)
     elif s.prefix_index == "approximate":
         index = approximate = ApproximateIndex(block_tokens=s.block_size)

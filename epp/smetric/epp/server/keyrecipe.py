@@ -20,6 +20,9 @@ from smetric.epp.contracts import PromptKey
 from smetric.epp.parse.body import ParsedBody
 
 if TYPE_CHECKING:
+    from smetric.core.tokenizer import Tokenizer
+    from smetric.epp.index.precise import PreciseIndex
+    from smetric.epp.kvevents.store import BlockStore
     from smetric.epp.settings import PickerSettings
 
 Keyer = Callable[[ParsedBody], tuple[str, PromptKey]]
@@ -42,6 +45,15 @@ class KeyRecipe:
         s = settings
         return cls(s.prefix_index, s.block_size, s.tokenizer, s.hash_seed, s.hash_algo)
 
+    def precise_index(self, tokenizer: Tokenizer, store: BlockStore) -> PreciseIndex:
+        """The precise index of these settings over ``store``: the picker's own (its store fed by
+        KV events, ``datastore.build_datastore``) and a worker's (an empty store) alike."""
+        from smetric.core.blockhash import BlockHasher
+        from smetric.epp.index.precise import PreciseIndex
+
+        hasher = BlockHasher(block_size=self.block_size, seed=self.hash_seed or None, algo=self.hash_algo)
+        return PreciseIndex(tokenizer, hasher, store)
+
     def build(self) -> Keyer:
         """The keyer: ``parsed`` -> (prompt text the index sees, its key)."""
         if self.index == "approximate":
@@ -55,14 +67,11 @@ class KeyRecipe:
 
             return key_text
         if self.index == "precise":
-            from smetric.core.blockhash import BlockHasher
             from smetric.core.tokenizer import load_tokenizer
-            from smetric.epp.index.precise import PreciseIndex
             from smetric.epp.kvevents.store import BlockStore
 
             tokenizer = load_tokenizer(self.tokenizer)
-            hasher = BlockHasher(block_size=self.block_size, seed=self.hash_seed or None, algo=self.hash_algo)
-            precise = PreciseIndex(tokenizer, hasher, BlockStore())
+            precise = self.precise_index(tokenizer, BlockStore())
 
             def key_rendered(parsed: ParsedBody) -> tuple[str, PromptKey]:
                 text = tokenizer.render_chat(parsed.messages) if parsed.messages else parsed.prompt_text
