@@ -2,10 +2,10 @@
 # The simulator evidence in docs/evidence.md (SMetric against the best baseline, steady load):
 # steady agents (the default arrivals), 3 seeds paired, 20 + 40 simulated minutes per run, SMetric
 # and every baseline of the registry, three rates around each regime's knee, no knee extension.
-# 16 instances: colocated and PD x full, small and no global tier; the headroom bound (free
-# global-tier loads and HBM that never evicts, the request limit held at 217,664 tokens);
-# 32 instances: the same six regimes; then 16 and 32 instances, full tier, with asynchronous loads
-# (LMCacheMPConnector; ~20 min more). Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
+# The regimes are bench/evidence_regimes.sh's (16 and 32 instances: colocated and PD x full, small
+# and no global tier, and full tier with asynchronous loads, LMCacheMPConnector); then the headroom
+# bound at 16 instances (free global-tier loads and HBM that never evicts, the request limit held
+# at 217,664 tokens). Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
 # OUT/i32-*.json --headroom OUT/i16-coloc-full.json=OUT/i16-coloc-ideal.json --headroom OUT/i16-pd-full.json=OUT/i16-pd-ideal.json
 # Usage: bench/evidence_sweeps.sh [OUT_DIR] (default results/evidence); about 22 min for the synchronous
 # regimes and ~20 min for the asynchronous ones on 2 idle cores; add --resume to S after an interruption.
@@ -16,22 +16,13 @@ S="smetric simulate --seeds 0,1,2 --warmup-s 1200 --measure-s 2400 --no-extend-p
 P=smetric,lmetric,bailian,load-balance,llmd-session,llmd-slo,preble,dynamo,round-robin,random  # SMetric and every baseline
 IDEAL="--global-load-gbit-s 0 --global-store-gbit-s 0 --global-lookup-ms 0 --no-global-write-back --global-load-mode async \
   --nic-gbit-s 1000000 --hbm-gb 4000 --max-context 217664"
-$S --instances 16 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5 --json "$OUT/i16-coloc-full.json"
-$S --instances 16 --mode disaggregated --global-tier full --policies $P --rates 5,6,7 --json "$OUT/i16-pd-full.json"
-$S --instances 16 --mode colocated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-coloc-none.json"
-$S --instances 16 --mode disaggregated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-pd-none.json"
-$S --instances 16 --mode colocated --global-tier small --policies $P --rates 0.5,0.75,1,1.25,1.5 --json "$OUT/i16-coloc-small.json"
-$S --instances 16 --mode disaggregated --global-tier small --policies $P --rates 0.5,0.75,1 --json "$OUT/i16-pd-small.json"
-$S --instances 16 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5,5 $IDEAL --json "$OUT/i16-coloc-ideal.json"
-$S --instances 16 --mode disaggregated --global-tier full --policies $P --rates 5,6,7,8 $IDEAL --json "$OUT/i16-pd-ideal.json"
-$S --instances 32 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5 --json "$OUT/i32-coloc-full.json"
-$S --instances 32 --mode disaggregated --global-tier full --policies $P --rates 5,6,7 --json "$OUT/i32-pd-full.json"
-$S --instances 32 --mode colocated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i32-coloc-none.json"
-$S --instances 32 --mode disaggregated --global-tier none --policies $P --rates 0.5,0.75,1 --json "$OUT/i32-pd-none.json"
-$S --instances 32 --mode colocated --global-tier small --policies $P --rates 0.5,0.75,1,1.25,1.5 --json "$OUT/i32-coloc-small.json"
-$S --instances 32 --mode disaggregated --global-tier small --policies $P --rates 0.5,0.75,1 --json "$OUT/i32-pd-small.json"
-A="--global-load-mode async"
-$S --instances 32 --mode disaggregated --global-tier full --policies $P --rates 5,6,7,8 $A --json "$OUT/i32-pd-async.json"
-$S --instances 32 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5,5 $A --json "$OUT/i32-coloc-async.json"
-$S --instances 16 --mode disaggregated --global-tier full --policies $P --rates 5,6,7,8 $A --json "$OUT/i16-pd-async.json"
-$S --instances 16 --mode colocated --global-tier full --policies $P --rates 3.5,4,4.5,5 $A --json "$OUT/i16-coloc-async.json"
+go() {
+  local name="$1"; shift
+  $S --policies "$P" "$@" --json "$OUT/$name.json"
+}
+# shellcheck source=bench/evidence_regimes.sh
+source "$(dirname "$0")/evidence_regimes.sh"
+evidence_regimes go
+# the headroom bound: free global-tier loads and HBM that never evicts, 16 instances
+go i16-coloc-ideal --instances 16 --mode colocated --global-tier full --rates 3.5,4,4.5,5 $IDEAL
+go i16-pd-ideal --instances 16 --mode disaggregated --global-tier full --rates 5,6,7,8 $IDEAL
