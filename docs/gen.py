@@ -149,6 +149,9 @@ def _context_default(name: str, p: PolicyParams) -> str:
         "global_fetch_s_per_token": lambda q: (
             "none" if q.global_fetch_s_per_token is None else _value(q.global_fetch_s_per_token)
         ),
+        "global_capacity_tokens": lambda q: (
+            "none" if q.global_capacity_tokens is None else _value(q.global_capacity_tokens)
+        ),
     }
     if name not in values:
         raise KeyError(f"context key {name!r} has no default rule in docs/gen.py (_context_default)")

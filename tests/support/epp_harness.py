@@ -35,6 +35,9 @@ class FakeIndex:
         self.hits: dict[str, int] = {}
         self.routed: list[str] = []
 
+    tokens_per_key = 16  # the PoolIndex contract's key granularity (the tier index reads it)
+    store = None  # no KV-event block store
+
     def key(self, prompt_text: str, token_ids: Sequence[int] | None = None) -> PromptKey:
         return PromptKey(prompt_text, (len(prompt_text) + 3) // 4)
 

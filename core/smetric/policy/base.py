@@ -71,6 +71,10 @@ class PolicyParams:
     # Seconds to load one token's KV from the global tier (SMetric's ``meets`` with a global KV
     # tier, see smetric.policy.smetric); None = local hits only (algorithms.md as written).
     global_fetch_s_per_token: float | None = None
+    # The global tier's capacity in tokens (the operator: engine pods x Mooncake segment / KV
+    # bytes per token); None = fully provisioned. Bounds the picker's estimate of g without KV
+    # events (smetric.epp.server.tier_facts); a policy-owned tiered.globalCapacityTokens wins.
+    global_capacity_tokens: int | None = None
     own: tuple[ParamsModel, ...] = ()
 
     def __post_init__(self) -> None:
@@ -85,6 +89,10 @@ class PolicyParams:
                 self.global_fetch_s_per_token is None
                 or (math.isfinite(self.global_fetch_s_per_token) and self.global_fetch_s_per_token >= 0),
                 f"global_fetch_s_per_token must be None or finite and >= 0, got {self.global_fetch_s_per_token}",
+            ),
+            (
+                self.global_capacity_tokens is None or self.global_capacity_tokens >= 1,
+                f"global_capacity_tokens must be None or >= 1, got {self.global_capacity_tokens}",
             ),
             (
                 len({type(m) for m in self.own}) == len(self.own),

@@ -10,7 +10,7 @@ Two kinds of keys share the flat mapping:
   below): ``preset`` (derives costModel, decodeStep, SLO, blockTokens), ``mode``,
   ``ttftSloBaseS``, ``ttftSloPerKTokS``, ``tpotSloS``, ``costModel {cLinS, cAttS}``,
   ``decodeStep {baseS, perKvTokenS}``, ``blockTokens`` (the engine's KV
-  block size), ``seed``, ``globalFetchSPerToken``;
+  block size), ``seed``, ``globalFetchSPerToken``, ``globalCapacityTokens``;
 * the **policy-owned** keys: every field of every registered policy's ``Params`` model
   (:mod:`smetric.policy.registry`; e.g. ``slack``, ``hitRatio``, ``overload``, ``lambda``,
   ``tiered {...}``) -- their defaults, ranges and descriptions are in those models, and
@@ -108,6 +108,14 @@ class _ContextIn(BaseModel):
         description="Seconds to load one token's KV from the global tier (SMetric's meets); "
         "omitted = local hits only.",
     )
+    global_capacity_tokens: int | None = Field(
+        None,
+        ge=1,
+        validation_alias=_key("globalCapacityTokens", "global_capacity_tokens"),
+        description="The global tier's capacity in tokens: bounds the picker's estimate of a "
+        "prompt's global-tier hit without KV events (LRU of what was written); omitted = fully "
+        "provisioned.",
+    )
 
 
 _SCALARS = (
@@ -115,6 +123,7 @@ _SCALARS = (
     "block_tokens",
     "seed",
     "global_fetch_s_per_token",
+    "global_capacity_tokens",
 )
 
 

@@ -53,7 +53,7 @@ class PolicyEntry:
 
 
 BUILTIN: tuple[PolicyEntry, ...] = (
-    PolicyEntry("smetric", SMetric, SMetricParams, "smetric"),
+    PolicyEntry("smetric", SMetric, SMetricParams, "smetric", uses_tier_view=True),
     PolicyEntry("smetric-basic", SMetricBasic, SessionParams, "ablation"),
     PolicyEntry("smetric-overload", SMetricOverload, OverloadParams, "ablation"),
     PolicyEntry("smetric-slo-tokens", SMetricSloTokens, SMetricParams, "ablation"),

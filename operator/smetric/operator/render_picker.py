@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from smetric.core.pickerflags import render_args
-from smetric.core.presets import PRESETS, get_preset, variant_name
+from smetric.core.presets import PRESETS, InstancePreset, get_preset, variant_name
 from smetric.operator.meta import EPP, Manifest, PoolRef, metadata, selector_labels
 from smetric.operator.render_engine import (
     KV_EVENTS_PORT,
@@ -25,8 +25,10 @@ from smetric.operator.render_engine import (
     model_storage_env,
     model_volume,
     pod_annotations,
+    roles,
 )
 from smetric.operator.spec import SMetricPoolSpec
+from smetric.operator.spec_rules import quantity_bytes
 
 GRPC_PORT = 9002
 HEALTH_PORT = 9003
@@ -61,10 +63,29 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
             fetch = default_global_fetch_s_per_token(spec)
         if fetch is not None:
             parameters["globalFetchSPerToken"] = fetch
+        capacity = params.global_capacity_tokens
+        if capacity is None:
+            capacity = default_global_capacity_tokens(spec)
+        if capacity is not None:
+            parameters["globalCapacityTokens"] = capacity
     return {
         "policy": {"name": spec.routing_policy, "parameters": parameters},
         "pdDisaggregation": {"enabled": spec.topology.mode == "disaggregated"},
     }
+
+
+def _pool_preset(spec: SMetricPoolSpec) -> InstancePreset | None:
+    """The preset of the pool's model with its KV dtype and tensor parallelism; ``None`` for a
+    model no preset describes or a parallelism the preset cannot take."""
+    base = next((n for n, p in PRESETS.items() if p.model.name == spec.model.name), None)
+    if base is None:
+        return None
+    kv = "fp8" if spec.model.kv_cache_dtype.startswith("fp8") else "bf16"
+    tp = spec.model.tensor_parallel_size
+    try:
+        return get_preset(variant_name(base, kv_dtype=kv, tp=None if tp == PRESETS[base].n_gpus else tp))
+    except ValueError:
+        return None
 
 
 def default_global_fetch_s_per_token(spec: SMetricPoolSpec) -> float | None:
@@ -72,16 +93,22 @@ def default_global_fetch_s_per_token(spec: SMetricPoolSpec) -> float | None:
     LMCache + Mooncake throughput (``InstancePreset.global_fetch_s_per_token``), with the pool's KV
     dtype and tensor parallelism; ``None`` for a model no preset describes (the policies then
     credit local hits only)."""
-    base = next((n for n, p in PRESETS.items() if p.model.name == spec.model.name), None)
-    if base is None:
+    preset = _pool_preset(spec)
+    return None if preset is None else preset.global_fetch_s_per_token
+
+
+def default_global_capacity_tokens(spec: SMetricPoolSpec) -> int | None:
+    """The global tier's capacity in tokens: every engine pod contributes one Mooncake segment
+    (``globalKV.segmentSize``; render_kv's ``global_segment_size``), so engine pods x segment / the
+    model's KV bytes per token. The pods are the topology's replicas (colocated: ``replicas``; PD:
+    prefill + decode; an autoscaled role counts its spec's replicas). ``None`` (fully provisioned)
+    for a model without a preset."""
+    preset = _pool_preset(spec)
+    if preset is None:
         return None
-    kv = "fp8" if spec.model.kv_cache_dtype.startswith("fp8") else "bf16"
-    tp = spec.model.tensor_parallel_size
-    try:
-        preset = get_preset(variant_name(base, kv_dtype=kv, tp=None if tp == PRESETS[base].n_gpus else tp))
-    except ValueError:  # a parallelism the preset cannot take
-        return None
-    return preset.global_fetch_s_per_token
+    pods = sum(role.replicas for role in roles(spec))
+    tokens = int(pods * quantity_bytes(spec.global_kv.segment_size) // preset.model.kv_bytes_per_token)
+    return max(1, tokens)
 
 
 def policy_config_text(spec: SMetricPoolSpec) -> str:

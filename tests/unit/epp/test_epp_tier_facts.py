@@ -103,10 +103,10 @@ def _metrics() -> EngineMetrics:
     return EngineMetrics(0, 0, 0.0, 100_000, 16, 0.0, 0.0, scraped_at_s=1e12)
 
 
-def test_build_picker_wires_tier_facts_for_smetric_tiered_only() -> None:
+def test_build_picker_wires_tier_facts_for_the_policies_that_read_them() -> None:
     source = StaticEndpointSource(["10.0.0.1:8000", "10.0.0.2:8000"])
     index = ApproximateIndex(block_tokens=16)
-    for name, expect in (("smetric", False), ("smetric-tiered", True)):
+    for name, expect in (("lmetric", False), ("smetric", True), ("smetric-tiered", True)):
         cfg = parse_config({"policy": {"name": name, "parameters": {"globalFetchSPerToken": 1e-5}}})
         params = params_from_mapping(cfg.policy.parameters)
         picker = build_picker(cfg, params, source, index)
@@ -125,3 +125,72 @@ def test_facts_of_gives_node_and_footprint_per_address() -> None:
     assert facts("10.0.0.1:8000") == ("n0", 100.0)
     assert facts("10.0.0.2:8000") == ("", 0.0)
     assert facts("10.9.9.9:8000") == ("", 0.0)  # unknown address: no node, no footprint
+
+
+def _smetric_picker(parameters: dict[str, object]):  # type: ignore[no-untyped-def]
+    cfg = parse_config({"policy": {"name": "smetric", "parameters": parameters}})
+    source = StaticEndpointSource(["10.0.0.1:8000", "10.0.0.2:8000"])
+    return build_picker(
+        cfg, params_from_mapping(cfg.policy.parameters), source, ApproximateIndex(block_tokens=16)
+    )
+
+
+def test_the_pools_capacity_bounds_smetrics_global_estimate() -> None:
+    # globalCapacityTokens (pool level, rendered by the operator) sizes the write estimate;
+    # smetric-tiered's own tiered.globalCapacityTokens wins where it is set
+    small = _smetric_picker({"globalFetchSPerToken": 1e-5, "globalCapacityTokens": 1024})
+    assert small.tier_facts is not None
+    first = "a" * 8000  # ~2,000 tokens: more than the whole store
+    small.pick(RequestView("s1", 2000), first)
+    for i in range(4):  # later sessions push it out (LRU)
+        small.pick(RequestView(f"o{i}", 2000), chr(ord("b") + i) * 8000)
+    small_g = small.tier_facts.index.global_hit(small.index.key(first + "b" * 400))
+    full = _smetric_picker({"globalFetchSPerToken": 1e-5})
+    assert full.tier_facts is not None
+    full.pick(RequestView("s1", 2000), first)
+    for i in range(4):
+        full.pick(RequestView(f"o{i}", 2000), chr(ord("b") + i) * 8000)
+    full_g = full.tier_facts.index.global_hit(full.index.key(first + "b" * 400))
+    assert small_g == 0 and full_g > 1500
+    cfg = parse_config(
+        {
+            "policy": {
+                "name": "smetric-tiered",
+                "parameters": {
+                    "globalFetchSPerToken": 1e-5,
+                    "globalCapacityTokens": 1024,
+                    "tiered": {"globalCapacityTokens": 1 << 20},
+                },
+            }
+        }
+    )
+    source = StaticEndpointSource(["10.0.0.1:8000", "10.0.0.2:8000"])
+    own = build_picker(
+        cfg, params_from_mapping(cfg.policy.parameters), source, ApproximateIndex(block_tokens=16)
+    )
+    own.pick(RequestView("s1", 2000), first)
+    for i in range(4):
+        own.pick(RequestView(f"o{i}", 2000), chr(ord("b") + i) * 8000)
+    assert own.tier_facts is not None
+    assert own.tier_facts.index.global_hit(own.index.key(first + "b" * 400)) > 1500
+
+
+def test_without_a_global_tier_the_index_credits_no_global_hit() -> None:
+    # The write estimate knows the prompt was routed, but a pool without a tier recomputes it:
+    # g must stay 0 so the ledger charges compute, not a phantom fetch (guard in Picker.pick).
+    picker = _smetric_picker({})
+    prompt = "x" * 40_000  # ~10k tokens
+    picker.pick(RequestView("r1", 10_000), prompt)
+    assert picker.tier_facts is not None and picker.tier_facts.index.global_hit(picker.index.key(prompt)) > 0
+    snaps = []
+    original = picker.snapshots
+
+    def spy(endpoints, hits, global_hit_tokens=0, tier=None):  # type: ignore[no-untyped-def]
+        out = original(endpoints, hits, global_hit_tokens, tier)
+        snaps.append(out)
+        return out
+
+    picker.snapshots = spy  # type: ignore[method-assign]
+    pick = picker.pick(RequestView("r2", 10_000, turn=1, est_hit_tokens=10_000), prompt + "y" * 400)
+    assert snaps and all(s.global_hit_tokens == 0 for s in snaps[-1])
+    assert pick.fetched_tokens == 0  # what is not local is computed, and charged as compute

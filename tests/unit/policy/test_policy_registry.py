@@ -125,6 +125,8 @@ def test_preset_derives_models_and_keys_override() -> None:
         ({"blockTokens": 0}, "blockTokens"),
         ({"slak": 1.0}, "slak: unknown key"),
         ({"globalFetchSPerToken": -1e-6}, "globalFetchSPerToken"),
+        ({"globalCapacityTokens": 0}, "globalCapacityTokens"),
+        ({"globalCapacityTokens": 1.5}, "globalCapacityTokens"),
         ({"preset": "h100"}, "preset.*known: qwen3"),
     ],
 )
@@ -138,7 +140,9 @@ def test_non_mapping_is_rejected() -> None:
         params_from_mapping([("slack", 1.0)])  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("field", "value"), [("mode", "both"), ("block_tokens", 0)])
+@pytest.mark.parametrize(
+    ("field", "value"), [("mode", "both"), ("block_tokens", 0), ("global_capacity_tokens", 0)]
+)
 def test_policy_params_reject_unusable_context_values_directly(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         PolicyParams(**{field: value})  # type: ignore[arg-type]

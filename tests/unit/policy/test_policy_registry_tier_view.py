@@ -8,10 +8,14 @@ from smetric.policy.registry import BUILTIN, REGISTRY, PolicyEntry, uses_tier_vi
 from smetric.policy.round_robin import RoundRobin
 
 
-def test_only_smetric_tiered_reads_the_tier_view() -> None:
-    assert [e.name for e in REGISTRY if e.uses_tier_view] == ["smetric-tiered"]
+def test_smetric_and_smetric_tiered_read_the_tier_view() -> None:
+    # SMetric reads g from the global tier's content (KV events or the capacity-bounded write
+    # estimate), not from "the previous turn is always there" (docs/evidence.md, small tier);
+    # its paper ablations keep the router core's estimate
+    assert [e.name for e in REGISTRY if e.uses_tier_view] == ["smetric", "smetric-tiered"]
     assert uses_tier_view("smetric-tiered")
-    assert not uses_tier_view("smetric")
+    assert uses_tier_view("smetric")
+    assert not uses_tier_view("smetric-basic")
 
 
 def test_flag_is_read_from_the_given_registry_and_unknown_names_fail() -> None:

@@ -94,7 +94,7 @@ class Picker:
         ``pd_decider``: selective P/D (``pdDisaggregation.nonCachedTokens``)."""
         self.source = source
         self.on_dispatch = on_dispatch
-        self.tier_facts = tier_facts  # smetric-tiered's g, nodes and footprint (None otherwise)
+        self.tier_facts = tier_facts  # g, nodes and footprint for smetric(-tiered) (None otherwise)
         self.index = index
         self.router = router
         self.pd_router = pd_router
@@ -188,8 +188,11 @@ class Picker:
         tier = self.tier_facts
         if tier is None:
             snaps = self.snapshots(endpoints, hits, self.core.global_hit(request))
-        else:  # smetric-tiered: g from its global-tier index, node and footprint in the same pass
-            snaps = self.snapshots(endpoints, hits, tier.index.global_hit(key), tier.facts_of(endpoints))
+        else:  # smetric(-tiered): g from the global-tier index, node and footprint in one pass
+            # (g only in a pool with a tier: without one the index's write estimate would make
+            # the ledger charge fetches for tokens that are recomputed)
+            g = tier.index.global_hit(key) if self.core.global_fetch_s_per_token is not None else 0
+            snaps = self.snapshots(endpoints, hits, g, tier.facts_of(endpoints))
         if self.core.shed(request, snaps):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
         if self.pd_router is not None:

@@ -130,7 +130,8 @@ def build_tier_facts(index: PoolIndex, params: PolicyParams, clock: Callable[[],
     """Tier facts over the picker's prefix index: its key granularity, and its KV-event block
     store when it has one (the precise index)."""
     tiered = params.get(SMetricTieredParams).tiered
-    gi = GlobalTierIndex(
-        index.tokens_per_key, store=index.store, capacity_tokens=tiered.global_capacity_tokens
-    )
+    capacity = tiered.global_capacity_tokens
+    if capacity is None:  # the pool's own (globalCapacityTokens, rendered by the operator)
+        capacity = params.global_capacity_tokens
+    gi = GlobalTierIndex(index.tokens_per_key, store=index.store, capacity_tokens=capacity)
     return TierFacts(gi, tiered.footprint_window_s, clock)
