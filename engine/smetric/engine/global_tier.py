@@ -191,6 +191,11 @@ class GlobalTier:
     def match(self, pieces: Sequence[Piece], max_blocks: int | None = None) -> int:
         return self._cache.match(pieces, max_blocks)
 
+    def refresh(self, pieces: Sequence[Piece]) -> None:
+        """A lookup that hit these blocks counts as a use in the store's LRU (no bytes move)."""
+        if pieces:
+            self._cache.touch(pieces)
+
     def write(self, pieces: Sequence[Piece], node: int = -1, now_s: float = 0.0) -> None:
         """Write-through of computed blocks (already-present ones are refreshed in the LRU).
 

@@ -91,6 +91,7 @@ class _Req:
         "pinned",
         "reserved",
         "spec",
+        "tier_blocks",
     )
 
     def __init__(self, spec: EngineRequest, arrival_s: float, n_blocks: int) -> None:
@@ -103,6 +104,7 @@ class _Req:
         self.first_s = _NAN
         self.local_blocks = 0
         self.global_blocks = 0
+        self.tier_blocks = 0  # the global tier's own prefix hit at admission (LMCache's lookup)
         self.done_tokens = 0
         self.decoded = 0
         self.reserved = 0
@@ -313,6 +315,7 @@ class Instance:
             gb = gt.match(spec.prompt_pieces, cap) if gt is not None else 0
             extra = gb - lb if gb > lb else 0
             r.global_blocks = extra
+            r.tier_blocks = gb
             r.done_tokens = (lb + extra) * bt
             if gt is not None and not gt.synchronous:
                 # asynchronous: the lookup and the load delay only this request
@@ -412,8 +415,15 @@ class Instance:
             cache.unreserve(nb - lb)
             r.reserved -= nb - lb
             cache.insert(slice_blocks(spec.prompt_pieces, lb, nb), pin=True)
-            if gt is not None and nb > lb + r.global_blocks:
-                gt.write(slice_blocks(spec.prompt_pieces, lb + r.global_blocks, nb), self.config.node, t)
+        # Write-through as LMCache does it: every prompt block past the tier's own hit, the ones
+        # served from the local prefix cache included (LMCache's vllm_v1_adapter.py:
+        # RequestTracker.from_new_request sets num_saved_tokens = lmcache_cached_tokens, and
+        # ReqMeta.from_request_tracker stores from skip_leading_tokens = num_saved_tokens). So a
+        # session that keeps hitting its engine's GPU cache keeps its copy in a bounded tier. The
+        # prefix the tier already held counts as used (assumed: LRU on use, no bytes move).
+        if gt is not None and nb > r.tier_blocks:
+            gt.refresh(slice_blocks(spec.prompt_pieces, 0, r.tier_blocks))
+            gt.write(slice_blocks(spec.prompt_pieces, r.tier_blocks, nb), self.config.node, t)
         r.pinned = slice_blocks(spec.prompt_pieces, 0, nb)
         out.append(EngineEvent("first_token", t, spec, self.name, self._timing(r, _NAN)))
         if not self.config.decode or spec.output_tokens <= 1:

@@ -225,6 +225,14 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         "rates learned online); oracle: the engine's cost model, speed 1.0 (docs/simulator.md)",
     )
     p.add_argument(
+        "--tier-hits",
+        choices=("events", "estimate"),
+        default="events",
+        help="smetric and smetric-tiered: g from the simulated tier's content (events: a picker fed "
+        "the tier's KV events) or from the picker's write estimate without them (an LRU of the "
+        "routed prompts, the tier's size)",
+    )
+    p.add_argument(
         "--legacy-ledger",
         action="store_true",
         help="reproduce the pre-fix ledger charge cost(L - local hit) even when the global tier supplies "
@@ -370,6 +378,7 @@ def _spec(a: argparse.Namespace, notes: list[str] | None = None) -> SweepSpec:
         global_aware_slo=not a.local_only_slo_check,
         policy_parameters=own_json,
         router_view=a.router_view,
+        tier_hits=a.tier_hits,
         legacy_ledger=a.legacy_ledger,
         warmup_s=a.warmup_s if a.warmup_s is not None else warmup_default,
         measure_s=a.measure_s if a.measure_s is not None else measure_default,

@@ -14,6 +14,7 @@ from smetric.policy.params import ParamsModel
 from smetric.sim.view import ROUTER_VIEWS
 
 ARRIVALS = ("agents", "stationary", "cold")
+TIER_HITS = ("events", "estimate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +76,18 @@ class SimConfig:
     # write the KV of the joined sessions' earlier turns to the global tier before t = 0 (its
     # steady state; Simulator.prewarm_tier); off = every joined session starts uncached
     prewarm_global_tier: bool = True
+    # where the tier view (smetric, smetric-tiered) reads g from: "events" = the simulated tier's
+    # content (a picker that receives the tier's KV events); "estimate" = the picker's write
+    # estimate without events: an LRU of the prompts it routed, the tier's size (sim/tier_view.py)
+    tier_hits: str = "events"
 
     def __post_init__(self) -> None:
         if self.router_view not in ROUTER_VIEWS:
             raise ValueError(
                 f"router_view must be one of {', '.join(ROUTER_VIEWS)}, got {self.router_view!r}"
             )
+        if self.tier_hits not in TIER_HITS:
+            raise ValueError(f"tier_hits must be one of {', '.join(TIER_HITS)}, got {self.tier_hits!r}")
         if self.arrivals not in ARRIVALS:
             raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {self.arrivals!r}")
         if self.agent_entry_s is not None and not (0 <= self.agent_entry_s <= self.warmup_s):

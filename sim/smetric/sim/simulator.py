@@ -164,8 +164,13 @@ class _Run:
             params.global_fetch_s_per_token,
             legacy_ledger=cfg.legacy_ledger,
         )
-        self.tier_view = (  # two-tier facts only for a policy that reads them (smetric-tiered)
-            TierView(cluster, work.block_tokens, params.get(SMetricTieredParams).tiered.footprint_window_s)
+        self.tier_view = (  # two-tier facts only for a policy that reads them (smetric, smetric-tiered)
+            TierView(
+                cluster,
+                work.block_tokens,
+                params.get(SMetricTieredParams).tiered.footprint_window_s,
+                estimate=cfg.tier_hits == "estimate",
+            )
             if uses_tier_view(policy)
             else None
         )
@@ -268,6 +273,8 @@ class _Run:
             clone, i = divmod(key, n)
             req = work.engine_request(i, clone)
             tier.write(req.prompt_pieces + req.output_pieces)
+            if self.tier_view is not None:  # the picker routed those prompts before t = 0 too
+                self.tier_view.routed(req.prompt_pieces)
 
     def run(self, progress: Callable[[float], None] | None) -> None:
         heap, version, cluster, view, horizon = self.heap, self.version, self.cluster, self.view, self.horizon
@@ -318,7 +325,7 @@ class _Run:
         self.reasons[decision.reason] = self.reasons.get(decision.reason, 0) + 1
         self.view.dispatched(key, k, rview, snaps[k], t)
         if tier_view is not None:
-            tier_view.dispatched(snaps[k], rview, t)
+            tier_view.dispatched(snaps[k], rview, t, req.prompt_pieces)
         inst = self.cluster[k]
         if not inst.fits(req):  # more KV blocks than the pool: the engine refuses it
             row.rejected = True

@@ -288,3 +288,19 @@ def test_computed_kv_is_written_back_over_the_writer_node_link() -> None:
     ev = run(inst)
     assert tier.bytes_written == pytest.approx(101 * BT * P30.model.kv_bytes_per_token)  # prompt + answer
     assert tier.link_free_s(1) > by(ev, "first_token", "x").time_s and tier.link_free_s(0) == 0.0
+
+
+def test_a_local_hit_re_stores_the_prefix_a_bounded_tier_evicted() -> None:
+    # LMCache stores every prompt token past its own hit, those served from vLLM's local prefix
+    # cache included (vllm_v1_adapter.py: num_saved_tokens = lmcache_cached_tokens), so a session
+    # that keeps hitting its engine keeps its copy in a small tier
+    tier = GlobalTier(150, BT * P30.model.kv_bytes_per_token, 25e9, 1)
+    inst = Instance("a", MODEL, cfg(), tier)
+    inst.submit(req("s1", 6_400, 1, 0), 0.0)  # blocks 0..99, written through
+    run(inst)
+    assert tier.match(((0, 99),)) == 100
+    tier.write(((10_000, 10_099),))  # another session's 100 blocks evict 50 of s1's (tail first)
+    assert tier.match(((0, 99),)) == 50
+    inst.submit(req("s1b", 6_464, 1, 0), 100.0)  # s1's next turn: 100 blocks hit the GPU cache
+    run(inst)
+    assert tier.match(((0, 100),)) >= 100  # the whole prompt is back in the tier
