@@ -1,0 +1,53 @@
+"""bench/drift_check.py: the Poisson floor of the arrival-drift bound and its table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+def _module() -> ModuleType:
+    path = Path(__file__).resolve().parents[3] / "bench" / "drift_check.py"
+    spec = importlib.util.spec_from_file_location("drift_check", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_poisson_floor_follows_the_quarter_count() -> None:
+    m = _module()
+    # 200 requests a quarter: the drift's sd is sqrt(2/200) = 0.1, so |drift| > 0.1 about 32 %
+    assert m.poisson_over(200) == pytest.approx(math.erfc(1 / math.sqrt(2)), rel=1e-9)
+    assert m.poisson_over(200) == pytest.approx(0.3173, abs=1e-3)
+    assert m.poisson_over(20_000) < 1e-6
+    assert math.isnan(m.poisson_over(0))
+
+
+def test_table_groups_runs_by_policy_and_rate(tmp_path: Path) -> None:
+    m = _module()
+
+    def run(seed: int, drift: float | None) -> dict[str, object]:
+        return {
+            "policy": "p",
+            "seed": seed,
+            "rate_multiplier": 1.0,
+            "arrival_drift": drift,
+            "arrival_rate_start_per_s": 1.0,
+            "arrival_rate_end_per_s": 1.0 + (drift or 0.0),
+        }
+
+    doc = {"config": {"measure_s": 2400}, "results": [run(0, 0.2), run(1, -0.2), run(2, 0.0), run(3, None)]}
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc))
+    lines = m.table(m.rows([path]))
+    assert len(lines) == 3  # header, rule, one group (the run without a drift is left out)
+    row = lines[2]
+    assert "| sweep | p | 1x | 3 |" in row and "+0.0 %" in row and "2/3" in row
