@@ -36,6 +36,24 @@ def test_tier_view_reports_global_hit_nodes_and_footprint() -> None:
     assert out[2].session_kv_tokens == req.prompt_tokens - 64 and out[3].session_kv_tokens == 0.0
 
 
+def test_tier_view_estimate_knows_what_was_routed_not_what_the_tier_holds() -> None:
+    # --tier-hits estimate: the picker's write estimate without KV events (an LRU of the routed
+    # prompts as large as the tier), not the simulated tier's content
+    w = work()
+    cluster = build_cluster(replace(CFG, instances=2, global_tier="small"), P30, w.block_tokens)
+    tier = cluster[0].global_tier
+    assert tier is not None and tier.capacity_blocks is not None
+    tv = TierView(cluster, w.block_tokens, footprint_window_s=30.0, estimate=True)
+    req = w.engine_request(0, 0)
+    snaps = [EndpointSnapshot(inst.name, kv_capacity_tokens=1000) for inst in cluster]
+    tier.write(req.prompt_pieces)  # in the tier, but the picker never routed it
+    assert [s.global_hit_tokens for s in tv.enrich(snaps, req, 0.0)] == [0, 0]
+    tv.dispatched(snaps[0], RequestView("r", req.prompt_tokens), 0.0, req.prompt_pieces)
+    assert all(s.global_hit_tokens == req.prompt_tokens for s in tv.enrich(snaps, req, 0.0))
+    with pytest.raises(ValueError, match="tier_hits"):
+        replace(CFG, tier_hits="oracle")
+
+
 def test_runs_deterministically_and_serves_every_request() -> None:
     w = work()
     a = simulate(w, "smetric-tiered", 0.05, CFG).to_dict()
