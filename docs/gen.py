@@ -149,8 +149,8 @@ def _context_default(name: str, p: PolicyParams) -> str:
         "global_fetch_s_per_token": lambda q: (
             "none" if q.global_fetch_s_per_token is None else _value(q.global_fetch_s_per_token)
         ),
-        "global_capacity_tokens": lambda q: (
-            "none" if q.global_capacity_tokens is None else _value(q.global_capacity_tokens)
+        "global_segment_tokens": lambda q: (
+            "none" if q.global_segment_tokens is None else _value(q.global_segment_tokens)
         ),
     }
     if name not in values:

@@ -71,10 +71,12 @@ class PolicyParams:
     # Seconds to load one token's KV from the global tier (SMetric's ``meets`` with a global KV
     # tier, see smetric.policy.smetric); None = local hits only (algorithms.md as written).
     global_fetch_s_per_token: float | None = None
-    # The global tier's capacity in tokens (the operator: engine pods x Mooncake segment / KV
-    # bytes per token); None = fully provisioned. Bounds the picker's estimate of g without KV
-    # events (smetric.epp.server.tier_facts); a policy-owned tiered.globalCapacityTokens wins.
-    global_capacity_tokens: int | None = None
+    # KV tokens each engine pod contributes to the global tier (the operator: its Mooncake
+    # segment / KV bytes per token); None = a fully provisioned tier. The picker bounds its
+    # estimate of g without KV events by this x the engines it discovers (so scaling the pool
+    # needs no new config; smetric.epp.server.tier_facts); a policy-owned
+    # tiered.globalCapacityTokens (a fixed total) wins.
+    global_segment_tokens: int | None = None
     own: tuple[ParamsModel, ...] = ()
 
     def __post_init__(self) -> None:
@@ -91,8 +93,8 @@ class PolicyParams:
                 f"global_fetch_s_per_token must be None or finite and >= 0, got {self.global_fetch_s_per_token}",
             ),
             (
-                self.global_capacity_tokens is None or self.global_capacity_tokens >= 1,
-                f"global_capacity_tokens must be None or >= 1, got {self.global_capacity_tokens}",
+                self.global_segment_tokens is None or self.global_segment_tokens >= 1,
+                f"global_segment_tokens must be None or >= 1, got {self.global_segment_tokens}",
             ),
             (
                 len({type(m) for m in self.own}) == len(self.own),

@@ -10,7 +10,7 @@ Two kinds of keys share the flat mapping:
   below): ``preset`` (derives costModel, decodeStep, SLO, blockTokens), ``mode``,
   ``ttftSloBaseS``, ``ttftSloPerKTokS``, ``tpotSloS``, ``costModel {cLinS, cAttS}``,
   ``decodeStep {baseS, perKvTokenS}``, ``blockTokens`` (the engine's KV
-  block size), ``seed``, ``globalFetchSPerToken``, ``globalCapacityTokens``;
+  block size), ``seed``, ``globalFetchSPerToken``, ``globalSegmentTokens``;
 * the **policy-owned** keys: every field of every registered policy's ``Params`` model
   (:mod:`smetric.policy.registry`; e.g. ``slack``, ``hitRatio``, ``overload``, ``lambda``,
   ``tiered {...}``) -- their defaults, ranges and descriptions are in those models, and
@@ -108,12 +108,13 @@ class _ContextIn(BaseModel):
         description="Seconds to load one token's KV from the global tier (SMetric's meets); "
         "omitted = local hits only.",
     )
-    global_capacity_tokens: int | None = Field(
+    global_segment_tokens: int | None = Field(
         None,
         ge=1,
-        validation_alias=_key("globalCapacityTokens", "global_capacity_tokens"),
-        description="The global tier's capacity in tokens: bounds the picker's estimate of a "
-        "prompt's global-tier hit without KV events (LRU of what was written); omitted = fully "
+        validation_alias=_key("globalSegmentTokens", "global_segment_tokens"),
+        description="KV tokens each engine pod contributes to the global tier (its Mooncake segment / "
+        "KV bytes per token): the picker bounds its estimate of a prompt's global-tier hit without KV "
+        "events (an LRU of what was written) by this x the engines it discovers; omitted = fully "
         "provisioned.",
     )
 
@@ -123,7 +124,7 @@ _SCALARS = (
     "block_tokens",
     "seed",
     "global_fetch_s_per_token",
-    "global_capacity_tokens",
+    "global_segment_tokens",
 )
 
 

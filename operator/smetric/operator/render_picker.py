@@ -25,7 +25,6 @@ from smetric.operator.render_engine import (
     model_storage_env,
     model_volume,
     pod_annotations,
-    roles,
 )
 from smetric.operator.spec import SMetricPoolSpec
 from smetric.operator.spec_rules import quantity_bytes
@@ -63,11 +62,11 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
             fetch = default_global_fetch_s_per_token(spec)
         if fetch is not None:
             parameters["globalFetchSPerToken"] = fetch
-        capacity = params.global_capacity_tokens
-        if capacity is None:
-            capacity = default_global_capacity_tokens(spec)
-        if capacity is not None:
-            parameters["globalCapacityTokens"] = capacity
+        segment = params.global_segment_tokens
+        if segment is None:
+            segment = default_global_segment_tokens(spec)
+        if segment is not None:
+            parameters["globalSegmentTokens"] = segment
     return {
         "policy": {"name": spec.routing_policy, "parameters": parameters},
         "pdDisaggregation": {"enabled": spec.topology.mode == "disaggregated"},
@@ -97,18 +96,16 @@ def default_global_fetch_s_per_token(spec: SMetricPoolSpec) -> float | None:
     return None if preset is None else preset.global_fetch_s_per_token
 
 
-def default_global_capacity_tokens(spec: SMetricPoolSpec) -> int | None:
-    """The global tier's capacity in tokens: every engine pod contributes one Mooncake segment
-    (``globalKV.segmentSize``; render_kv's ``global_segment_size``), so engine pods x segment / the
-    model's KV bytes per token. The pods are the topology's replicas (colocated: ``replicas``; PD:
-    prefill + decode; an autoscaled role counts its spec's replicas). ``None`` (fully provisioned)
-    for a model without a preset."""
+def default_global_segment_tokens(spec: SMetricPoolSpec) -> int | None:
+    """KV tokens one engine pod contributes to the global tier: its Mooncake segment
+    (``globalKV.segmentSize``; render_kv's ``global_segment_size``) / the model's KV bytes per
+    token. Per pod, so the picker scales it by the engines it discovers and a scale or an
+    autoscaler never changes the picker's config (nor rolls it). ``None`` (fully provisioned) for
+    a model without a preset."""
     preset = _pool_preset(spec)
     if preset is None:
         return None
-    pods = sum(role.replicas for role in roles(spec))
-    tokens = int(pods * quantity_bytes(spec.global_kv.segment_size) // preset.model.kv_bytes_per_token)
-    return max(1, tokens)
+    return max(1, int(quantity_bytes(spec.global_kv.segment_size) // preset.model.kv_bytes_per_token))
 
 
 def policy_config_text(spec: SMetricPoolSpec) -> str:

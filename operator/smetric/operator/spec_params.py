@@ -46,16 +46,16 @@ class PolicyParameters(SpecModel):
         "and model.tensorParallelSize, at the calibrated LMCache + Mooncake load rate); a model without a "
         "preset then credits local hits only. Ignored without globalKV.enabled.",
     )
-    global_capacity_tokens: int | None = Field(
+    global_segment_tokens: int | None = Field(
         default=None,
         ge=1,
-        alias="globalCapacityTokens",
-        description="The global tier's capacity in tokens: bounds the picker's estimate of which sessions "
-        "the tier still holds when no KV events report it (SMetric then treats an evicted session as a "
-        "recompute, not a fetch). Omitted: the engine pods (topology replicas) x globalKV.segmentSize / "
-        "the model's KV bytes per token (its preset, with model.kvCacheDtype and "
-        "model.tensorParallelSize); a model without a preset: fully provisioned. Ignored without "
-        "globalKV.enabled.",
+        alias="globalSegmentTokens",
+        description="KV tokens each engine pod contributes to the global tier. The picker bounds its "
+        "estimate of which sessions the tier still holds, when no KV events report it, by this x the "
+        "engines it discovers (SMetric then treats an evicted session as a recompute, not a fetch). "
+        "Omitted: globalKV.segmentSize / the model's KV bytes per token (its preset, with "
+        "model.kvCacheDtype and model.tensorParallelSize); a model without a preset: fully "
+        "provisioned. Ignored without globalKV.enabled.",
     )
 
     @model_validator(mode="after")

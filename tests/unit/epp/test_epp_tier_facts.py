@@ -135,30 +135,29 @@ def _smetric_picker(parameters: dict[str, object]):  # type: ignore[no-untyped-d
     )
 
 
-def test_the_pools_capacity_bounds_smetrics_global_estimate() -> None:
-    # globalCapacityTokens (pool level, rendered by the operator) sizes the write estimate;
-    # smetric-tiered's own tiered.globalCapacityTokens wins where it is set
-    small = _smetric_picker({"globalFetchSPerToken": 1e-5, "globalCapacityTokens": 1024})
-    assert small.tier_facts is not None
-    first = "a" * 8000  # ~2,000 tokens: more than the whole store
-    small.pick(RequestView("s1", 2000), first)
-    for i in range(4):  # later sessions push it out (LRU)
-        small.pick(RequestView(f"o{i}", 2000), chr(ord("b") + i) * 8000)
-    small_g = small.tier_facts.index.global_hit(small.index.key(first + "b" * 400))
-    full = _smetric_picker({"globalFetchSPerToken": 1e-5})
-    assert full.tier_facts is not None
-    full.pick(RequestView("s1", 2000), first)
-    for i in range(4):
-        full.pick(RequestView(f"o{i}", 2000), chr(ord("b") + i) * 8000)
-    full_g = full.tier_facts.index.global_hit(full.index.key(first + "b" * 400))
-    assert small_g == 0 and full_g > 1500
+def test_the_pools_segments_bound_smetrics_global_estimate() -> None:
+    # globalSegmentTokens (per engine pod, rendered by the operator) x the engines discovered
+    # sizes the write estimate; smetric-tiered's own tiered.globalCapacityTokens (a fixed total)
+    # wins where it is set
+    first = "a" * 8000  # ~2,000 tokens: more than a 2-engine store of 512 tokens each
+
+    def run(picker):  # type: ignore[no-untyped-def]
+        picker.pick(RequestView("s1", 2000), first)
+        for i in range(4):  # later sessions push it out (LRU)
+            picker.pick(RequestView(f"o{i}", 2000), chr(ord("b") + i) * 8000)
+        assert picker.tier_facts is not None
+        return picker.tier_facts.index.global_hit(picker.index.key(first + "b" * 400))
+
+    assert run(_smetric_picker({"globalFetchSPerToken": 1e-5, "globalSegmentTokens": 512})) == 0
+    assert run(_smetric_picker({"globalFetchSPerToken": 1e-5})) > 1500  # fully provisioned
+    assert run(_smetric_picker({"globalFetchSPerToken": 1e-5, "globalSegmentTokens": 1 << 20})) > 1500
     cfg = parse_config(
         {
             "policy": {
                 "name": "smetric-tiered",
                 "parameters": {
                     "globalFetchSPerToken": 1e-5,
-                    "globalCapacityTokens": 1024,
+                    "globalSegmentTokens": 512,
                     "tiered": {"globalCapacityTokens": 1 << 20},
                 },
             }
@@ -168,11 +167,17 @@ def test_the_pools_capacity_bounds_smetrics_global_estimate() -> None:
     own = build_picker(
         cfg, params_from_mapping(cfg.policy.parameters), source, ApproximateIndex(block_tokens=16)
     )
-    own.pick(RequestView("s1", 2000), first)
-    for i in range(4):
-        own.pick(RequestView(f"o{i}", 2000), chr(ord("b") + i) * 8000)
-    assert own.tier_facts is not None
-    assert own.tier_facts.index.global_hit(own.index.key(first + "b" * 400)) > 1500
+    assert run(own) > 1500
+
+
+def test_segment_capacity_follows_the_pools_size() -> None:
+    gi = GlobalTierIndex(16, segment_tokens=64)  # 4 keys per engine
+    assert gi.capacity_keys(1) == 4 and gi.capacity_keys(3) == 12
+    gi.on_routed(key(tuple(range(10))), n_endpoints=3)  # 10 keys fit 3 engines' segments
+    assert gi.global_hit(key(tuple(range(10)))) == 160
+    gi.on_routed(key(tuple(range(100, 110))), n_endpoints=1)  # the pool shrank: 4 keys
+    assert gi.size() == 4
+    assert GlobalTierIndex(16, capacity_tokens=64, segment_tokens=1 << 20).capacity_keys(8) == 4
 
 
 def test_without_a_global_tier_the_index_credits_no_global_hit() -> None:

@@ -152,9 +152,10 @@ def test_global_fetch_parameter_reaches_the_picker_config_only_with_a_global_tie
     assert "globalFetchSPerToken" not in policy_config(without)["policy"]["parameters"]
 
 
-def test_global_capacity_is_the_pools_segments_over_kv_bytes_per_token() -> None:
-    # SMetric's picker bounds its estimate of which sessions the tier still holds by the tier's
-    # size: every engine pod contributes one Mooncake segment (render_kv's global_segment_size)
+def test_global_segment_tokens_are_one_pods_segment_over_kv_bytes_per_token() -> None:
+    # SMetric's picker bounds its estimate of what the tier still holds by this x the engines it
+    # discovers: every engine pod contributes one Mooncake segment (render_kv's
+    # global_segment_size). Per pod, so a scale never changes the picker's config.
     from smetric.core.presets import get_preset
     from smetric.operator.render_picker import policy_config
     from smetric.operator.spec import SMetricPoolSpec
@@ -163,37 +164,27 @@ def test_global_capacity_is_the_pools_segments_over_kv_bytes_per_token() -> None
     model = {"name": "Qwen/Qwen3-Coder-30B-A3B-Instruct", "kvCacheDtype": "fp8"}
     kv_bytes = get_preset("qwen3-30b-h20/kv=fp8").model.kv_bytes_per_token
     assert kv_bytes == 49_152  # 48 layers x 4 KV heads x 128 x 2 (K and V) x 1 byte
-    coloc = SMetricPoolSpec.model_validate(
-        {
-            "model": model,
-            "topology": {"mode": "colocated", "replicas": 4},
-            "globalKV": {"enabled": True, "segmentSize": "16Gi"},
-        }
-    )
-    params = policy_config(coloc)["policy"]["parameters"]
-    assert params["globalCapacityTokens"] == int(4 * 16 * 2**30 // kv_bytes)
-    assert params_from_mapping(params).global_capacity_tokens == params["globalCapacityTokens"]
-    pd = SMetricPoolSpec.model_validate(
-        {
-            "model": model,
-            "topology": {"mode": "disaggregated", "prefill": {"replicas": 3}, "decode": {"replicas": 1}},
-            "globalKV": {"enabled": True, "segmentSize": "16Gi"},
-        }
-    )
-    assert policy_config(pd)["policy"]["parameters"]["globalCapacityTokens"] == params["globalCapacityTokens"]
-    explicit = SMetricPoolSpec.model_validate(
-        {
-            "model": model,
-            "topology": {"mode": "colocated", "replicas": 4},
-            "globalKV": {"enabled": True},
-            "router": {"parameters": {"globalCapacityTokens": 1000}},
-        }
-    )
-    assert policy_config(explicit)["policy"]["parameters"]["globalCapacityTokens"] == 1000
+
+    def pool(replicas: int, **extra: object) -> SMetricPoolSpec:
+        return SMetricPoolSpec.model_validate(
+            {
+                "model": model,
+                "topology": {"mode": "colocated", "replicas": replicas},
+                "globalKV": {"enabled": True, "segmentSize": "16Gi"},
+                **extra,
+            }
+        )
+
+    params = policy_config(pool(4))["policy"]["parameters"]
+    assert params["globalSegmentTokens"] == int(16 * 2**30 // kv_bytes)
+    assert params_from_mapping(params).global_segment_tokens == params["globalSegmentTokens"]
+    assert policy_config(pool(9)) == policy_config(pool(4))  # scaling leaves the config alone
+    explicit = pool(4, router={"parameters": {"globalSegmentTokens": 1000}})
+    assert policy_config(explicit)["policy"]["parameters"]["globalSegmentTokens"] == 1000
     no_tier = SMetricPoolSpec.model_validate(
         {"model": model, "topology": {"mode": "colocated", "replicas": 4}}
     )
-    assert "globalCapacityTokens" not in policy_config(no_tier)["policy"]["parameters"]
+    assert "globalSegmentTokens" not in policy_config(no_tier)["policy"]["parameters"]
     unknown = SMetricPoolSpec.model_validate(
         {
             "model": {"name": "org/no-preset"},
@@ -201,4 +192,4 @@ def test_global_capacity_is_the_pools_segments_over_kv_bytes_per_token() -> None
             "globalKV": {"enabled": True},
         }
     )
-    assert "globalCapacityTokens" not in policy_config(unknown)["policy"]["parameters"]
+    assert "globalSegmentTokens" not in policy_config(unknown)["policy"]["parameters"]

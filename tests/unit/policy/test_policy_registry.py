@@ -125,8 +125,8 @@ def test_preset_derives_models_and_keys_override() -> None:
         ({"blockTokens": 0}, "blockTokens"),
         ({"slak": 1.0}, "slak: unknown key"),
         ({"globalFetchSPerToken": -1e-6}, "globalFetchSPerToken"),
-        ({"globalCapacityTokens": 0}, "globalCapacityTokens"),
-        ({"globalCapacityTokens": 1.5}, "globalCapacityTokens"),
+        ({"globalSegmentTokens": 0}, "globalSegmentTokens"),
+        ({"globalSegmentTokens": 1.5}, "globalSegmentTokens"),
         ({"preset": "h100"}, "preset.*known: qwen3"),
     ],
 )
@@ -141,7 +141,7 @@ def test_non_mapping_is_rejected() -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("mode", "both"), ("block_tokens", 0), ("global_capacity_tokens", 0)]
+    ("field", "value"), [("mode", "both"), ("block_tokens", 0), ("global_segment_tokens", 0)]
 )
 def test_policy_params_reject_unusable_context_values_directly(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):

@@ -167,7 +167,8 @@ class Picker:
         """Choose endpoints and record the dispatch in the ledger. Raises :class:`RequestError`
         (503 no endpoint, 429 shed). ``key``: the prompt's index key when the caller computed it
         already (the servicer does, off the event loop, for large bodies)."""
-        endpoints: Sequence[EndpointInfo] = self.source.ready_endpoints()
+        pool: Sequence[EndpointInfo] = self.source.ready_endpoints()
+        endpoints = pool
         if subset_ips is not None:
             endpoints = [ep for ep in endpoints if ep.ip.strip("[]") in subset_ips]
         if not endpoints:
@@ -214,7 +215,12 @@ class Picker:
             # selective P/D keep the session's next turn there)
             self.index.on_routed(key, pick.destination)
         if tier is not None:  # the tokens it writes into the target's local tier: L - c
-            tier.dispatched(key, pick.ledger_address, pick.uncached_tokens + pick.fetched_tokens)
+            tier.dispatched(
+                key,
+                pick.ledger_address,
+                pick.uncached_tokens + pick.fetched_tokens,
+                len(pool),  # the whole pool sizes the tier, not a subset hint
+            )
         return pick
 
     def prompt_key(self, prompt_text: str, token_ids: Sequence[int] | None = None) -> PromptKey:

@@ -13,11 +13,13 @@ Built only when the configured policy reads them (its registry entry's ``uses_ti
    ``get_kv_connector_kv_cache_events`` (``vllm/distributed/kv_transfer/kv_connector/v1/
    lmcache_connector.py``, ``LMCacheKVEvents``). Which medium string LMCache/Mooncake put on
    them was not verified here: any non-GPU medium counts as the global tier.
-2. *Capacity-aware estimate* otherwise: the store is write-through (LMCache saves every computed
-   block), so every routed prompt is recorded as written. A fully provisioned store
-   (``tiered.globalCapacityTokens`` unset) holds everything written (up to a memory budget of
-   ``max_keys`` keys, LRU beyond); a small store holds the most recently written tokens up to its
-   capacity (LRU, tail blocks first, as the store's own eviction).
+2. *Capacity-aware estimate* otherwise: the store is write-through (LMCache saves every prompt
+   token past its own hit), so every routed prompt is recorded as written. A fully provisioned
+   store holds everything written (up to a memory budget of ``max_keys`` keys, LRU beyond); a
+   bounded store holds the most recently written tokens up to its capacity (LRU, tail blocks
+   first, as the store's own eviction): ``tiered.globalCapacityTokens`` (a fixed total), else the
+   pool's ``globalSegmentTokens`` x the endpoints discovered at that dispatch (every engine pod
+   contributes one Mooncake segment, so scaling the pool needs no new config), else unbounded.
 
 **Nodes** come from discovery (``EndpointInfo.node``: the pod's ``spec.nodeName``, or ``node:``
 in a standalone endpoints file). **Footprint**: a :class:`~smetric.policy.footprint.FootprintTracker`
@@ -44,7 +46,7 @@ DEFAULT_MAX_KEYS = 2_000_000  # memory budget of the estimate (~200 MB of LRU en
 class GlobalTierIndex:
     """g for one prompt key: from non-GPU KV events when any arrived, else the write estimate."""
 
-    __slots__ = ("_capacity_keys", "_estimate", "_store", "tokens_per_key")
+    __slots__ = ("_capacity_keys", "_estimate", "_max_keys", "_segment_tokens", "_store", "tokens_per_key")
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class GlobalTierIndex:
         *,
         store: BlockStore | None = None,
         capacity_tokens: int | None = None,
+        segment_tokens: int | None = None,
         max_keys: int = DEFAULT_MAX_KEYS,
     ) -> None:
         if tokens_per_key <= 0 or max_keys <= 0:
@@ -60,6 +63,9 @@ class GlobalTierIndex:
         self._store = store
         keys = max_keys if capacity_tokens is None else max(1, capacity_tokens // tokens_per_key)
         self._capacity_keys = min(keys, max_keys)
+        # per engine pod, when no fixed total is given: the capacity follows the pool's size
+        self._segment_tokens = segment_tokens if capacity_tokens is None else None
+        self._max_keys = max_keys
         self._estimate = _Lru()
 
     @property
@@ -76,10 +82,18 @@ class GlobalTierIndex:
             blocks = self._estimate.cached_prefix_blocks(keys)
         return min(key.prompt_tokens, blocks * self.tokens_per_key)
 
-    def on_routed(self, key: PromptKey) -> None:
-        """The prompt was dispatched: its blocks will be written through to the store."""
+    def capacity_keys(self, n_endpoints: int = 1) -> int:
+        """The estimate's bound in keys with ``n_endpoints`` engines in the pool."""
+        if self._segment_tokens is None:
+            return self._capacity_keys
+        keys = max(1, self._segment_tokens * max(1, n_endpoints) // self.tokens_per_key)
+        return min(keys, self._max_keys)
+
+    def on_routed(self, key: PromptKey, n_endpoints: int = 1) -> None:
+        """The prompt was dispatched (``n_endpoints`` engines in the pool): its blocks will be
+        written through to the store."""
         if key.block_keys and not self.from_events:
-            self._estimate.insert_chain(key.block_keys, self._capacity_keys)
+            self._estimate.insert_chain(key.block_keys, self.capacity_keys(n_endpoints))
 
     def size(self) -> int:
         return len(self._estimate.keys)
@@ -118,8 +132,8 @@ class TierFacts:
             with_tier_facts(s, g, ep.node, fp(s.name, now)) for s, ep in zip(snaps, endpoints, strict=True)
         ]
 
-    def dispatched(self, key: PromptKey, address: str, written_tokens: int) -> None:
-        self.index.on_routed(key)
+    def dispatched(self, key: PromptKey, address: str, written_tokens: int, n_endpoints: int = 1) -> None:
+        self.index.on_routed(key, n_endpoints)
         self.footprint.add(address, float(written_tokens), self._clock())
 
     def forget(self, address: str) -> None:
@@ -130,8 +144,10 @@ def build_tier_facts(index: PoolIndex, params: PolicyParams, clock: Callable[[],
     """Tier facts over the picker's prefix index: its key granularity, and its KV-event block
     store when it has one (the precise index)."""
     tiered = params.get(SMetricTieredParams).tiered
-    capacity = tiered.global_capacity_tokens
-    if capacity is None:  # the pool's own (globalCapacityTokens, rendered by the operator)
-        capacity = params.global_capacity_tokens
-    gi = GlobalTierIndex(index.tokens_per_key, store=index.store, capacity_tokens=capacity)
+    gi = GlobalTierIndex(
+        index.tokens_per_key,
+        store=index.store,
+        capacity_tokens=tiered.global_capacity_tokens,
+        segment_tokens=params.global_segment_tokens,  # per engine pod (rendered by the operator)
+    )
     return TierFacts(gi, tiered.footprint_window_s, clock)
