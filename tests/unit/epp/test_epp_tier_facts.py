@@ -186,7 +186,9 @@ def test_without_a_global_tier_the_index_credits_no_global_hit() -> None:
     picker = _smetric_picker({})
     prompt = "x" * 40_000  # ~10k tokens
     picker.pick(RequestView("r1", 10_000), prompt)
-    assert picker.tier_facts is not None and picker.tier_facts.index.global_hit(picker.index.key(prompt)) > 0
+    assert picker.tier_facts is not None and picker.tier_facts.index.size() == 0  # nothing recorded
+    picker.tier_facts.index.on_routed(picker.index.key(prompt))  # as if it had been
+    assert picker.tier_facts.index.global_hit(picker.index.key(prompt)) > 0
     snaps = []
     original = picker.snapshots
 

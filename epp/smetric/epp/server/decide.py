@@ -220,6 +220,7 @@ class Picker:
                 pick.ledger_address,
                 pick.uncached_tokens + pick.fetched_tokens,
                 len(pool),  # the whole pool sizes the tier, not a subset hint
+                global_tier=self.core.global_fetch_s_per_token is not None,
             )
         return pick
 

@@ -132,8 +132,18 @@ class TierFacts:
             with_tier_facts(s, g, ep.node, fp(s.name, now)) for s, ep in zip(snaps, endpoints, strict=True)
         ]
 
-    def dispatched(self, key: PromptKey, address: str, written_tokens: int, n_endpoints: int = 1) -> None:
-        self.index.on_routed(key, n_endpoints)
+    def dispatched(
+        self,
+        key: PromptKey,
+        address: str,
+        written_tokens: int,
+        n_endpoints: int = 1,
+        global_tier: bool = True,
+    ) -> None:
+        """``global_tier``: the pool has one; without it nothing is written through, so the index
+        records nothing (and spends no memory)."""
+        if global_tier:
+            self.index.on_routed(key, n_endpoints)
         self.footprint.add(address, float(written_tokens), self._clock())
 
     def forget(self, address: str) -> None:
