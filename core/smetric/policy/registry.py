@@ -43,13 +43,16 @@ class PolicyEntry:
     """One registered policy. ``kind``: ``smetric`` (this project's family), ``ablation`` (an
     SMetric ablation of paper §5.4) or ``baseline`` (a comparison policy). ``uses_tier_view``:
     the policy reads the two-tier endpoint facts (``global_hit_tokens``, ``node``,
-    ``session_kv_tokens``); the picker and the simulator build them only then."""
+    ``session_kv_tokens``); the picker and the simulator build them only then.
+    ``uses_node_facts``: of those it also reads ``node`` and ``session_kv_tokens`` (not only g);
+    the picker skips them otherwise."""
 
     name: str
     factory: Factory
     params: type[ParamsModel] = NoParams
     kind: str = "baseline"
     uses_tier_view: bool = False
+    uses_node_facts: bool = False
 
 
 BUILTIN: tuple[PolicyEntry, ...] = (
@@ -57,7 +60,9 @@ BUILTIN: tuple[PolicyEntry, ...] = (
     PolicyEntry("smetric-basic", SMetricBasic, SessionParams, "ablation"),
     PolicyEntry("smetric-overload", SMetricOverload, OverloadParams, "ablation"),
     PolicyEntry("smetric-slo-tokens", SMetricSloTokens, SMetricParams, "ablation"),
-    PolicyEntry("smetric-tiered", SMetricTiered, SMetricTieredParams, "smetric", uses_tier_view=True),
+    PolicyEntry(
+        "smetric-tiered", SMetricTiered, SMetricTieredParams, "smetric", uses_tier_view=True, uses_node_facts=True
+    ),
     PolicyEntry("lmetric", LMetric),
     PolicyEntry("bailian", Bailian, BailianParams),
     PolicyEntry("load-balance", LoadBalance),
@@ -152,6 +157,12 @@ def uses_tier_view(name: str, registry: Sequence[PolicyEntry] = ()) -> bool:
     an unknown name raises ``ValueError`` like :func:`make_policy`."""
     reg = Registry(tuple(registry)) if registry else REGISTRY
     return reg.entry(name).uses_tier_view
+
+
+def uses_node_facts(name: str, registry: Sequence[PolicyEntry] = ()) -> bool:
+    """Whether the policy registered as ``name`` reads the nodes and the session footprint too."""
+    reg = Registry(tuple(registry)) if registry else REGISTRY
+    return reg.entry(name).uses_node_facts
 
 
 def make_policy(

@@ -201,3 +201,18 @@ def test_without_a_global_tier_the_index_credits_no_global_hit() -> None:
     pick = picker.pick(RequestView("r2", 10_000, turn=1, est_hit_tokens=10_000), prompt + "y" * 400)
     assert snaps and all(s.global_hit_tokens == 0 for s in snaps[-1])
     assert pick.fetched_tokens == 0  # what is not local is computed, and charged as compute
+
+
+def test_smetric_reads_g_only_and_skips_nodes_and_footprint() -> None:
+    # node and footprint facts cost per decision; only smetric-tiered reads them
+    smetric = _smetric_picker({"globalFetchSPerToken": 1e-5})
+    assert smetric.tier_facts is not None and not smetric.tier_facts.node_facts
+    pick = smetric.pick(RequestView("r1", 1000), "x" * 4000)
+    assert smetric.tier_facts.footprint.tokens(pick.destination, smetric.clock()) == 0
+    assert smetric.tier_facts.index.size() > 0  # g is still learned
+    cfg = parse_config({"policy": {"name": "smetric-tiered", "parameters": {"globalFetchSPerToken": 1e-5}}})
+    source = StaticEndpointSource(["10.0.0.1:8000", "10.0.0.2:8000"])
+    tiered = build_picker(
+        cfg, params_from_mapping(cfg.policy.parameters), source, ApproximateIndex(block_tokens=16)
+    )
+    assert tiered.tier_facts is not None and tiered.tier_facts.node_facts

@@ -17,7 +17,7 @@ from smetric.epp.server.servicer import ExtProcServicer
 from smetric.epp.server.tier_facts import build_tier_facts
 from smetric.policy import PolicyParams
 from smetric.policy.framework import Router
-from smetric.policy.registry import make_policy, uses_tier_view
+from smetric.policy.registry import make_policy, uses_node_facts, uses_tier_view
 from smetric.policy.selective_pd import PdDecider
 
 MAX_FALLBACKS = 4  # keeps the destination metadata short; the header carries only the primary
@@ -54,7 +54,9 @@ def build_picker(
         on_dispatch=on_dispatch,
     )
     if uses_tier_view(cfg.policy.name):
-        picker.tier_facts = build_tier_facts(index, params, picker.clock)
+        picker.tier_facts = build_tier_facts(
+            index, params, picker.clock, node_facts=uses_node_facts(cfg.policy.name)
+        )
     return picker
 
 

@@ -193,7 +193,7 @@ class Picker:
             # (g only in a pool with a tier: without one the index's write estimate would make
             # the ledger charge fetches for tokens that are recomputed)
             g = tier.index.global_hit(key) if self.core.global_fetch_s_per_token is not None else 0
-            snaps = self.snapshots(endpoints, hits, g, tier.facts_of(endpoints))
+            snaps = self.snapshots(endpoints, hits, g, tier.facts_of(endpoints) if tier.node_facts else None)
         if self.core.shed(request, snaps):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
         if self.pd_router is not None:

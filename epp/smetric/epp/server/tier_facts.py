@@ -102,10 +102,18 @@ class GlobalTierIndex:
 class TierFacts:
     """Fills the snapshots' two-tier fields and learns from each dispatch."""
 
-    __slots__ = ("_clock", "_nodes", "_nodes_of", "footprint", "index")
+    __slots__ = ("_clock", "_nodes", "_nodes_of", "footprint", "index", "node_facts")
 
-    def __init__(self, index: GlobalTierIndex, footprint_window_s: float, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        index: GlobalTierIndex,
+        footprint_window_s: float,
+        clock: Callable[[], float],
+        *,
+        node_facts: bool = True,
+    ) -> None:
         self.index = index
+        self.node_facts = node_facts  # node and footprint too (smetric-tiered); smetric reads only g
         self.footprint = FootprintTracker(footprint_window_s)
         self._clock = clock
         self._nodes_of: Sequence[EndpointInfo] | None = None  # the endpoint list _nodes was built from
@@ -144,13 +152,17 @@ class TierFacts:
         records nothing (and spends no memory)."""
         if global_tier:
             self.index.on_routed(key, n_endpoints)
+        if not self.node_facts:
+            return
         self.footprint.add(address, float(written_tokens), self._clock())
 
     def forget(self, address: str) -> None:
         self.footprint.forget(address)
 
 
-def build_tier_facts(index: PoolIndex, params: PolicyParams, clock: Callable[[], float]) -> TierFacts:
+def build_tier_facts(
+    index: PoolIndex, params: PolicyParams, clock: Callable[[], float], *, node_facts: bool = True
+) -> TierFacts:
     """Tier facts over the picker's prefix index: its key granularity, and its KV-event block
     store when it has one (the precise index)."""
     tiered = params.get(SMetricTieredParams).tiered
@@ -160,4 +172,4 @@ def build_tier_facts(index: PoolIndex, params: PolicyParams, clock: Callable[[],
         capacity_tokens=tiered.global_capacity_tokens,
         segment_tokens=params.global_segment_tokens,  # per engine pod (rendered by the operator)
     )
-    return TierFacts(gi, tiered.footprint_window_s, clock)
+    return TierFacts(gi, tiered.footprint_window_s, clock, node_facts=node_facts)
