@@ -183,7 +183,12 @@ def test_segment_capacity_follows_the_pools_size() -> None:
 def test_without_a_global_tier_the_index_credits_no_global_hit() -> None:
     # The write estimate knows the prompt was routed, but a pool without a tier recomputes it:
     # g must stay 0 so the ledger charges compute, not a phantom fetch (guard in Picker.pick).
-    picker = _smetric_picker({})
+    assert _smetric_picker({}).tier_facts is None  # smetric on plain vLLM: no tier facts at all
+    cfg = parse_config({"policy": {"name": "smetric-tiered"}})  # it reads the footprint, tier or not
+    source = StaticEndpointSource(["10.0.0.1:8000", "10.0.0.2:8000"])
+    picker = build_picker(
+        cfg, params_from_mapping(cfg.policy.parameters), source, ApproximateIndex(block_tokens=16)
+    )
     prompt = "x" * 40_000  # ~10k tokens
     picker.pick(RequestView("r1", 10_000), prompt)
     assert picker.tier_facts is not None and picker.tier_facts.index.size() == 0  # nothing recorded

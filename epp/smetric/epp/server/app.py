@@ -53,10 +53,10 @@ def build_picker(
         pd_decider=PdDecider(cfg.pdDisaggregation.nonCachedTokens),
         on_dispatch=on_dispatch,
     )
-    if uses_tier_view(cfg.policy.name):
-        picker.tier_facts = build_tier_facts(
-            index, params, picker.clock, node_facts=uses_node_facts(cfg.policy.name)
-        )
+    node_facts = uses_node_facts(cfg.policy.name)
+    # g needs a global tier; without one only a policy that reads nodes and footprint needs them
+    if uses_tier_view(cfg.policy.name) and (node_facts or params.global_fetch_s_per_token is not None):
+        picker.tier_facts = build_tier_facts(index, params, picker.clock, node_facts=node_facts)
     return picker
 
 
