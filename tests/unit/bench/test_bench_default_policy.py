@@ -3,22 +3,15 @@ regime's best (paired 95 % CI over seeds), then the mean relative peak."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.support.scripts import bench_script
+
 
 def _module() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "bench" / "default_policy.py"
-    spec = importlib.util.spec_from_file_location("default_policy", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_script("default_policy")
 
 
 def test_counts_regimes_and_ranks_by_count_then_mean_relative_peak() -> None:

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.support.scripts import bench_script
+
 
 def _module() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "bench" / "drift_check.py"
-    spec = importlib.util.spec_from_file_location("drift_check", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_script("drift_check")
 
 
 def test_poisson_floor_follows_the_quarter_count() -> None:

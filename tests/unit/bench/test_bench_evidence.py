@@ -3,23 +3,17 @@ the knee, and regimes merged from two sweeps."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.support.scripts import bench_script
+
 
 def _module() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "bench" / "evidence.py"
-    spec = importlib.util.spec_from_file_location("evidence", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_script("evidence")
 
 
 def _rows(policy: str, curve: dict[float, list[float]], drift: float = 0.0) -> list[dict[str, object]]:

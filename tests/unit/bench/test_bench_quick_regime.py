@@ -8,8 +8,6 @@ properties it was chosen for, and check bench/quick_regime.py's estimate on a ha
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,16 +16,11 @@ import pytest
 from smetric.bench import cli
 from smetric.bench.plan import PlannedFamily, PlannedRequest, PlannedSession, ReplayPlan
 from smetric.core.presets import get_preset
+from tests.support.scripts import bench_script
 
 
 def _module() -> ModuleType:
-    path = Path(__file__).resolve().parents[3] / "bench" / "quick_regime.py"
-    spec = importlib.util.spec_from_file_location("quick_regime", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_script("quick_regime")
 
 
 def _parse(*argv: str) -> cli.Preset:

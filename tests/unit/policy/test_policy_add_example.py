@@ -4,7 +4,6 @@ CLI and the generated CRD schema pick it up from the registry with no other edit
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from smetric.operator.gencrd import crd_text, router_schema
 from smetric.policy import Router, params_from_mapping
 from smetric.policy.registry import REGISTRY, Registry
 from smetric.sim import cli
+from tests.support.scripts import load_script
 
 # File 1 of 3: the policy module (in the tree: core/smetric/policy/least_queue.py).
 TOY_MODULE = '''
@@ -60,13 +60,8 @@ ENTRY = PolicyEntry("least-queue", LeastQueue, LeastQueueParams)
 def toy(tmp_path: Path) -> ModuleType:
     path = tmp_path / "least_queue.py"
     path.write_text(TOY_MODULE, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("least_queue_example", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    yield load_script(path, "least_queue_example")
+    del sys.modules["least_queue_example"]
 
 
 @pytest.fixture

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -16,17 +14,13 @@ from smetric.epp.obs.metrics import PickerMetrics
 from smetric.policy.params import ParamsModel
 from smetric.policy.registry import REGISTRY, PolicyEntry
 from smetric.policy.round_robin import RoundRobin
+from tests.support.scripts import load_script
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("smetric_docs_gen", DOCS / "gen.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DOCS / "gen.py", "smetric_docs_gen")
 
 
 gen = _load()
