@@ -190,10 +190,8 @@ class Picker:
         if tier is None:
             snaps = self.snapshots(endpoints, hits, self.core.global_hit(request))
         else:  # smetric(-tiered): g from the global-tier index, node and footprint in one pass
-            # (g only in a pool with a tier: without one the index's write estimate would make
-            # the ledger charge fetches for tokens that are recomputed)
-            g = tier.index.global_hit(key) if self.core.global_fetch_s_per_token is not None else 0
-            snaps = self.snapshots(endpoints, hits, g, tier.facts_of(endpoints) if tier.node_facts else None)
+            facts = tier.facts_of(endpoints) if tier.node_facts else None
+            snaps = self.snapshots(endpoints, hits, tier.global_hit(key), facts)
         if self.core.shed(request, snaps):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
         if self.pd_router is not None:
@@ -220,7 +218,6 @@ class Picker:
                 pick.ledger_address,
                 pick.uncached_tokens + pick.fetched_tokens,
                 len(pool),  # the whole pool sizes the tier, not a subset hint
-                global_tier=self.core.global_fetch_s_per_token is not None,
             )
         return pick
 

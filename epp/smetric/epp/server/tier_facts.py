@@ -102,7 +102,7 @@ class GlobalTierIndex:
 class TierFacts:
     """Fills the snapshots' two-tier fields and learns from each dispatch."""
 
-    __slots__ = ("_clock", "_nodes", "_nodes_of", "footprint", "index", "node_facts")
+    __slots__ = ("_clock", "_nodes", "_nodes_of", "footprint", "global_tier", "index", "node_facts")
 
     def __init__(
         self,
@@ -111,8 +111,12 @@ class TierFacts:
         clock: Callable[[], float],
         *,
         node_facts: bool = True,
+        global_tier: bool = True,
     ) -> None:
         self.index = index
+        # the pool has a global tier (globalFetchSPerToken): without one nothing is written
+        # through, so g is 0 and the index records nothing (and spends no memory)
+        self.global_tier = global_tier
         self.node_facts = node_facts  # node and footprint too (smetric-tiered); smetric reads only g
         self.footprint = FootprintTracker(footprint_window_s)
         self._clock = clock
@@ -140,17 +144,13 @@ class TierFacts:
             with_tier_facts(s, g, ep.node, fp(s.name, now)) for s, ep in zip(snaps, endpoints, strict=True)
         ]
 
-    def dispatched(
-        self,
-        key: PromptKey,
-        address: str,
-        written_tokens: int,
-        n_endpoints: int = 1,
-        global_tier: bool = True,
-    ) -> None:
-        """``global_tier``: the pool has one; without it nothing is written through, so the index
-        records nothing (and spends no memory)."""
-        if global_tier:
+    def global_hit(self, key: PromptKey) -> int:
+        """g for ``key``; 0 in a pool without a global tier (the write estimate would otherwise make
+        the ledger charge fetches for tokens that are recomputed)."""
+        return self.index.global_hit(key) if self.global_tier else 0
+
+    def dispatched(self, key: PromptKey, address: str, written_tokens: int, n_endpoints: int = 1) -> None:
+        if self.global_tier:
             self.index.on_routed(key, n_endpoints)
         if not self.node_facts:
             return
@@ -172,4 +172,10 @@ def build_tier_facts(
         capacity_tokens=tiered.global_capacity_tokens,
         segment_tokens=params.global_segment_tokens,  # per engine pod (rendered by the operator)
     )
-    return TierFacts(gi, tiered.footprint_window_s, clock, node_facts=node_facts)
+    return TierFacts(
+        gi,
+        tiered.footprint_window_s,
+        clock,
+        node_facts=node_facts,
+        global_tier=params.global_fetch_s_per_token is not None,
+    )
