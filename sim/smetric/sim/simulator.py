@@ -37,7 +37,7 @@ from smetric.core.presets import InstancePreset, get_preset
 from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
 from smetric.engine.global_tier import instances_per_node
 from smetric.policy import DecodeStepModel, PolicyParams, Router, fetch_s_per_token, make_policy
-from smetric.policy.registry import uses_tier_view
+from smetric.policy.registry import uses_node_facts, uses_tier_view
 from smetric.policy.tiered_params import SMetricTieredParams
 from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.config import SimConfig
@@ -170,6 +170,7 @@ class _Run:
                 work.block_tokens,
                 params.get(SMetricTieredParams).tiered.footprint_window_s,
                 estimate=cfg.tier_hits == "estimate",
+                node_facts=uses_node_facts(policy),
             )
             if uses_tier_view(policy)
             else None

@@ -30,7 +30,7 @@ from smetric.policy.smetric_tiered import with_tier_facts
 
 
 class TierView:
-    __slots__ = ("_block_tokens", "_estimate", "_footprint", "_nodes", "_tier")
+    __slots__ = ("_block_tokens", "_estimate", "_footprint", "_node_facts", "_nodes", "_tier")
 
     def __init__(
         self,
@@ -39,11 +39,14 @@ class TierView:
         footprint_window_s: float,
         *,
         estimate: bool = False,
+        node_facts: bool = True,
     ) -> None:
         self._tier = next((inst.global_tier for inst in instances if inst.global_tier is not None), None)
         self._nodes = [f"node-{inst.config.node}" for inst in instances]
         self._block_tokens = block_tokens
         self._footprint = FootprintTracker(footprint_window_s)
+        # node and footprint too (smetric-tiered; PolicyEntry.uses_node_facts); smetric reads only g
+        self._node_facts = node_facts
         # the picker's write estimate (tier_hits = "estimate"): what it routed, the tier's size
         self._estimate = (
             BlockCache(self._tier.capacity_blocks) if estimate and self._tier is not None else None
@@ -54,20 +57,25 @@ class TierView:
     ) -> list[EndpointSnapshot]:
         fp, nodes = self._footprint.tokens, self._nodes
         if self._tier is None:  # no global tier: g stays what the router core estimated (0)
+            if not self._node_facts:
+                return snaps
             return [
                 with_tier_facts(s, s.global_hit_tokens, nodes[i], fp(s.name, now_s))
                 for i, s in enumerate(snaps)
             ]
         seen = self._tier if self._estimate is None else self._estimate
         g = min(request.prompt_tokens, seen.match(request.prompt_pieces) * self._block_tokens)
+        if not self._node_facts:
+            return [with_tier_facts(s, g, s.node, s.session_kv_tokens) for s in snaps]
         return [with_tier_facts(s, g, nodes[i], fp(s.name, now_s)) for i, s in enumerate(snaps)]
 
     def dispatched(
         self, snap: EndpointSnapshot, view: RequestView, now_s: float, prompt: Sequence[Piece] = ()
     ) -> None:
-        self._footprint.add(
-            snap.name, view.prompt_tokens - min(view.prompt_tokens, snap.local_hit_tokens), now_s
-        )
+        if self._node_facts:
+            self._footprint.add(
+                snap.name, view.prompt_tokens - min(view.prompt_tokens, snap.local_hit_tokens), now_s
+            )
         self.routed(prompt)
 
     def routed(self, prompt: Sequence[Piece]) -> None:
