@@ -102,7 +102,6 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 Accounting = Literal["split", "all_scaled"]
-ACCOUNTINGS: tuple[Accounting, ...] = ("split", "all_scaled")
 
 
 def model_latency(

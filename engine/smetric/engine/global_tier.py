@@ -59,17 +59,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from smetric.core.presets import InstancePreset
 from smetric.engine.prefix_cache import BlockCache, Piece, count_blocks
 
-GlobalTierKind = Literal["none", "small", "full"]
 GLOBAL_TIER_KINDS: tuple[str, ...] = ("none", "small", "full")
 SMALL_TIER_BYTES = 128e9  # paper §5.3: smallest evaluated global store
 DEFAULT_NIC_GBIT_S = 200.0  # paper §5.1: 200 Gbps RDMA NICs
 GPUS_PER_NODE = 8  # paper §5.1: servers with eight H20 GPUs
-LoadMode = Literal["sync", "async"]
 LOAD_MODES: tuple[str, ...] = ("sync", "async")
 PLACEMENTS: tuple[str, ...] = ("spread", "node")
 

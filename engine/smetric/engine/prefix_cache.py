@@ -116,9 +116,6 @@ class BlockCache:
                 return s
         return None
 
-    def contains(self, block_id: int) -> bool:
-        return self._find(block_id) is not None
-
     def match(self, pieces: Sequence[Piece], max_blocks: int | None = None) -> int:
         """Length in blocks of the longest cached prefix of ``pieces`` (capped at ``max_blocks``)."""
         total = 0

@@ -107,13 +107,3 @@ class PoolIndex(PrefixIndex, Protocol):
     def forget(self, address: str) -> None:
         """The endpoint left the pool."""
         ...
-
-
-class EventGapSink(Protocol):
-    """Told about each KV-event sequence gap (lost events) so the picker can count it.
-
-    The picker passes an implementation (``smetric.epp.obs.metrics.KvEventGapCounter``) to the
-    KV-event subscriber; the subscriber calls ``on_gap`` once per gap it detects.
-    """
-
-    def on_gap(self, address: str) -> None: ...

@@ -1,7 +1,7 @@
 """Prometheus metrics of the picker, registered on a registry the caller passes (no global state).
 
-The data-source side reports KV-event sequence gaps through :class:`KvEventGapCounter` (it
-satisfies :class:`smetric.epp.contracts.EventGapSink`).
+The data-source side reports KV-event sequence gaps through :class:`KvEventGapCounter` (its
+``on_gap`` is the KV-event subscriber's ``GapCallback``).
 """
 
 from __future__ import annotations

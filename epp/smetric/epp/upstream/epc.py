@@ -26,9 +26,6 @@ API_GROUP = "inference.networking.x-k8s.io"
 API_VERSION = f"{API_GROUP}/v1alpha1"
 KIND = "EndpointPickerConfig"
 
-# Top-level sections of later upstream versions that the picker reads no further than their presence.
-KNOWN_SECTIONS: tuple[str, ...] = ("featureGates", "saturationDetector", "dataLayer", "flowControl", "parser")
-
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -15,8 +15,8 @@ upstream config is read for what it asks of the pool and mapped to the nearest b
   ``pdDisaggregation.nonCachedTokens`` (the same rule, :mod:`smetric.policy.selective_pd`);
   ``always-disagg-pd-decider`` takes the prefill hop for every request; the older
   ``pd-profile-handler`` ``threshold`` (characters) becomes ``nonCachedTokens`` = threshold / 4.
-* **Scorers and pickers** without one of this picker's types: :data:`SCORER_MAPPING` in
-  ``docs/picker.md`` -- a latency scorer -> ``llmd-slo``; session affinity -> ``llmd-session``;
+* **Scorers and pickers** without one of this picker's types (the table in ``docs/picker.md``):
+  a latency scorer -> ``llmd-slo``; session affinity -> ``llmd-session``;
   a prefix scorer and load scorers -> ``bailian`` with ``lambda`` = prefix weight / all weights
   (Bailian's linear mix of KV reuse and batch size is the weighted sum's nearest form); a prefix
   scorer alone -> ``bailian`` ``lambda: 1``; load scorers alone -> ``load-balance``; no scorer ->
@@ -75,17 +75,6 @@ BUILT_IN = frozenset(
         "tokenizer",
     }
 )
-
-# What docs/picker.md states: upstream scorer set -> the built-in policy it maps to.
-SCORER_MAPPING: tuple[tuple[str, str], ...] = (
-    ("latency-scorer (any others)", "llmd-slo"),
-    ("session-affinity-scorer (no latency scorer)", "llmd-session"),
-    ("a prefix scorer + load scorers", "bailian, lambda = prefix weight / sum of weights"),
-    ("a prefix scorer alone", "bailian, lambda = 1"),
-    ("load scorers alone", "load-balance"),
-    ("no scorer (any picker)", "random"),
-)
-
 
 class TranslateError(ValueError):
     """An upstream config that cannot mean anything here (a dangling reference, two policies)."""
