@@ -38,6 +38,9 @@ class Flag:
     default: object
     help: str
     aliases: tuple[str, ...] = ()  # other accepted spellings (upstream picker names)
+    # the only values accepted (argparse refuses any other in one line; render_args raises): the one
+    # place a flag's allowed values are written
+    choices: tuple[str, ...] = ()
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -61,7 +64,11 @@ FLAGS: tuple[Flag, ...] = (
         "Kubernetes mode: InferencePool namespace (default: $NAMESPACE, else default)",
     ),
     Flag(
-        "pool-group", str, "inference.networking.k8s.io", "Kubernetes mode: InferencePool API group (v1 only)"
+        "pool-group",
+        str,
+        "inference.networking.k8s.io",
+        "Kubernetes mode: InferencePool API group (only InferencePool inference.networking.k8s.io/v1)",
+        choices=("inference.networking.k8s.io",),
     ),
     Flag(
         "prefix-index",
@@ -69,6 +76,7 @@ FLAGS: tuple[Flag, ...] = (
         "auto",
         "prefix index: precise (tokenizer + KV events) | approximate | auto: precise when --tokenizer "
         "names the engines' tokenizer (their KV events hash its tokens), else approximate",
+        choices=("auto", "precise", "approximate"),
     ),
     Flag("tokenizer", str, "", "precise index: path or name of the model's tokenizer"),
     Flag("kv-events-port", int, 5557, "ZMQ port each model server publishes KV events on"),
@@ -128,6 +136,7 @@ FLAGS: tuple[Flag, ...] = (
         str,
         "auto",
         "asyncio event loop: auto (uvloop when installed, else asyncio) | uvloop | asyncio",
+        choices=("auto", "uvloop", "asyncio"),
     ),
     Flag("scrape-timeout-ms", int, 1000, "timeout of one /metrics scrape"),
     Flag("scrape-max-bytes", int, 4 * 1024 * 1024, "a larger /metrics page is refused (endpoint goes stale)"),
@@ -141,6 +150,7 @@ FLAGS: tuple[Flag, ...] = (
         str,
         "sha256",
         "engines' --prefix-caching-hash-algo: sha256 | sha256_cbor (precise index)",
+        choices=("sha256", "sha256_cbor"),  # smetric.core.blockhash.HASH_ALGOS (a test keeps them equal)
     ),
     Flag("block-size", int, 16, "engine KV block size in tokens (precise index)"),
     Flag(
@@ -149,6 +159,7 @@ FLAGS: tuple[Flag, ...] = (
         "inline",
         "inline: the response passes through this stream (GIE gateways) | observer: a second ext_proc "
         "filter in observability_mode reports it and Envoy never waits for the picker on responses",
+        choices=("inline", "observer"),
     ),
     Flag("log-level", str, "info", "debug | info | warning | error"),
     Flag(
@@ -167,7 +178,7 @@ FLAGS: tuple[Flag, ...] = (
         -1,
         "log verbosity as upstream (klog): >= 4 debug, 2-3 info, 0-1 warning; overrides --log-level",
     ),
-    Flag("zap-encoder", str, "json", "log encoding: json | console"),
+    Flag("zap-encoder", str, "json", "log encoding: json | console", choices=("json", "console")),
     Flag(
         "decision-log",
         bool,
@@ -256,7 +267,14 @@ def _add(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: Flag) 
             *names, dest=dest, type=parse_bool, nargs="?", const=True, default=flag.default, help=flag.help
         )
     else:
-        parser.add_argument(*names, dest=dest, type=flag.type, default=flag.default, help=flag.help)
+        parser.add_argument(
+            *names,
+            dest=dest,
+            type=flag.type,
+            default=flag.default,
+            help=flag.help,
+            choices=flag.choices or None,
+        )
 
 
 class _DefaultsOnce(argparse.ArgumentDefaultsHelpFormatter):
@@ -305,11 +323,15 @@ def ignored_upstream_flags(args: argparse.Namespace) -> list[str]:
 
 
 def render_args(values: dict[str, object]) -> list[str]:
-    """``{"pool-name": "p"} -> ["--pool-name=p"]``; unknown names raise ``KeyError``."""
-    known = {f.name for f in (*FLAGS, *UPSTREAM_FLAGS)} | {a for f in FLAGS for a in f.aliases}
+    """``{"pool-name": "p"} -> ["--pool-name=p"]``; unknown names raise ``KeyError``, a value
+    outside the flag's ``choices`` raises ``ValueError`` (the picker would refuse it at start-up)."""
+    table = {f.name: f for f in (*FLAGS, *UPSTREAM_FLAGS)} | {a: f for f in FLAGS for a in f.aliases}
     out: list[str] = []
     for name, value in values.items():
-        if name not in known:
+        if name not in table:
             raise KeyError(f"unknown picker flag {name!r}")
+        allowed = table[name].choices
+        if allowed and str(value) not in allowed:
+            raise ValueError(f"picker flag --{name}={value}: not one of {', '.join(allowed)}")
         out.append(f"--{name}={value}")
     return out

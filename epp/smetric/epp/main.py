@@ -226,19 +226,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ignored = ignored_upstream_flags(args)
     if ignored:
         log.warning("upstream picker flags without effect here: %s", ", ".join(ignored))
-    if args.pool_group != "inference.networking.k8s.io":
-        print(
-            f"smetric-epp: --pool-group={args.pool_group}: only InferencePool inference.networking.k8s.io/v1 "
-            "is supported",
-            file=sys.stderr,
-        )
-        return 2
-    if args.response_path not in ("inline", "observer"):
-        print(
-            f"smetric-epp: --response-path must be inline or observer, got {args.response_path!r}",
-            file=sys.stderr,
-        )
-        return 2
     if not args.endpoints and not args.pool_name:
         print(
             "smetric-epp: either --endpoints (standalone) or --pool-name (Kubernetes) is required",
