@@ -52,8 +52,8 @@ from smetric.trace import load_agentic
 
 TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "claude-code-agentic.jsonl.gz"
 
-# The estimate forms were measured with nobodyMeets: stick (the default then); they keep it, so the
-# table in docs/policies.md reproduces. "tier-ll" is the later default (docs/evidence.md, "Nobody meets").
+# The estimate forms run with nobodyMeets: stick, so the table in docs/policies.md reproduces;
+# "tier-ll" is the default's form (least-loaded; docs/evidence.md, "Nobody meets").
 _STICK: dict[str, object] = {"nobodyMeets": "stick"}
 VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "tier": ("smetric", {**_STICK}),

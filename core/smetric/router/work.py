@@ -10,9 +10,9 @@ retrieve) and computes only ``L - max(c, g)``. The dispatch ledger must be charg
 * ``fetch_s`` = ``(max(c, g) - c) * global_fetch_s_per_token``: link time of the fetched tokens,
   kept apart so it never enters the prefill-rate estimate or the GPU queue.
 
-Before the fix both the picker and the simulator charged ``cost(L - c, L)`` even when the global
-tier supplied the tokens: a 100k-token session moved to another endpoint was charged ~88 s of
-prefill instead of ~2 s of fetch plus its new tokens (phantom queued work).
+Charging ``cost(L - c, L)`` instead, as if the global tier supplied nothing, would book a
+100k-token session moved to another endpoint ~88 s of prefill instead of ~2 s of fetch plus its new
+tokens (phantom queued work): ``tests/unit/policy/test_router_core.py`` checks the split.
 """
 
 from __future__ import annotations

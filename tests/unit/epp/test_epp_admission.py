@@ -43,7 +43,7 @@ async def test_a_request_whose_body_never_completes_gets_503_within_the_budget(s
     await call.write(headers_msg(BASE_HEADERS))
     await call.write(body_msgs(chat(), 2)[0])  # the rest of the body never comes
     t0 = time.monotonic()
-    resp = await asyncio.wait_for(call.read(), 5.0)  # before the fix: no answer at all
+    resp = await asyncio.wait_for(call.read(), 5.0)  # without the decision budget: no answer at all
     waited_s = time.monotonic() - t0
     assert_shed(resp, b"decision budget")
     assert 0.2 < waited_s < 2.0

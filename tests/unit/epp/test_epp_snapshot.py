@@ -26,7 +26,7 @@ def hits(index: ApproximateIndex, prompts: list[str]) -> list[dict[str, int]]:
 def test_a_fresh_index_loaded_from_a_snapshot_gives_the_same_hits() -> None:
     index, prompts = warm()
     fresh = ApproximateIndex(block_tokens=16)
-    assert hits(fresh, prompts) != hits(index, prompts)  # amnesia: before the fix, a restart
+    assert hits(fresh, prompts) != hits(index, prompts)  # amnesia: without the snapshot, a restart
     assert load(fresh, dump(index), "test")
     assert hits(fresh, prompts) == hits(index, prompts)
     other = ApproximateIndex(block_tokens=32)  # another block size: ignored, not misread

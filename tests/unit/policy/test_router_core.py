@@ -46,7 +46,7 @@ def test_dispatch_work_table(case: str, L: int, c: int, g: int, computed: int, f
 def test_global_hit_is_charged_as_fetch_not_prefill() -> None:
     """The issue's example: a 100k-token session moved to another endpoint."""
     L, prev = 102_000, 100_000
-    old = CM.cost(L, L)  # what the ledger charged before the fix
+    old = CM.cost(L, L)  # the charge if the global tier's tokens counted as prefill
     w = dispatch_work(CM, L, 0, prev, FETCH)
     assert w.cost_s == pytest.approx(CM.cost(2_000, L)) and w.cost_s < old / 10
     assert w.fetch_s == pytest.approx(prev * FETCH)
