@@ -48,55 +48,55 @@ EQUIVALENT_FILE = ROOT / "bench" / "mutation_equivalent.txt"
 MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "operator.render_picker": (
         "operator/smetric/operator/render_picker.py",
-        ("tests/unit/operator/test_mut_render_picker.py",),
+        ("tests/unit/operator/test_render_picker_values.py",),
         ("tests/unit/operator/test_operator_render_picker.py",),
     ),
     "operator.spec": (
         "operator/smetric/operator/spec.py",
-        ("tests/unit/operator/test_mut_spec.py",),
+        ("tests/unit/operator/test_spec_values.py",),
         # the CRD is generated from the spec: the drift test sees its schema settings
         ("tests/unit/operator/test_operator_spec.py", "tests/unit/operator/test_operator_gencrd.py"),
     ),
     # spec.py's quantities, cross-field rules and their CEL twins (split out of spec.py)
     "operator.spec_rules": (
         "operator/smetric/operator/spec_rules.py",
-        ("tests/unit/operator/test_mut_spec.py",),
+        ("tests/unit/operator/test_spec_values.py",),
         ("tests/unit/operator/test_operator_spec.py", "tests/unit/operator/test_operator_gencrd.py"),
     ),
     "epp.parse.headers": (
         "epp/smetric/epp/parse/headers.py",
-        ("tests/unit/epp/test_mut_epp_parse.py",),
+        ("tests/unit/epp/test_epp_parse_values.py",),
         ("tests/unit/epp/test_epp_parse.py",),
     ),
     "epp.parse.body": (
         "epp/smetric/epp/parse/body.py",
-        ("tests/unit/epp/test_mut_epp_parse.py",),
+        ("tests/unit/epp/test_epp_parse_values.py",),
         ("tests/unit/epp/test_epp_parse.py",),
     ),
     "router.work": (
         "core/smetric/router/work.py",
-        ("tests/unit/policy/test_mut_router.py",),
+        ("tests/unit/policy/test_ledger_values.py",),
         ("tests/unit/policy/test_router_core.py",),
     ),
     "router.ledger": (
         "core/smetric/router/ledger.py",
-        ("tests/unit/policy/test_mut_router.py",),
+        ("tests/unit/policy/test_ledger_values.py",),
         ("tests/unit/epp/test_epp_ledger.py", "tests/unit/policy/test_router_core.py"),
     ),
     "policy.sessioncentric": (
         "core/smetric/policy/sessioncentric.py",
-        ("tests/unit/policy/test_mut_policy.py",),
+        ("tests/unit/policy/test_sessioncentric_boundaries.py",),
         ("tests/unit/policy/test_policy_ablations.py", "tests/unit/policy/test_policy_smetric.py"),
     ),
     "policy.smetric": (
         "core/smetric/policy/smetric.py",
-        ("tests/unit/policy/test_mut_policy.py",),
+        ("tests/unit/policy/test_sessioncentric_boundaries.py",),
         ("tests/unit/policy/test_policy_smetric.py", "tests/unit/policy/test_policy_ablations.py"),
     ),
     # other people change these two most: they run last
     "policy.estimates": (
         "core/smetric/policy/estimates.py",
-        ("tests/unit/policy/test_mut_estimates.py",),
+        ("tests/unit/policy/test_estimates_values.py",),
         (
             "tests/unit/policy/test_policy_estimates_tier.py",
             "tests/unit/policy/test_policy_smetric.py",
@@ -106,7 +106,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     ),
     "epp.server.guard": (
         "epp/smetric/epp/server/guard.py",
-        ("tests/unit/epp/test_mut_epp_guard.py",),
+        ("tests/unit/epp/test_epp_guard_bounds.py",),
         ("tests/unit/epp/test_epp_hostile.py", "tests/unit/epp/test_epp_admission.py"),
     ),
 }

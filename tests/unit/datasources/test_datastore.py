@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from aiohttp import web
@@ -128,5 +129,8 @@ def test_build_from_flags() -> None:
     assert isinstance(precise.index, PreciseIndex) and precise.index.block_size == 32
     with pytest.raises(ValueError, match="required"):
         build_datastore(PickerSettings.from_argv([]))
-    with pytest.raises(ValueError, match="prefix-index"):
-        build_datastore(PickerSettings.from_argv(["--endpoints", "10.0.0.1:8000", "--prefix-index", "magic"]))
+    with pytest.raises(SystemExit):  # the flag table's choices refuse it
+        PickerSettings.from_argv(["--endpoints", "10.0.0.1:8000", "--prefix-index", "magic"])
+    settings = PickerSettings.from_argv(["--endpoints", "10.0.0.1:8000"])
+    with pytest.raises(ValueError, match="prefix-index"):  # settings built without the flag table
+        build_datastore(dataclasses.replace(settings, prefix_index="magic"))
