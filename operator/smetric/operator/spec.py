@@ -229,10 +229,16 @@ class GlobalKvSpec(_Spec):
         json_schema_extra=_QUANTITY_SCHEMA,
     )
     local_buffer_size: str = Field(default="2Gi", json_schema_extra=_QUANTITY_SCHEMA)
-    protocol: Literal["tcp", "rdma"] = "tcp"
+    protocol: Literal["tcp", "rdma"] = Field(
+        default="tcp",
+        description="Mooncake transfer protocol: the global tier's (LMCache's Mooncake setup) and, with "
+        "pdConnector mooncake, vLLM MooncakeConnector's mooncake_protocol (whose own default is rdma).",
+    )
     # default [] so the CEL rule's size(deviceNames) reads a value; _device_names checks the pattern.
     device_names: tuple[str, ...] = Field(
         default=(),
+        description="RDMA NICs for Mooncake (device_name, comma-joined), e.g. [mlx5_0, mlx5_1], for the global "
+        "tier (required with rdma) and pdConnector mooncake (empty: Mooncake discovers the NICs).",
         json_schema_extra={"default": [], "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"}},
     )
     lmcache: LmcacheSpec = LmcacheSpec()
