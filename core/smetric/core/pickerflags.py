@@ -13,6 +13,9 @@ import os
 from dataclasses import dataclass
 from typing import NoReturn
 
+from smetric.core.version import version_line
+from smetric.policy.registry import default_policy
+
 
 def parse_bool(text: str) -> bool:
     """Go-style boolean flag values (``--secure-serving=false``, ``--secure-serving false``)."""
@@ -29,6 +32,10 @@ def default_bind_address() -> str:
     network is the boundary, as for the upstream picker), loopback anywhere else (a workstation or
     a shared host, where 0.0.0.0 would expose the picker to the whole network)."""
     return "0.0.0.0" if os.environ.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
+
+
+# --refresh-prometheus-metrics-interval unset: upstream's default (1s), used by PickerSettings.
+POOL_GAUGE_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +55,10 @@ FLAGS: tuple[Flag, ...] = (
         "config",
         str,
         "",
-        "config YAML file: the picker's own format or an upstream EndpointPickerConfig; empty = the "
-        "default policy (llmd-slo) with its defaults",
+        "config YAML file: the picker's own format or an upstream EndpointPickerConfig; empty = "
+        f"{default_policy(False)} with its defaults. A config whose policy names none gets "
+        f"{default_policy(True)} when its parameters set globalFetchSPerToken (a global KV tier), else "
+        f"{default_policy(False)}",
         aliases=("config-file",),
     ),
     Flag("endpoints", str, "", "standalone mode: comma-separated ip:port list, or @FILE with one per line"),
@@ -210,7 +219,7 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
         str,
         "",
         "Go duration: how often the pool gauges (ready pods, average queue and KV use) are refreshed "
-        "(default 1s)",
+        f"(default {POOL_GAUGE_INTERVAL_S:g}s)",
     ),
     Flag("zap-log-level", str, "", "debug | info | warn | error | an integer level; used when --v is unset"),
     Flag("zap-devel", bool, False, "zap development mode: console encoding and debug level"),
@@ -280,6 +289,7 @@ def build_parser(prog: str = "smetric-epp") -> argparse.ArgumentParser:
         description="SMetric endpoint picker (Envoy ext_proc)",
         formatter_class=_DefaultsOnce,
     )
+    parser.add_argument("--version", action="version", version=version_line(prog))
     for flag in FLAGS:
         _add(parser, flag)
     own = {f.name for f in FLAGS}

@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from smetric.core.pickerflags import build_parser
+from smetric.core.pickerflags import POOL_GAUGE_INTERVAL_S, build_parser
 from smetric.epp.upstream.flags import resolve as resolve_upstream
 
 
@@ -119,7 +119,7 @@ class PickerSettings:
             metrics_auth=up.metrics_auth,
             health_checking=args.health_checking,
             subset_filter=not args.disable_endpoint_subset_filter,
-            pool_gauge_interval_s=up.pool_gauge_interval_s or 1.0,
+            pool_gauge_interval_s=up.pool_gauge_interval_s or POOL_GAUGE_INTERVAL_S,
         )
 
     @classmethod
