@@ -19,7 +19,7 @@ from tests.support.scripts import ROOT, load_script
 
 IMAGES = ROOT / "images"
 
-# The two Dockerfiles issue 35 reported broken, as they were.
+# The two Dockerfiles as they were before the native-library check (both fail to load).
 OLD_MOONCAKE = """\
 FROM python:3.11-slim
 ARG MOONCAKE_VERSION=0.3.13.post1
@@ -59,7 +59,7 @@ def test_every_image_resolves_its_native_libraries(checker: ModuleType) -> None:
 
 def test_the_old_mooncake_master_image_lacks_libibverbs(checker: ModuleType) -> None:
     """python:3.11-slim plus the wheel: mooncake_master fails with "error while loading shared
-    libraries: libibverbs.so.1" (issue 35)."""
+    libraries: libibverbs.so.1"."""
     missing, problems = _missing(checker, "mooncake.Dockerfile", OLD_MOONCAKE)
     assert problems == []
     assert ("mooncake/mooncake_master", "libibverbs.so.1") in missing
