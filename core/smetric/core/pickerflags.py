@@ -36,6 +36,9 @@ def default_bind_address() -> str:
 
 # --refresh-prometheus-metrics-interval unset: upstream's default (1s), used by PickerSettings.
 POOL_GAUGE_INTERVAL_S = 1.0
+# --drain-timeout unset: how long open ext_proc streams get after SIGTERM (the operator's pod
+# terminationGracePeriodSeconds, 130, covers it).
+DRAIN_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +235,39 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
     ),
     # Accepted only with values that mean what this picker does; any other value is refused at
     # start-up with the reason (smetric.epp.upstream.flags).
+    Flag(
+        "drain-timeout",
+        str,
+        "",
+        "Go duration: after SIGTERM the picker reports NOT_SERVING, releases its Lease, stops taking new "
+        f"ext_proc streams and gives open ones this long (default {DRAIN_TIMEOUT_S:g}s; llm-d-router "
+        "v0.10 keeps accepting new streams during its 30s)",
+    ),
+    Flag(
+        "grpc-max-recv-msg-size",
+        str,
+        "",
+        "largest ext_proc message received (10MiB, 25MB, 1048576); default: --max-body-bytes + 1 MiB "
+        "(a BUFFERED body is one message)",
+    ),
+    Flag(
+        "grpc-max-send-msg-size",
+        str,
+        "",
+        "largest ext_proc message sent (10MiB, 25MB); default: gRPC's (no limit)",
+    ),
+    Flag("tls-min-version", str, "", "VersionTLS12 only (gRPC's own minimum; other values are refused)"),
+    Flag("tls-cipher-suites", str, "", "not configurable in the Python gRPC server; a value is refused"),
+    Flag(
+        "emit-endpoint-scores",
+        bool,
+        False,
+        "scores in envoy.lb dynamic metadata: not implemented, true refused",
+    ),
+    Flag("metrics-cert-dir", str, "", "TLS on the metrics port is not implemented; a value is refused"),
+    Flag(
+        "metrics-client-ca-file", str, "", "mTLS on the metrics port is not implemented; a value is refused"
+    ),
     Flag("endpoint-selector", str, "", "upstream standalone mode; refused (use --endpoints)"),
     Flag("endpoint-target-ports", str, "", "upstream standalone mode; refused (use --endpoints)"),
     Flag("total-queued-requests-metric", str, "", "only vllm:num_requests_waiting is read"),
@@ -254,6 +290,18 @@ UPSTREAM_IGNORED: tuple[Flag, ...] = (
     Flag("enable-pprof", bool, False, "upstream Go profiling switch"),
     Flag("zap-stacktrace-level", str, "", "upstream zap stack trace level"),
     Flag("zap-time-encoding", str, "", "upstream zap time encoding"),
+    Flag(
+        "enable-grpc-stream-metrics",
+        bool,
+        False,
+        "llm-d-router's ext_proc stream metrics (not exported here)",
+    ),
+    Flag(
+        "allow-experimental-plugins",
+        bool,
+        False,
+        "llm-d-router's alpha-plugin gate (no plugin is gated here)",
+    ),
 )
 
 
