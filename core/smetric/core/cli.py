@@ -16,7 +16,7 @@ import re
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, PackageNotFoundError, entry_points, version
 
 GROUP = "smetric.commands"
 _COMMAND_PREFIX = re.compile(r"^``[^`]+``(?:\s*\([^)]*\))?:\s*")  # "``smetric x``: ", "``a`` (also ``b``): "
@@ -67,6 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(_usage(found))
         return 0 if args else 2
+    if args[0] == "--version":  # as smetric.core.version (not imported: this CLI loads no smetric module)
+        try:
+            print(f"smetric {version('smetric')}")
+        except PackageNotFoundError:
+            print("smetric unknown (not installed: pip install -e .)")
+        return 0
     name, rest = args[0], args[1:]
     if name not in found:
         print(f"smetric: unknown command {name!r}\n\n{_usage(found)}", file=sys.stderr)

@@ -13,6 +13,9 @@ import os
 from dataclasses import dataclass
 from typing import NoReturn
 
+from smetric.core.version import version_line
+from smetric.policy.registry import default_policy
+
 
 def parse_bool(text: str) -> bool:
     """Go-style boolean flag values (``--secure-serving=false``, ``--secure-serving false``)."""
@@ -29,6 +32,13 @@ def default_bind_address() -> str:
     network is the boundary, as for the upstream picker), loopback anywhere else (a workstation or
     a shared host, where 0.0.0.0 would expose the picker to the whole network)."""
     return "0.0.0.0" if os.environ.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
+
+
+# --refresh-prometheus-metrics-interval unset: upstream's default (1s), used by PickerSettings.
+POOL_GAUGE_INTERVAL_S = 1.0
+# --drain-timeout unset: how long open ext_proc streams get after SIGTERM (the operator's pod
+# terminationGracePeriodSeconds, 130, covers it).
+DRAIN_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +61,10 @@ FLAGS: tuple[Flag, ...] = (
         "config",
         str,
         "",
-        "config YAML file: the picker's own format or an upstream EndpointPickerConfig; empty = the "
-        "default policy (llmd-slo) with its defaults",
+        "config YAML file: the picker's own format or an upstream EndpointPickerConfig; empty = "
+        f"{default_policy(False)} with its defaults. A config whose policy names none gets "
+        f"{default_policy(True)} when its parameters set globalFetchSPerToken (a global KV tier), else "
+        f"{default_policy(False)}",
         aliases=("config-file",),
     ),
     Flag("endpoints", str, "", "standalone mode: comma-separated ip:port list, or @FILE with one per line"),
@@ -221,7 +233,7 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
         str,
         "",
         "Go duration: how often the pool gauges (ready pods, average queue and KV use) are refreshed "
-        "(default 1s)",
+        f"(default {POOL_GAUGE_INTERVAL_S:g}s)",
     ),
     Flag("zap-log-level", str, "", "debug | info | warn | error | an integer level; used when --v is unset"),
     Flag("zap-devel", bool, False, "zap development mode: console encoding and debug level"),
@@ -234,6 +246,39 @@ UPSTREAM_FLAGS: tuple[Flag, ...] = (
     ),
     # Accepted only with values that mean what this picker does; any other value is refused at
     # start-up with the reason (smetric.epp.upstream.flags).
+    Flag(
+        "drain-timeout",
+        str,
+        "",
+        "Go duration: after SIGTERM the picker reports NOT_SERVING, releases its Lease, stops taking new "
+        f"ext_proc streams and gives open ones this long (default {DRAIN_TIMEOUT_S:g}s; llm-d-router "
+        "v0.10 keeps accepting new streams during its 30s)",
+    ),
+    Flag(
+        "grpc-max-recv-msg-size",
+        str,
+        "",
+        "largest ext_proc message received (10MiB, 25MB, 1048576); default: --max-body-bytes + 1 MiB "
+        "(a BUFFERED body is one message)",
+    ),
+    Flag(
+        "grpc-max-send-msg-size",
+        str,
+        "",
+        "largest ext_proc message sent (10MiB, 25MB); default: gRPC's (no limit)",
+    ),
+    Flag("tls-min-version", str, "", "VersionTLS12 only (gRPC's own minimum; other values are refused)"),
+    Flag("tls-cipher-suites", str, "", "not configurable in the Python gRPC server; a value is refused"),
+    Flag(
+        "emit-endpoint-scores",
+        bool,
+        False,
+        "scores in envoy.lb dynamic metadata: not implemented, true refused",
+    ),
+    Flag("metrics-cert-dir", str, "", "TLS on the metrics port is not implemented; a value is refused"),
+    Flag(
+        "metrics-client-ca-file", str, "", "mTLS on the metrics port is not implemented; a value is refused"
+    ),
     Flag("endpoint-selector", str, "", "upstream standalone mode; refused (use --endpoints)"),
     Flag("endpoint-target-ports", str, "", "upstream standalone mode; refused (use --endpoints)"),
     Flag("total-queued-requests-metric", str, "", "only vllm:num_requests_waiting is read"),
@@ -256,6 +301,18 @@ UPSTREAM_IGNORED: tuple[Flag, ...] = (
     Flag("enable-pprof", bool, False, "upstream Go profiling switch"),
     Flag("zap-stacktrace-level", str, "", "upstream zap stack trace level"),
     Flag("zap-time-encoding", str, "", "upstream zap time encoding"),
+    Flag(
+        "enable-grpc-stream-metrics",
+        bool,
+        False,
+        "llm-d-router's ext_proc stream metrics (not exported here)",
+    ),
+    Flag(
+        "allow-experimental-plugins",
+        bool,
+        False,
+        "llm-d-router's alpha-plugin gate (no plugin is gated here)",
+    ),
 )
 
 
@@ -298,6 +355,7 @@ def build_parser(prog: str = "smetric-epp") -> argparse.ArgumentParser:
         description="SMetric endpoint picker (Envoy ext_proc)",
         formatter_class=_DefaultsOnce,
     )
+    parser.add_argument("--version", action="version", version=version_line(prog))
     for flag in FLAGS:
         _add(parser, flag)
     own = {f.name for f in FLAGS}

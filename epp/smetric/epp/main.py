@@ -41,8 +41,6 @@ from smetric.epp.upstream.flags import resolve as resolve_upstream
 
 log = logging.getLogger("smetric.epp")
 
-SHUTDOWN_GRACE_S = 10.0
-
 
 async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> int:
     from smetric.epp.datastore import build_datastore
@@ -92,7 +90,8 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         grpc_port=s.grpc_port,
         health_port=s.grpc_health_port,
         tls_key_pair=server_key_pair(s.secure_serving, s.cert_path),
-        max_message_bytes=s.max_body_bytes + 1024 * 1024,  # BUFFERED: the whole body in one message
+        max_message_bytes=s.grpc_max_recv_bytes,
+        max_send_message_bytes=s.grpc_max_send_bytes,
         health_on_grpc_port=s.health_checking,
     )
     stop = asyncio.Event()
@@ -127,7 +126,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
             },
         )
         await stop.wait()
-        log.info("shutting down", extra={"grace_s": SHUTDOWN_GRACE_S})
+        log.info("shutting down", extra={"grace_s": s.drain_timeout_s})
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1
@@ -137,7 +136,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
     finally:
         if elector is not None:  # released first: a standby takes over while this one drains
             await elector.stop(release=True)
-        await server.stop(SHUTDOWN_GRACE_S)
+        await server.stop(s.drain_timeout_s)
         if keeper is not None:
             await keeper.stop()  # the final snapshot, after the last decision
         await datastore.stop()

@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from smetric.core.pickerflags import build_parser
+from smetric.core.pickerflags import DRAIN_TIMEOUT_S, POOL_GAUGE_INTERVAL_S, build_parser
 from smetric.epp.upstream.flags import resolve as resolve_upstream
 
 
@@ -74,6 +74,9 @@ class PickerSettings:
     health_checking: bool  # grpc.health.v1 on the ext_proc port too
     subset_filter: bool  # honour x-gateway-destination-endpoint-subset
     pool_gauge_interval_s: float
+    drain_timeout_s: float  # open streams' grace after SIGTERM
+    grpc_max_recv_bytes: int  # largest ext_proc message received
+    grpc_max_send_bytes: int  # largest ext_proc message sent; -1 = gRPC's default, no limit
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace) -> PickerSettings:
@@ -119,7 +122,11 @@ class PickerSettings:
             metrics_auth=up.metrics_auth,
             health_checking=args.health_checking,
             subset_filter=not args.disable_endpoint_subset_filter,
-            pool_gauge_interval_s=up.pool_gauge_interval_s or 1.0,
+            pool_gauge_interval_s=up.pool_gauge_interval_s or POOL_GAUGE_INTERVAL_S,
+            drain_timeout_s=DRAIN_TIMEOUT_S if up.drain_timeout_s is None else up.drain_timeout_s,
+            # BUFFERED: the whole body arrives in one message
+            grpc_max_recv_bytes=up.grpc_max_recv_bytes or args.max_body_bytes + 1024 * 1024,
+            grpc_max_send_bytes=-1 if up.grpc_max_send_bytes is None else up.grpc_max_send_bytes,
         )
 
     @classmethod

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from smetric.core.version import version_line
 from smetric.operator.advice import context_warnings, deprecation_warnings
 from smetric.operator.render import render_resource
 from smetric.operator.render_client_limits import client_limit_warnings
@@ -21,6 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="smetric-operator", description="SMetricPool operator", formatter_class=fmt
     )
+    parser.add_argument("--version", action="version", version=version_line("smetric-operator"))
     sub = parser.add_subparsers(dest="command", required=True)
     render = sub.add_parser(
         "render",

@@ -139,6 +139,7 @@ async def reconcile(
         gateway_name=spec.gateway.parent_ref.name if spec.gateway is not None else None,
         route_conflicts=conflicts,
         not_owned=not_owned,
+        leader_elected=(pool.epp_name,) if spec.router.leader_election else (),
     )
     if status != dict(old_status):
         await api.patch_status(API_VERSION, KIND, pool.namespace, pool.name, status)

@@ -79,6 +79,20 @@ def roles(spec: SMetricPoolSpec) -> list[Role]:
     ]
 
 
+def mooncake_connector_extra_config(spec: SMetricPoolSpec) -> dict[str, Any]:
+    """vLLM MooncakeConnector's transfer-engine settings from ``globalKV.protocol`` and
+    ``globalKV.deviceNames`` (the pool's one description of its KV network). vLLM 0.32.0 reads
+    ``mooncake_protocol`` (default ``"rdma"``) and ``device_name`` (default ``""``) from the
+    connector's own ``kv_connector_extra_config`` and passes both to ``TransferEngine.initialize``
+    (vllm/distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py 1202-1213); inside
+    a MultiConnector each child keeps its own extra config (v1/multi_connector.py 161-189).
+    ``device_name`` is Mooncake's comma-separated NIC filter (Mooncake
+    mooncake-integration/transfer_engine/transfer_engine_py.cpp 144-152, ``buildDeviceFilter``);
+    empty lets Mooncake discover the NICs. Without it vLLM's rdma default fails on a TCP-only pool."""
+    kv = spec.global_kv
+    return {"mooncake_protocol": kv.protocol, "device_name": ",".join(kv.device_names)}
+
+
 def kv_transfer_config(pool: PoolRef, spec: SMetricPoolSpec, role: Role) -> dict[str, Any] | None:
     """The ``--kv-transfer-config`` for this role, or None when the engine needs no connector. The
     global tier's LMCache connector follows ``globalKV.loadMode`` (:func:`lmcache_connector`)."""
@@ -92,6 +106,7 @@ def kv_transfer_config(pool: PoolRef, spec: SMetricPoolSpec, role: Role) -> dict
         pd = {
             "kv_connector": connector,
             "kv_role": "kv_producer" if role.name == ROLE_PREFILL else "kv_consumer",
+            "kv_connector_extra_config": mooncake_connector_extra_config(spec),
         }
     if not global_kv:
         return pd

@@ -18,7 +18,12 @@ checked in vLLM 0.32.0 and LMCache 0.5.6):
   starts it in the engine container (``lmcache.mp.autostart``, local hosts only:
   lmcache/integration/vllm/mp_server_launcher.py 26-31, 315-329) with Mooncake as its
   ``mooncake_store`` L2 adapter, whose setup keys are Mooncake's dict ``setup`` keys (the ones the
-  LMCache file passes: lmcache/v1/storage_backend/connector/mooncakestore_connector.py 27-33).
+  LMCache file passes: lmcache/v1/storage_backend/connector/mooncakestore_connector.py 26-34, passed
+  through as-is: 134-143, defaults ``protocol: tcp``, ``device_name: ""``: 145-150; the L2 adapter
+  forwards every key but ``type``/``num_workers``/``eviction``/``per_op_workers``:
+  lmcache/v1/distributed/l2_adapters/mooncake_store_l2_adapter.py 37-42, 82-115). vLLM's
+  MooncakeConnector (``pdConnector: mooncake``) gets the same protocol and devices:
+  ``render_engine.mooncake_connector_extra_config``.
 """
 
 from __future__ import annotations

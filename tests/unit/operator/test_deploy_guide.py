@@ -226,3 +226,28 @@ def test_kustomize_images_override_as_the_guide_shows(tmp_path: Path) -> None:
     (deployment,) = [d for d in kustomize_build(overlay) if d["kind"] == "Deployment"]
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "registry.example.com/smetric/smetric-operator:0.1.0"
+
+
+def test_the_crd_is_upgraded_before_the_release() -> None:
+    """Helm never upgrades a chart's ``crds/``: the guide applies them server-side, then upgrades the
+    release; the path it applies holds exactly the CRDs the chart ships (and the install copy)."""
+    commands = _commands()
+    apply = _first(commands, r"^kubectl apply --server-side -f charts/smetric-operator/crds/?$")
+    assert apply < _first(commands, r"^helm upgrade smetric charts/smetric-operator ")
+    path = ROOT / shlex.split(commands[apply])[-1]
+    crds = sorted(path.glob("*.yaml"))
+    assert [d["kind"] for p in crds for d in _docs(p)] == ["CustomResourceDefinition"]
+    assert [p.read_text() for p in crds] == [(ROOT / "crds" / p.name).read_text() for p in crds]
+
+
+def test_the_charts_kube_version_is_the_oldest_the_guide_supports() -> None:
+    chart = yaml.safe_load((ROOT / "charts" / "smetric-operator" / "Chart.yaml").read_text())
+    floor = re.fullmatch(r">=\s*(\d+)\.(\d+)\.0-0", chart["kubeVersion"])
+    assert floor, chart.get("kubeVersion")
+    row = re.search(r"^\| Kubernetes \| (\d+)\.(\d+) – ", GUIDE.read_text(), flags=re.M)
+    assert row and row.groups() == floor.groups()
+    from tests.unit.operator.test_operator_deploy import K8S_VERSIONS
+
+    assert min(tuple(int(x) for x in v.split(".")[:2]) for v in K8S_VERSIONS) == tuple(
+        map(int, floor.groups())
+    )

@@ -10,6 +10,7 @@ import pytest
 from smetric.operator.meta import PoolRef
 from smetric.operator.render_picker import picker
 from smetric.operator.spec import InvalidSpecError, parse_spec
+from smetric.operator.status import pool_status
 from tests.support.operator_spec import minimal, validate_with_crd
 
 POOL = PoolRef("pool", "ns", "uid")
@@ -52,3 +53,59 @@ def test_several_approximate_pickers_are_allowed_when_one_leads() -> None:
     assert any("router.leaderElection" in m for m in validate_with_crd(without))
     with pytest.raises(InvalidSpecError, match=r"router\.leaderElection=true"):
         parse_spec(without)
+
+
+def test_leader_election_rolls_out_with_recreate() -> None:
+    """A rolling update with maxUnavailable 0 never finishes under leader election: the surge pod
+    stands by (the old leader holds the Lease), is never Ready, so the old leader is never removed.
+    Upstream's chart uses Recreate (GIE v1.5.0 config/charts/epplib/templates/_deployment.yaml 12-19)."""
+    elected = _kinds(minimal(router={"leaderElection": True, "replicas": 3}))["Deployment"]["spec"]
+    assert elected["replicas"] == 3 and elected["strategy"] == {"type": "Recreate"}
+    active = _kinds(minimal(router={"replicas": 3}))["Deployment"]["spec"]
+    assert active["strategy"]["type"] == "RollingUpdate"
+
+
+def _picker(replicas: int) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/component": "endpoint-picker"}
+    return {
+        "kind": "Deployment",
+        "metadata": {"name": "p-epp", "labels": labels},
+        "spec": {"replicas": replicas},
+    }
+
+
+def _live(ready: int, deadline_exceeded: bool = False) -> dict[str, Any]:
+    conditions = (
+        [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
+        if deadline_exceeded
+        else []
+    )
+    return {"metadata": {"name": "p-epp"}, "status": {"readyReplicas": ready, "conditions": conditions}}
+
+
+def _status(ready: int, deadline_exceeded: bool, elected: bool) -> dict[str, Any]:
+    return pool_status(
+        "p",
+        [_picker(2)],
+        {"p-epp": _live(ready, deadline_exceeded)},
+        1,
+        [],
+        "t",
+        leader_elected=("p-epp",) if elected else (),
+    )
+
+
+def test_a_leader_elected_picker_is_ready_with_its_leader() -> None:
+    """Standbys are never Ready by design (only the leader passes readiness: GIE v1.5.0
+    cmd/epp/runner/health.go 59-72), and the Deployment controller then reports
+    ProgressDeadlineExceeded: neither keeps the pool from Ready."""
+    status = _status(ready=1, deadline_exceeded=True, elected=True)
+    assert status["phase"] == "Ready", status["conditions"]
+    assert status["replicas"]["endpoint-picker"] == {"ready": 1, "desired": 2}
+    # no leader: waiting, and the deadline is a failure again
+    assert _status(ready=0, deadline_exceeded=False, elected=True)["phase"] == "Progressing"
+    lost = _status(ready=0, deadline_exceeded=True, elected=True)
+    assert lost["phase"] == "Degraded" and "progress deadline exceeded" in str(lost["conditions"])
+    # active-active pickers still need every replica
+    assert _status(ready=1, deadline_exceeded=False, elected=False)["phase"] == "Progressing"
+    assert _status(ready=1, deadline_exceeded=True, elected=False)["phase"] == "Degraded"

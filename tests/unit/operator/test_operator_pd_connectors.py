@@ -86,6 +86,7 @@ def test_sidecar_and_vllm_speak_the_same_protocol(connector: str, global_kv: boo
     for role in ("prefill", "decode"):
         vllm = container(by_name(children, "Deployment", f"p-{role}"))
         pd = _pd_connector(vllm)
+        pd.pop("kv_connector_extra_config", None)  # the transport: test_operator_mooncake_transport.py
         assert pd == {"kv_connector": vllm_connector, "kv_role": roles[role]}, role
         if vllm_connector == "MooncakeConnector":  # the sidecar asks the prefiller's bootstrap server
             assert env(vllm)["VLLM_MOONCAKE_BOOTSTRAP_PORT"] == args["mooncake-bootstrap-port"] == "8998"

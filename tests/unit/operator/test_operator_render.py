@@ -227,7 +227,11 @@ def test_disaggregated_mooncake_with_global_kv_uses_multiconnector() -> None:
             "kv_role": role,
             "kv_connector_extra_config": {
                 "connectors": [
-                    {"kv_connector": "MooncakeConnector", "kv_role": role},
+                    {
+                        "kv_connector": "MooncakeConnector",
+                        "kv_role": role,
+                        "kv_connector_extra_config": {"mooncake_protocol": "tcp", "device_name": ""},
+                    },
                     {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"},
                 ]
             },

@@ -85,11 +85,13 @@ class PickerServer:
         health_port: int | None = 9003,
         tls_key_pair: tuple[bytes, bytes] | None = None,
         max_message_bytes: int = 17 * 1024 * 1024,
+        max_send_message_bytes: int = -1,
         health_on_grpc_port: bool = False,
     ) -> None:
         """``max_message_bytes``: the largest ext_proc message accepted (Envoy sends a BUFFERED body
         as one message; FULL_DUPLEX_STREAMED chunks are much smaller); the health server takes 64 KiB."""
         self.max_message_bytes = max_message_bytes
+        self.max_send_message_bytes = max_send_message_bytes  # -1: gRPC's default, no limit
         self.servicer = servicer
         self.tls_key_pair = tls_key_pair  # (key PEM, cert PEM): ext_proc over TLS; None = h2c
         self.health = health
@@ -105,6 +107,7 @@ class PickerServer:
         options = [
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.max_send_message_length", self.max_send_message_bytes),
             *KEEPALIVE_SERVER_OPTIONS,
         ]
         server = grpc.aio.server(options=options)

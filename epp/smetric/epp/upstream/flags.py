@@ -46,6 +46,33 @@ def go_duration_s(text: str) -> float:
     return sign * total
 
 
+_SIZE = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
+_SIZE_UNITS = {
+    None: 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+TLS_MIN_VERSIONS = ("VersionTLS10", "VersionTLS11", "VersionTLS12", "VersionTLS13")
+
+
+def size_bytes(text: str) -> int:
+    """llm-d-router's message sizes (pkg/epp/server/options.go v0.10.0, ``sanitizeSizeString`` + a
+    Kubernetes quantity): a trailing ``B``/``b`` dropped, then ``10Mi``, ``25M`` or bytes."""
+    s = text.strip()
+    if len(s) > 1 and s[-1] in "Bb":
+        s = s[:-1]
+    m = _SIZE.fullmatch(s)
+    if m is None:
+        raise ValueError(f"{text!r} is not a size (e.g. 10MiB, 25MB, 1048576)")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamFlags:
     """What the upstream flags resolve to (``None``: not set, the picker's own flag applies)."""
@@ -56,12 +83,15 @@ class UpstreamFlags:
     metrics_auth: bool
     log_level: str | None  # from --zap-log-level / --zap-devel when --v is unset
     errors: tuple[str, ...]  # refused flags, each with its reason
+    drain_timeout_s: float | None = None
+    grpc_max_recv_bytes: int | None = None
+    grpc_max_send_bytes: int | None = None
 
 
 def resolve(args: argparse.Namespace) -> UpstreamFlags:
     errors: list[str] = []
 
-    def duration(name: str) -> float | None:
+    def duration(name: str, zero_ok: bool = False) -> float | None:
         text = getattr(args, name.replace("-", "_"))
         if not text:
             return None
@@ -70,11 +100,42 @@ def resolve(args: argparse.Namespace) -> UpstreamFlags:
         except ValueError as exc:
             errors.append(f"--{name}: {exc}")
             return None
-        if value <= 0:
-            errors.append(f"--{name} must be positive, got {text!r}")
+        if value < 0 or (value == 0 and not zero_ok):
+            errors.append(f"--{name} must be {'non-negative' if zero_ok else 'positive'}, got {text!r}")
             return None
         return value
 
+    def size(name: str) -> int | None:
+        text = getattr(args, name.replace("-", "_"))
+        if not text:
+            return None
+        try:
+            return size_bytes(text)
+        except ValueError as exc:
+            errors.append(f"--{name}: {exc}")
+            return None
+
+    drain = duration("drain-timeout", zero_ok=True)
+    max_recv, max_send = size("grpc-max-recv-msg-size"), size("grpc-max-send-msg-size")
+    if args.tls_min_version not in ("", "VersionTLS12"):
+        why = (
+            "the Python gRPC server sets no TLS version: it accepts TLS 1.2 and 1.3"
+            if args.tls_min_version in TLS_MIN_VERSIONS
+            else f"expected one of {', '.join(TLS_MIN_VERSIONS)}"
+        )
+        errors.append(f"--tls-min-version={args.tls_min_version}: only VersionTLS12 is supported ({why})")
+    if args.tls_cipher_suites:
+        errors.append("--tls-cipher-suites: the Python gRPC server's cipher suites are not configurable")
+    if args.emit_endpoint_scores:
+        errors.append(
+            "--emit-endpoint-scores: per-endpoint scores in the envoy.lb metadata are not implemented "
+            "(the decision log, --decision-log, has the top candidates' scores)"
+        )
+    if args.metrics_cert_dir or args.metrics_client_ca_file:
+        errors.append(
+            "--metrics-cert-dir/--metrics-client-ca-file: TLS on the metrics port is not implemented "
+            "(--metrics-endpoint-auth protects it with TokenReview and SubjectAccessReview)"
+        )
     refresh = duration("refresh-metrics-interval")
     staleness = duration("metrics-staleness-threshold")
     gauges = duration("refresh-prometheus-metrics-interval")
@@ -134,4 +195,6 @@ def resolve(args: argparse.Namespace) -> UpstreamFlags:
             errors.append(
                 f"--zap-log-level={args.zap_log_level!r}: expected debug, info, warn, error or a number"
             )
-    return UpstreamFlags(refresh, staleness, gauges, bool(metrics_auth), level, tuple(errors))
+    return UpstreamFlags(
+        refresh, staleness, gauges, bool(metrics_auth), level, tuple(errors), drain, max_recv, max_send
+    )
