@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from smetric.bench.client import APIS
+from smetric.bench.eta import RunCount
 from smetric.bench.inputs import (
     TRACE_FILE,
     check_outputs,
@@ -235,6 +236,11 @@ class Bench:
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
         self.records_out = args.records.open("wb") if args.records is not None else None
+        self.started = time.monotonic()
+        self.run_count = (
+            RunCount.fixed(len(rates), len(seeds), len(self.rows)) if rates
+            else RunCount.knee_search(KneeSearch(preset.rate).max_probes, len(seeds), len(self.rows))
+        )  # fmt: skip
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("done/sent"), TimeElapsedColumn())  # fmt: skip
         try:
@@ -319,6 +325,7 @@ class Bench:
             out.append(await self._row(fe, plan, settings, rate, seed))
             self.cells.append(Cell(rate, seed, out[-1]))
             self.write(self._rows(), final=False)  # partial results survive an interrupted run
+            self.console.print(self.run_count.line(len(self.cells), time.monotonic() - self.started))
         return out
 
     async def _row(
@@ -361,7 +368,9 @@ class Bench:
             shutil.rmtree(log_dir, ignore_errors=True)
 
     def _rows(self) -> list[Row]:
-        return rows_of(self.cells, self.labels, self.knee, self.past)
+        agents = {run["rate"]: run["agents"] for run in self.meta.get("runs", ()) if "agents" in run}
+        rows = rows_of(self.cells, self.labels, self.knee, self.past)
+        return [replace(r, agents=agents.get(r.rate)) for r in rows]
 
     def write(self, rows: Sequence[Row], final: bool) -> None:
         args = self.args

@@ -113,6 +113,7 @@ class Row:
     # TPS within SLO minus the reference row's (the first picker policy), paired by seed:
     # {"vs", "seeds", "mean", "ci95"} (ci95 = half-width of the t interval; None below 2 seeds)
     paired: dict[str, Any] | None = None
+    agents: int | None = None  # steady agents at this rate (--arrivals agents), else None
 
     def mean(self, name: str) -> float:
         return float("nan") if self.summary is None else float(self.summary.get(name, float("nan")))
