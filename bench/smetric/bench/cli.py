@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from smetric.bench.client import APIS
+from smetric.bench.cpu import picker_timers
 from smetric.bench.eta import RunCount
 from smetric.bench.inputs import (
     TRACE_FILE,
@@ -224,6 +225,7 @@ class Bench:
             "per modelled token); router_overhead_ms in wall milliseconds; *_spread = std over seeds",
             "time_accounting": TIME_ACCOUNTING, "peer_missing": missing_peer, "started_unix_s": time.time(),
             "arrivals": preset.arrivals, "warmup_s": preset.warmup_s, "max_arrival_drift": MAX_ARRIVAL_DRIFT,
+            "timers": picker_timers(preset.time_scale),
         }  # fmt: skip
         console.print(
             f"[bold]smetric bench[/]: {preset.instances} emulated instances ({args.preset}), time x{preset.time_scale:g}, "
@@ -232,6 +234,10 @@ class Bench:
             + (f"rates {', '.join(f'{r:g}' for r in rates)}" if rates else f"knee search from {preset.rate:g} families/model s")
             + f"; logs in {self.log_dir}"
         )  # fmt: skip
+        timers = self.meta["timers"]
+        console.print(f"the picker scrapes the engines every {timers['picker_refresh_wall_ms']:g} wall ms = "
+                      f"{timers['picker_refresh_model_s']:.3g} model s at time x{preset.time_scale:g} (the simulator's "
+                      "picker: 0.05 model s); router + client CPU per request: the table's CPU column")  # fmt: skip
         for path in (args.records, args.markdown):
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -125,6 +125,11 @@ def load_lines(row: Row) -> list[str]:
     return [f"{row.agents} agents", f"{row.rate:.3g}/s", row.point]
 
 
+def _cpu_ms(row: Row) -> float:
+    """Router + client CPU milliseconds per request (NaN when either was not measured)."""
+    return row.mean("cpu_router_ms") + row.mean("cpu_client_ms")
+
+
 def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
     """The summary table, at most 120 columns wide (every column: ``--markdown`` and the JSON)."""
     table = Table(
@@ -137,7 +142,7 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
     )
     ref = next((r.paired["vs"] for r in rows if r.paired), "")
     heads = ["load", "policy", "TPS in SLO", f"Δ vs {ref}\n(95 % CI)" if ref else "Δ", "SLO att.",
-             "TTFT s\np50/p90", "local\nhit", "router\nms", "drift %\nper seed"]  # fmt: skip
+             "TTFT s\np50/p90", "local\nhit", "router ms\nwall/CPU", "drift %\nper seed"]  # fmt: skip
     for i, h in enumerate(heads):
         table.add_column(h, justify="left" if i <= 1 else "right", no_wrap=i == 1)
     last_rate, k = None, 0
@@ -160,7 +165,7 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
             _pct_pm(r, "slo_attainment"),
             f"{_fmt(r.mean('ttft_p50_s'), '.2f')}/{_fmt(r.mean('ttft_p90_s'), '.1f')}",
             _pct(r.mean("local_hit_ratio")),
-            _fmt(r.mean("router_overhead_ms"), ".0f"),
+            f"{_fmt(r.mean('router_overhead_ms'), '.0f')}/{_fmt(_cpu_ms(r), '.0f')}",
             drift_text(r),
         )
     console.print(table)
@@ -174,7 +179,7 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
 CAPTION = (
     "load: steady agents and session families per model second; ± = std over seeds. TPS in SLO, SLO att., TTFT: "
     "engine time / time scale + router/network time unscaled (split). router ms: client TTFT - the engine's, "
-    "wall. Drift: requests sent in the window's last quarter / "
+    "wall; CPU: router + client CPU time per request. Drift: requests sent in the window's last quarter / "
     "first - 1, per seed; ! = outside +-10 %. Every column (all-scaled, engine TTFT, counts): --markdown, JSON."
 )
 
@@ -183,13 +188,14 @@ def rows_markdown(rows: Sequence[Row]) -> str:
     head = (
         "| rate | point | policy | router | seeds | TPS in SLO | Δ TPS vs first row, paired (95 % CI) | SLO att. | all-scaled TPS / att. "
         "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms "
+        "| CPU ms per request: router / client / engines | CPU share of the box "
         "| arrival drift % per seed (! > 10 %) | ok / sent / not sent of planned |"
     )
-    lines = [head, "|" + "---|" * 17]
+    lines = [head, "|" + "---|" * 19]
     for r in rows:
         lead = f"| {r.rate:g} | {r.point} | {r.label} | {r.router} | {len(r.seeds)} "
         if r.summary is None:
-            lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 11)
+            lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 13)
             continue
         lines.append(
             lead + f"| {_pm(r, 'tps_within_slo', '.1f')} | {_paired(r)} | {_pct_pm(r, 'slo_attainment')} "
@@ -198,6 +204,8 @@ def rows_markdown(rows: Sequence[Row]) -> str:
             f"| {_fmt(r.mean('tpot_p50_s') * 1000, '.1f')} | {_fmt(r.mean('engine_ttft_mean_s'), '.2f')} "
             f"| {_pct(r.mean('local_hit_ratio'), ' ')} | {_pct(r.mean('usage_hit_ratio'), ' ')} "
             f"| {_fmt(r.mean('router_overhead_ms'), '.1f')} / {_fmt(r.mean('emulator_overhead_ms'), '.1f')} "
+            f"| {_fmt(r.mean('cpu_router_ms'), '.1f')} / {_fmt(r.mean('cpu_client_ms'), '.1f')} / "
+            f"{_fmt(r.mean('cpu_engines_ms'), '.1f')} | {_pct(r.mean('cpu_box_share'), ' ')} "
             f"| {drift_text(r)} | {_ok_sent(r, ' / ')} |"
         )
     return "\n".join(lines) + "\n"

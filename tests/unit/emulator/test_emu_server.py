@@ -238,7 +238,9 @@ async def test_render_gives_the_prompt_ids_the_engine_counts_and_schedules_nothi
         async with http.post(_url(cluster, "/v1/chat/completions/render"), json=body) as r:
             assert r.status == 200
             rendered = await r.json()
-        async with http.post(_url(cluster, "/v1/completions/render"), json={"model": MODEL, "prompt": "a b c"}) as r:
+        async with http.post(
+            _url(cluster, "/v1/completions/render"), json={"model": MODEL, "prompt": "a b c"}
+        ) as r:
             plain = await r.json()
         async with http.post(_url(cluster, "/v1/chat/completions/render"), json={"model": MODEL}) as r:
             bad = r.status
