@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from smetric.bench.sweep import Row
+from smetric.bench.sweep import Row, shown_label
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -90,7 +90,7 @@ def figure(rows: Sequence[Row], title: str, knee: float | None) -> Figure:
                 [max(y - a, 0.0) for y, a in zip(ys, lo, strict=True)],
                 [max(b - y, 0.0) for y, b in zip(ys, hi, strict=True)],
             ]
-            ax.errorbar(xs, ys, yerr=es, marker=markers[i % len(markers)], capsize=3, label=lab,
+            ax.errorbar(xs, ys, yerr=es, marker=markers[i % len(markers)], capsize=3, label=shown_label(lab),
                         linestyle="--" if lab.startswith("vllm-router") else "-")  # fmt: skip
         if name == "slo_attainment":
             ax.axhline(90.0, color="grey", linewidth=1.0, linestyle=":")

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from smetric.bench.plot import plot_rows as plot_rows  # re-exported: cli, tests
 from smetric.bench.report import _clean, _fmt, _pct
-from smetric.bench.sweep import Row, row_dict
+from smetric.bench.sweep import Row, row_dict, shown_label
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 
 
@@ -111,6 +111,47 @@ def verdict_lines(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+def _short(row: Row) -> str:
+    """A row's paired difference to the reference in a few characters, with its verdict."""
+    p = row.paired
+    if not p:
+        return f"{shown_label(row.label)} -"
+    half = p.get("ci95")
+    if half is None:
+        return f"{shown_label(row.label)} {p['mean']:+.1f} (one seed)"
+    lo, hi = p["mean"] - half, p["mean"] + half
+    word = "better" if lo > 0 else "worse" if hi < 0 else "n.s."
+    return f"{shown_label(row.label)} {p['mean']:+.1f} ± {half:.1f} ({word})"
+
+
+def headline(rows: Sequence[Row]) -> list[str]:
+    """The verdict first: per load point the reference row's TPS in SLO and every other row's paired
+    difference to it (95 % interval; better / worse / n.s. = no significant difference), then how
+    often the reference was significantly better or worse."""
+    ran = [r for r in rows if r.summary is not None]
+    ref = next((r.paired["vs"] for r in ran if r.paired), "")
+    if not ref:
+        return []
+    out = [f"verdict (TPS within SLO, paired by seed, vs {ref}):"]
+    better = worse = total = 0
+    for rate in sorted({r.rate for r in ran}):
+        mine = [r for r in ran if r.rate == rate]
+        base = next((r for r in mine if r.label == ref), None)
+        if base is None:
+            continue
+        load = f"{base.agents} agents" if base.agents is not None else f"rate {rate:.3g}"
+        others = [r for r in mine if r.paired and r.paired.get("ci95") is not None]
+        total += len(others)
+        better += sum(1 for r in others if r.paired and r.paired["mean"] + r.paired["ci95"] < 0)
+        worse += sum(1 for r in others if r.paired and r.paired["mean"] - r.paired["ci95"] > 0)
+        parts = "; ".join(_short(r) for r in mine if r.label != ref)
+        out.append(f"  {load} ({base.point}): {ref} {base.mean('tps_within_slo'):.1f}; {parts}")
+    if total:
+        out.append(f"  {ref} significantly ahead in {better} and behind in {worse} of {total} comparisons; "
+                   "n.s. = the interval includes 0")  # fmt: skip
+    return out
+
+
 NOT_SENT = (
     "not sent: each session is a closed loop (its next turn leaves when the previous answer is back, as an "
     "agent's does), so turns still waiting for their predecessor when the window ends are never sent; a "
@@ -154,7 +195,7 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
         lines = load_lines(r)  # spread over the rows of its rate (the last row takes what is left)
         last_of_rate = r is rows[-1] or rows[rows.index(r) + 1].rate != r.rate
         load = "\n".join(lines[k:]) if last_of_rate else (lines[k] if k < len(lines) else "")
-        head = [load, r.label]
+        head = [load, shown_label(r.label)]
         if r.summary is None:
             table.add_row(*head, f"[yellow]{r.status}[/]: {r.note}"[:60], *[""] * (len(heads) - 3))
             continue
@@ -168,6 +209,8 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
             f"{_fmt(r.mean('router_overhead_ms'), '.0f')}/{_fmt(_cpu_ms(r), '.0f')}",
             drift_text(r),
         )
+    for line in headline(rows):
+        console.print(line, markup=False)
     console.print(table)
     for line in verdict_lines(rows):
         console.print(line)
@@ -193,7 +236,7 @@ def rows_markdown(rows: Sequence[Row]) -> str:
     )
     lines = [head, "|" + "---|" * 19]
     for r in rows:
-        lead = f"| {r.rate:g} | {r.point} | {r.label} | {r.router} | {len(r.seeds)} "
+        lead = f"| {r.rate:g} | {r.point} | {shown_label(r.label)} | {r.router} | {len(r.seeds)} "
         if r.summary is None:
             lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 13)
             continue
@@ -214,7 +257,13 @@ def rows_markdown(rows: Sequence[Row]) -> str:
 def summary_markdown(rows: Sequence[Row]) -> str:
     """The table, the per-rate verdicts and what "not sent" means."""
     notes = "".join(f"- {line.strip()}\n" for line in [*verdict_lines(rows), *drift_warnings(rows)])
-    return rows_markdown(rows) + (f"\n{notes}" if notes else "") + f"\n{NOT_SENT}\n"
+    first = "".join(f"{line.strip()}  \n" for line in headline(rows))
+    return (
+        (f"{first}\n" if first else "")
+        + rows_markdown(rows)
+        + (f"\n{notes}" if notes else "")
+        + f"\n{NOT_SENT}\n"
+    )
 
 
 def _paired(row: Row) -> str:

@@ -230,5 +230,15 @@ def best_mean_attainment(rows: Sequence[Row], rate: float) -> tuple[str, float]:
     return label, att
 
 
+# Rows whose router routes by load only on the emulated cluster (docs/bench.md, "Limits"): vllm-router's
+# kv_aware renders every request but none of its KV placement lookups match the emulator's blocks.
+LOAD_ONLY = frozenset({"vllm-router:kv_aware"})
+
+
+def shown_label(label: str) -> str:
+    """A row's label as the table, the Markdown and the figure show it ("(load only)" where it is)."""
+    return f"{label} (load only)" if label in LOAD_ONLY else label
+
+
 def row_dict(row: Row) -> dict[str, Any]:
     return dataclasses.asdict(row)

@@ -76,3 +76,27 @@ def test_no_two_tick_labels_overlap(agents: bool) -> None:
 def test_the_png_is_written(tmp_path: Path) -> None:
     plot.plot_rows(tmp_path / "b.png", _rows(), "t", knee=0.000875)
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_verdict_comes_first() -> None:
+    out = io.StringIO()
+    render_rows(_rows(), Console(file=out, width=400), "t")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "verdict (TPS within SLO, paired by seed, vs smetric):"
+    assert lines[1].startswith("  8 agents (knee): smetric 15.5; lmetric +1.0 ± 0.0 (better);")
+    assert "vllm-router:cache_aware +2.0 ± 0.0 (better)" in lines[1]
+    assert lines[4] == (
+        "  smetric significantly ahead in 0 and behind in 6 of 6 comparisons; n.s. = the interval includes 0"
+    )
+    assert summary_markdown(_rows()).startswith("verdict (TPS within SLO")
+
+
+def test_a_load_only_peer_says_so_in_the_table_and_the_figure() -> None:
+    rows = [dataclasses.replace(r, label="vllm-router:kv_aware") if r.label.startswith("vllm") else r
+            for r in _rows()]  # fmt: skip
+    out = io.StringIO()
+    render_rows(rows, Console(file=out, width=400), "t")
+    assert "vllm-router:kv_aware (load only)" in out.getvalue()
+    assert "vllm-router:kv_aware (load only)" in summary_markdown(rows)
+    fig = plot.figure(rows, "t", knee=None)
+    assert "vllm-router:kv_aware (load only)" in fig.axes[0].get_legend_handles_labels()[1]
