@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "window) -- docs/bench.md")  # fmt: skip
     p.add_argument("--warmup", type=float,
                    help=f"model seconds replayed before the measured window, agents joining over its first half (default "
-                   f"half the window: {FULL.warmup_s:g}, --quick {QUICK.warmup_s:g}; 0 with --arrivals cold)")  # fmt: skip
+                   f"the preset's share of the window: {FULL.warmup_s:g}, --quick {QUICK.warmup_s:g}; 0 with --arrivals cold)")  # fmt: skip
     p.add_argument("--knee-start", type=float,
                    help=f"first rate of the knee search (default {FULL.rate / FULL.instances:g} x instances)")  # fmt: skip
     p.add_argument("--seeds", type=int, help=f"seeds per rate (default {FULL.seeds}, --quick {QUICK.seeds})")

@@ -69,7 +69,7 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
         assert "vllm-router is not installed" in proc.stdout
     assert set(doc["meta"]["time_accounting"]) >= {"split", "all_scaled"}
     assert doc["meta"]["seeds"] == [0, 1]
-    assert doc["meta"]["arrivals"] == "agents" and doc["meta"]["warmup_s"] == 600
+    assert doc["meta"]["arrivals"] == "agents" and doc["meta"]["warmup_s"] == 300
     assert [run["agents"] for run in doc["meta"]["runs"]] == [12, 12]
     for row in doc["results"]:
         assert row["status"] == "ok", row
