@@ -23,12 +23,7 @@ PANELS: tuple[tuple[str, str, float, str], ...] = (
     ("tps_within_slo", "TPS within SLO (tok/s, model time)", 1.0, "higher is better"),
     ("slo_attainment", "SLO attainment (%)", 100.0, "higher is better"),
     ("ttft_p90_s", "TTFT p90 (model s)", 1.0, "lower is better"),
-    (
-        "tps_within_slo_all_scaled",
-        "TPS within SLO, all-scaled: router time x 1/time scale",
-        1.0,
-        "higher is better; penalises router latency",
-    ),
+    ("local_hit_ratio", "local prefix-cache hits (% of prompt tokens)", 100.0, "prefix reuse on the chosen engine"),
 )
 MAX_LABELLED_TICKS = 8  # more load points than this: ticks from matplotlib's integer locator
 
@@ -95,7 +90,7 @@ def figure(rows: Sequence[Row], title: str, knee: float | None) -> Figure:
         if name == "slo_attainment":
             ax.axhline(90.0, color="grey", linewidth=1.0, linestyle=":")
             ax.annotate("90 %: the knee's threshold", (0.01, 90.0), xycoords=("axes fraction", "data"),
-                        xytext=(0, 3), textcoords="offset points", fontsize=10, color="dimgrey")  # fmt: skip
+                        xytext=(0, -13), textcoords="offset points", fontsize=10, color="dimgrey")  # fmt: skip
         if knee is not None and knee in xs_of:
             ax.axvline(xs_of[knee], color="grey", linewidth=1.0, linestyle="--")
         if len(xs_of) <= MAX_LABELLED_TICKS:

@@ -78,9 +78,7 @@ QUICK_COLD = Preset(
 QUICK_AGENTS_RATES = (0.00128, 0.00181, 0.00256)
 FULL_AGENTS_KNEE_START = 0.2
 FULL = replace(FULL_COLD, arrivals="agents", rate=FULL_AGENTS_KNEE_START, warmup_s=60.0)
-QUICK = replace(
-    QUICK_COLD, arrivals="agents", rates=QUICK_AGENTS_RATES, warmup_s=1200.0, global_tier="full"
-)
+QUICK = replace(QUICK_COLD, arrivals="agents", rates=QUICK_AGENTS_RATES, warmup_s=1200.0, global_tier="full")
 
 
 def preset_for(quick: bool, arrivals: str) -> Preset:

@@ -31,6 +31,7 @@ SPREAD_FIELDS = (
     "tps_within_slo_all_scaled",
     "slo_attainment_all_scaled",
     "ttft_p90_s",
+    "local_hit_ratio",
 )
 # per seed as well, not spread: the stationarity check of each run (metrics.py)
 DRIFT_FIELDS = ("arrival_drift", "arrival_drift_ok")

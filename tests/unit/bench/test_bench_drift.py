@@ -123,7 +123,9 @@ def test_arrivals_default_to_steady_agents_with_a_warm_up_and_cold_keeps_the_old
     stationary = _parse("--quick", "--arrivals", "stationary")
     assert stationary.arrivals == "stationary" and stationary.rates == quick.rates
     assert _parse("--quick", "--warmup", "0").warmup_s == 0.0
-    assert _parse("--quick", "--duration", "600").warmup_s == 150.0  # the preset's share of any window (a quarter)
+    assert (
+        _parse("--quick", "--duration", "600").warmup_s == 150.0
+    )  # the preset's share of any window (a quarter)
     for bad in (["--warmup", "-1"], ["--warmup", "nan"], ["--sessions", "5"]):
         with pytest.raises(BenchError):
             _parse("--quick", *bad)
