@@ -23,7 +23,12 @@ PANELS: tuple[tuple[str, str, float, str], ...] = (
     ("tps_within_slo", "TPS within SLO (tok/s, model time)", 1.0, "higher is better"),
     ("slo_attainment", "SLO attainment (%)", 100.0, "higher is better"),
     ("ttft_p90_s", "TTFT p90 (model s)", 1.0, "lower is better"),
-    ("local_hit_ratio", "local prefix-cache hits (% of prompt tokens)", 100.0, "prefix reuse on the chosen engine"),
+    (
+        "local_hit_ratio",
+        "local prefix-cache hits (% of prompt tokens)",
+        100.0,
+        "prefix reuse on the chosen engine",
+    ),
 )
 MAX_LABELLED_TICKS = 8  # more load points than this: ticks from matplotlib's integer locator
 
