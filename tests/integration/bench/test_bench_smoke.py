@@ -51,7 +51,7 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
     # The quick preset (steady agents) at one fixed rate (the knee search is unit-tested), two seeds,
     # a short window after a warm-up of half of it.
     out, plot, logs = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "logs"
-    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--rates", "0.00124", "--duration", "1200",
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--rates", "0.00124", "--duration", "1200", "--warmup", "600",
             "--json", str(out), "--plot", str(plot), "--records", str(tmp_path / "r.jsonl"), "--log-dir", str(logs)]  # fmt: skip
     peer = bool(
         shutil.which("vllm-router", path=str(Path(sys.executable).parent)) or shutil.which("vllm-router")
@@ -69,7 +69,7 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
         assert "vllm-router is not installed" in proc.stdout
     assert set(doc["meta"]["time_accounting"]) >= {"split", "all_scaled"}
     assert doc["meta"]["seeds"] == [0, 1]
-    assert doc["meta"]["arrivals"] == "agents" and doc["meta"]["warmup_s"] == 300
+    assert doc["meta"]["arrivals"] == "agents" and doc["meta"]["warmup_s"] == 600
     assert [run["agents"] for run in doc["meta"]["runs"]] == [12, 12]
     for row in doc["results"]:
         assert row["status"] == "ok", row
