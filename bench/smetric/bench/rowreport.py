@@ -229,14 +229,15 @@ CAPTION = (
 
 def rows_markdown(rows: Sequence[Row]) -> str:
     head = (
-        "| rate | point | policy | router | seeds | TPS in SLO | Δ TPS vs first row, paired (95 % CI) | SLO att. | all-scaled TPS / att. "
+        "| rate | agents | point | policy | router | seeds | TPS in SLO | Δ TPS vs first row, paired (95 % CI) | SLO att. | all-scaled TPS / att. "
         "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms "
         "| CPU ms per request: router / client / engines | CPU share of the box "
         "| arrival drift % per seed (! > 10 %) | ok / sent / not sent of planned |"
     )
-    lines = [head, "|" + "---|" * 19]
+    lines = [head, "|" + "---|" * 20]
     for r in rows:
-        lead = f"| {r.rate:g} | {r.point} | {shown_label(r.label)} | {r.router} | {len(r.seeds)} "
+        agents = "-" if r.agents is None else str(r.agents)
+        lead = f"| {r.rate:g} | {agents} | {r.point} | {shown_label(r.label)} | {r.router} | {len(r.seeds)} "
         if r.summary is None:
             lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 13)
             continue

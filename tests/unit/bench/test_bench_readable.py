@@ -46,6 +46,7 @@ def test_the_table_fits_120_columns_and_the_markdown_keeps_every_column() -> Non
     assert "8 agents" in text and "vllm-router:cache_aware" in text and "3.18/330.0" in text
     md = summary_markdown(_rows())
     assert "all-scaled" in md and "engine TTFT" in md and "ok / sent" in md  # the rest is here
+    assert "| 0.000875 | 8 | knee | smetric |" in md
 
 
 def test_the_x_axis_is_in_agents_with_one_tick_per_load_point() -> None:
