@@ -171,6 +171,9 @@ def _cpu_ms(row: Row) -> float:
     return row.mean("cpu_router_ms") + row.mean("cpu_client_ms")
 
 
+TABLE_WIDTH = 120
+
+
 def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
     """The summary table, at most 120 columns wide (every column: ``--markdown`` and the JSON)."""
     table = Table(
@@ -211,7 +214,7 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
         )
     for line in headline(rows):
         console.print(line, markup=False)
-    console.print(table)
+    console.print(table, width=min(console.width, TABLE_WIDTH))  # more seeds: the drift cell wraps
     for line in verdict_lines(rows):
         console.print(line)
     for line in drift_warnings(rows):

@@ -101,3 +101,14 @@ def test_a_load_only_peer_says_so_in_the_table_and_the_figure() -> None:
     assert "vllm-router:kv_aware (load only)" in summary_markdown(rows)
     fig = plot.figure(rows, "t", knee=None)
     assert "vllm-router:kv_aware (load only)" in fig.axes[0].get_legend_handles_labels()[1]
+
+
+def test_more_seeds_wrap_inside_120_columns() -> None:
+    cells = [Cell(0.00128, seed, PolicyResult(lab, "r", lab, "ok", "", _summary(k, seed)))
+             for seed in range(6) for k, lab in enumerate(LABELS)]  # fmt: skip
+    rows = [dataclasses.replace(r, agents=12) for r in rows_of(cells, LABELS, knee=0.00128, past=None)]
+    out = io.StringIO()
+    render_rows(rows, Console(file=out, width=400), "t")
+    lines = out.getvalue().splitlines()
+    table = lines[: next(i for i, line in enumerate(lines) if line.startswith("rate "))]
+    assert max(len(line.rstrip()) for line in table) <= 120, "\n".join(table)
