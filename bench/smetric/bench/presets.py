@@ -69,7 +69,7 @@ QUICK_COLD = Preset(
 # whole context. Its rates are that rung and the next. FULL's knee start is not measured: it is the
 # rate whose agents send about as many requests per second as the cold FULL preset's knee did
 # (~15 per model second for 8 instances), the most the shared 2 cores were seen to drive.
-# QUICK (issue 32) runs the pool SMetric is for: the full global tier (LMCache + Mooncake, sync
+# QUICK runs the pool SMetric is for: the full global tier (LMCache + Mooncake, sync
 # loads, the operator's default loadMode; the emulator's tier is the engine model's, as the
 # simulator's). Three load points, chosen on seeds 0 and 1 (docs/bench.md, "The main job"): 12
 # agents, where the best row's SLO attainment has fallen to ~86 %, and 17 and 24 past it (24: the
