@@ -28,6 +28,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from smetric.bench.client import APIS
+from smetric.bench.cpu import picker_timers
+from smetric.bench.eta import RunCount
 from smetric.bench.inputs import (
     TRACE_FILE,
     check_outputs,
@@ -90,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "window) -- docs/bench.md")  # fmt: skip
     p.add_argument("--warmup", type=float,
                    help=f"model seconds replayed before the measured window, agents joining over its first half (default "
-                   f"half the window: {FULL.warmup_s:g}, --quick {QUICK.warmup_s:g}; 0 with --arrivals cold)")  # fmt: skip
+                   f"the preset's share of the window: {FULL.warmup_s:g}, --quick {QUICK.warmup_s:g}; 0 with --arrivals cold)")  # fmt: skip
     p.add_argument("--knee-start", type=float,
                    help=f"first rate of the knee search (default {FULL.rate / FULL.instances:g} x instances)")  # fmt: skip
     p.add_argument("--seeds", type=int, help=f"seeds per rate (default {FULL.seeds}, --quick {QUICK.seeds})")
@@ -223,6 +225,7 @@ class Bench:
             "per modelled token); router_overhead_ms in wall milliseconds; *_spread = std over seeds",
             "time_accounting": TIME_ACCOUNTING, "peer_missing": missing_peer, "started_unix_s": time.time(),
             "arrivals": preset.arrivals, "warmup_s": preset.warmup_s, "max_arrival_drift": MAX_ARRIVAL_DRIFT,
+            "timers": picker_timers(preset.time_scale),
         }  # fmt: skip
         console.print(
             f"[bold]smetric bench[/]: {preset.instances} emulated instances ({args.preset}), time x{preset.time_scale:g}, "
@@ -231,10 +234,19 @@ class Bench:
             + (f"rates {', '.join(f'{r:g}' for r in rates)}" if rates else f"knee search from {preset.rate:g} families/model s")
             + f"; logs in {self.log_dir}"
         )  # fmt: skip
+        timers = self.meta["timers"]
+        console.print(f"the picker scrapes the engines every {timers['picker_refresh_wall_ms']:g} wall ms = "
+                      f"{timers['picker_refresh_model_s']:.3g} model s at time x{preset.time_scale:g} (the simulator's "
+                      "picker: 0.05 model s); router + client CPU per request: the table's CPU column")  # fmt: skip
         for path in (args.records, args.markdown):
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
         self.records_out = args.records.open("wb") if args.records is not None else None
+        self.started = time.monotonic()
+        self.run_count = (
+            RunCount.fixed(len(rates), len(seeds), len(self.rows)) if rates
+            else RunCount.knee_search(KneeSearch(preset.rate).max_probes, len(seeds), len(self.rows))
+        )  # fmt: skip
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("done/sent"), TimeElapsedColumn())  # fmt: skip
         try:
@@ -319,6 +331,7 @@ class Bench:
             out.append(await self._row(fe, plan, settings, rate, seed))
             self.cells.append(Cell(rate, seed, out[-1]))
             self.write(self._rows(), final=False)  # partial results survive an interrupted run
+            self.console.print(self.run_count.line(len(self.cells), time.monotonic() - self.started))
         return out
 
     async def _row(
@@ -361,7 +374,9 @@ class Bench:
             shutil.rmtree(log_dir, ignore_errors=True)
 
     def _rows(self) -> list[Row]:
-        return rows_of(self.cells, self.labels, self.knee, self.past)
+        agents = {run["rate"]: run["agents"] for run in self.meta.get("runs", ()) if "agents" in run}
+        rows = rows_of(self.cells, self.labels, self.knee, self.past)
+        return [replace(r, agents=agents.get(r.rate)) for r in rows]
 
     def write(self, rows: Sequence[Row], final: bool) -> None:
         args = self.args

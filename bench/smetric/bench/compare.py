@@ -28,6 +28,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from smetric.bench.cpu import picker_timers
 from smetric.bench.procs import BenchError
 from smetric.bench.sweep import KNEE_ATTAINMENT, Row
 
@@ -156,6 +157,7 @@ def compare_with_simulator(bench: Bench, rows: Sequence[Row], console: Console) 
         rows, rate, bench.meta["trace"], bench.preset.instances, bench.args.preset, bench.preset.global_tier,
         list(bench.meta["seeds"]), runs[0]["families"] / n_families if runs else 1.0,
         bench.args.json.with_suffix(".sim.json"), console, bench.preset.arrivals,
+        float(picker_timers(bench.preset.time_scale)["picker_refresh_model_s"]) * 1000.0,
     )  # fmt: skip
 
 
@@ -171,7 +173,10 @@ def compare_rows(
     sim_json: Path,
     console: Console,
     arrivals: str = "agents",
+    refresh_ms: float | None = None,
 ) -> dict[str, Any]:
+    """``refresh_ms``: the simulator's scrape interval in model milliseconds (the bench's picker
+    scrapes every 50 wall ms, ``refresh / time_scale`` model ms: the same staleness in both tools)."""
     policies = list(dict.fromkeys(r.policy for r in rows if r.router.startswith("envoy")))
     if len(policies) < 2:
         raise BenchError("needs at least two picker policies")
@@ -182,6 +187,8 @@ def compare_rows(
             "--policies", ",".join(policies), "--rates", SIM_RATES, "--seeds", ",".join(map(str, seeds)),
             "--subsample", f"{min(1.0, fraction):.6g}", "--warmup-s", f"{SIM_WARMUP_S:g}",
             "--measure-s", f"{SIM_MEASURE_S:g}", "--no-extend-past-knee", "--arrivals", arrivals]  # fmt: skip
+    if refresh_ms is not None:
+        argv += ["--refresh-ms", f"{refresh_ms:g}"]
     console.print(f"compare-sim: smetric simulate {' '.join(argv)} --json {sim_json}")
     results = run_simulator(argv, sim_json)
     sim_knee, sim = sim_scores(results, policies)

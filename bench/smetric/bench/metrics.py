@@ -94,6 +94,14 @@ class Summary:
     arrival_rate_end_per_s: float = float("nan")
     arrival_drift: float = float("nan")
     arrival_drift_ok: bool = False
+    # CPU per request sent (warm-up included) over the replay, wall milliseconds of CPU time: the
+    # router (Envoy + pickers, or vllm-router), the client (the bench's own process) and the emulated
+    # engines; and all of it over (replay wall seconds x cores) -- 1.0 = the box was saturated
+    # (smetric.bench.cpu)
+    cpu_router_ms: float = float("nan")
+    cpu_client_ms: float = float("nan")
+    cpu_engines_ms: float = float("nan")
+    cpu_box_share: float = float("nan")
 
 
 def percentile(values: Sequence[float], q: float) -> float:

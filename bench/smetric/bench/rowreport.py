@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from smetric.bench.plot import plot_rows as plot_rows  # re-exported: cli, tests
 from smetric.bench.report import _clean, _fmt, _pct
-from smetric.bench.sweep import Row, row_dict
+from smetric.bench.sweep import Row, row_dict, shown_label
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 
 
@@ -109,6 +111,47 @@ def verdict_lines(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+def _short(row: Row) -> str:
+    """A row's paired difference to the reference in a few characters, with its verdict."""
+    p = row.paired
+    if not p:
+        return f"{shown_label(row.label)} -"
+    half = p.get("ci95")
+    if half is None:
+        return f"{shown_label(row.label)} {p['mean']:+.1f} (one seed)"
+    lo, hi = p["mean"] - half, p["mean"] + half
+    word = "better" if lo > 0 else "worse" if hi < 0 else "n.s."
+    return f"{shown_label(row.label)} {p['mean']:+.1f} ± {half:.1f} ({word})"
+
+
+def headline(rows: Sequence[Row]) -> list[str]:
+    """The verdict first: per load point the reference row's TPS in SLO and every other row's paired
+    difference to it (95 % interval; better / worse / n.s. = no significant difference), then how
+    often the reference was significantly better or worse."""
+    ran = [r for r in rows if r.summary is not None]
+    ref = next((r.paired["vs"] for r in ran if r.paired), "")
+    if not ref:
+        return []
+    out = [f"verdict (TPS within SLO, paired by seed, vs {ref}):"]
+    better = worse = total = 0
+    for rate in sorted({r.rate for r in ran}):
+        mine = [r for r in ran if r.rate == rate]
+        base = next((r for r in mine if r.label == ref), None)
+        if base is None:
+            continue
+        load = f"{base.agents} agents" if base.agents is not None else f"rate {rate:.3g}"
+        others = [r for r in mine if r.paired and r.paired.get("ci95") is not None]
+        total += len(others)
+        better += sum(1 for r in others if r.paired and r.paired["mean"] + r.paired["ci95"] < 0)
+        worse += sum(1 for r in others if r.paired and r.paired["mean"] - r.paired["ci95"] > 0)
+        parts = "; ".join(_short(r) for r in mine if r.label != ref)
+        out.append(f"  {load} ({base.point}): {ref} {base.mean('tps_within_slo'):.1f}; {parts}")
+    if total:
+        out.append(f"  {ref} significantly ahead in {better} and behind in {worse} of {total} comparisons; "
+                   "n.s. = the interval includes 0")  # fmt: skip
+    return out
+
+
 NOT_SENT = (
     "not sent: each session is a closed loop (its next turn leaves when the previous answer is back, as an "
     "agent's does), so turns still waiting for their predecessor when the window ends are never sent; a "
@@ -116,37 +159,62 @@ NOT_SENT = (
 )
 
 
+def load_lines(row: Row) -> list[str]:
+    """The load point of a row, one line per table row of its rate: agents, rate, point."""
+    if row.agents is None:
+        return [f"rate {row.rate:.3g}", row.point]
+    return [f"{row.agents} agents", f"{row.rate:.3g}/s", row.point]
+
+
+def _cpu_ms(row: Row) -> float:
+    """Router + client CPU milliseconds per request (NaN when either was not measured)."""
+    return row.mean("cpu_router_ms") + row.mean("cpu_client_ms")
+
+
+TABLE_WIDTH = 120
+
+
 def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
-    table = Table(title=title, header_style="bold", caption=CAPTION)
+    """The summary table, at most 120 columns wide (every column: ``--markdown`` and the JSON)."""
+    table = Table(
+        title=title,
+        header_style="bold",
+        caption=CAPTION,
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     ref = next((r.paired["vs"] for r in rows if r.paired), "")
-    heads = ["rate", "point", "policy", "seeds", "TPS in SLO", f"Δ vs {ref} (95 % CI)" if ref else "Δ",
-             "SLO att.", "all-scaled TPS / att.", "TTFT p50/p90", "engine TTFT", "local hit", "router ms",
-             "drift % per seed", "ok/sent/not sent of planned"]  # fmt: skip
+    heads = ["load", "policy", "TPS in SLO", f"Δ vs {ref}\n(95 % CI)" if ref else "Δ", "SLO att.",
+             "TTFT s\np50/p90", "local\nhit", "router ms\nwall/CPU", "drift %\nper seed"]  # fmt: skip
     for i, h in enumerate(heads):
-        table.add_column(h, justify="left" if 1 <= i <= 2 else "right", no_wrap=i == 2)
-    last_rate = None
+        table.add_column(h, justify="left" if i <= 1 else "right", no_wrap=i == 1)
+    last_rate, k = None, 0
     for r in rows:
         if last_rate is not None and r.rate != last_rate:
             table.add_section()
+        k = k + 1 if r.rate == last_rate else 0
         last_rate = r.rate
-        head = [f"{r.rate:g}", r.point, r.label, str(len(r.seeds))]
+        lines = load_lines(r)  # spread over the rows of its rate (the last row takes what is left)
+        last_of_rate = r is rows[-1] or rows[rows.index(r) + 1].rate != r.rate
+        load = "\n".join(lines[k:]) if last_of_rate else (lines[k] if k < len(lines) else "")
+        head = [load, shown_label(r.label)]
         if r.summary is None:
-            table.add_row(*head, f"[yellow]{r.status}[/]: {r.note}"[:80], *[""] * (len(heads) - 5))
+            table.add_row(*head, f"[yellow]{r.status}[/]: {r.note}"[:60], *[""] * (len(heads) - 3))
             continue
         table.add_row(
             *head,
             _pm(r, "tps_within_slo", ".1f"),
             _paired(r),
             _pct_pm(r, "slo_attainment"),
-            f"{_fmt(r.mean('tps_within_slo_all_scaled'), '.1f')} / {_pct(r.mean('slo_attainment_all_scaled'))}",
-            f"{_fmt(r.mean('ttft_p50_s'), '.2f')}/{_fmt(r.mean('ttft_p90_s'), '.2f')}s",
-            f"{_fmt(r.mean('engine_ttft_mean_s'), '.2f')}s",
+            f"{_fmt(r.mean('ttft_p50_s'), '.2f')}/{_fmt(r.mean('ttft_p90_s'), '.1f')}",
             _pct(r.mean("local_hit_ratio")),
-            _fmt(r.mean("router_overhead_ms"), ".1f"),
+            f"{_fmt(r.mean('router_overhead_ms'), '.0f')}/{_fmt(_cpu_ms(r), '.0f')}",
             drift_text(r),
-            _ok_sent(r),
         )
-    console.print(table)
+    for line in headline(rows):
+        console.print(line, markup=False)
+    console.print(table, width=min(console.width, TABLE_WIDTH))  # more seeds: the drift cell wraps
     for line in verdict_lines(rows):
         console.print(line)
     for line in drift_warnings(rows):
@@ -155,23 +223,26 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
 
 
 CAPTION = (
-    "rate: session families per model second; ± = std over seeds. TPS in SLO, SLO att., TTFT: engine time / "
-    "time scale + router/network time unscaled (split); all-scaled: whole client latency / time scale. Drift: "
-    "requests sent in the measured window's last quarter / first quarter - 1, per seed; ! = outside +-10 %."
+    "load: steady agents and session families per model second; ± = std over seeds. TPS in SLO, SLO att., TTFT: "
+    "engine time / time scale + router/network time unscaled (split). router ms: client TTFT - the engine's, "
+    "wall; CPU: router + client CPU time per request. Drift: requests sent in the window's last quarter / "
+    "first - 1, per seed; ! = outside +-10 %. Every column (all-scaled, engine TTFT, counts): --markdown, JSON."
 )
 
 
 def rows_markdown(rows: Sequence[Row]) -> str:
     head = (
-        "| rate | point | policy | router | seeds | TPS in SLO | Δ TPS vs first row, paired (95 % CI) | SLO att. | all-scaled TPS / att. "
+        "| rate | agents | point | policy | router | seeds | TPS in SLO | Δ TPS vs first row, paired (95 % CI) | SLO att. | all-scaled TPS / att. "
         "| TTFT p50 / p90 (s) | TPOT p50 (ms) | engine TTFT (s) | local hit | usage hit | router / emulator ms "
+        "| CPU ms per request: router / client / engines | CPU share of the box "
         "| arrival drift % per seed (! > 10 %) | ok / sent / not sent of planned |"
     )
-    lines = [head, "|" + "---|" * 17]
+    lines = [head, "|" + "---|" * 20]
     for r in rows:
-        lead = f"| {r.rate:g} | {r.point} | {r.label} | {r.router} | {len(r.seeds)} "
+        agents = "-" if r.agents is None else str(r.agents)
+        lead = f"| {r.rate:g} | {agents} | {r.point} | {shown_label(r.label)} | {r.router} | {len(r.seeds)} "
         if r.summary is None:
-            lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 11)
+            lines.append(lead + f"| {r.status}: {r.note} |" + " |" * 13)
             continue
         lines.append(
             lead + f"| {_pm(r, 'tps_within_slo', '.1f')} | {_paired(r)} | {_pct_pm(r, 'slo_attainment')} "
@@ -180,6 +251,8 @@ def rows_markdown(rows: Sequence[Row]) -> str:
             f"| {_fmt(r.mean('tpot_p50_s') * 1000, '.1f')} | {_fmt(r.mean('engine_ttft_mean_s'), '.2f')} "
             f"| {_pct(r.mean('local_hit_ratio'), ' ')} | {_pct(r.mean('usage_hit_ratio'), ' ')} "
             f"| {_fmt(r.mean('router_overhead_ms'), '.1f')} / {_fmt(r.mean('emulator_overhead_ms'), '.1f')} "
+            f"| {_fmt(r.mean('cpu_router_ms'), '.1f')} / {_fmt(r.mean('cpu_client_ms'), '.1f')} / "
+            f"{_fmt(r.mean('cpu_engines_ms'), '.1f')} | {_pct(r.mean('cpu_box_share'), ' ')} "
             f"| {drift_text(r)} | {_ok_sent(r, ' / ')} |"
         )
     return "\n".join(lines) + "\n"
@@ -188,7 +261,13 @@ def rows_markdown(rows: Sequence[Row]) -> str:
 def summary_markdown(rows: Sequence[Row]) -> str:
     """The table, the per-rate verdicts and what "not sent" means."""
     notes = "".join(f"- {line.strip()}\n" for line in [*verdict_lines(rows), *drift_warnings(rows)])
-    return rows_markdown(rows) + (f"\n{notes}" if notes else "") + f"\n{NOT_SENT}\n"
+    first = "".join(f"{line.strip()}  \n" for line in headline(rows))
+    return (
+        (f"{first}\n" if first else "")
+        + rows_markdown(rows)
+        + (f"\n{notes}" if notes else "")
+        + f"\n{NOT_SENT}\n"
+    )
 
 
 def _paired(row: Row) -> str:
@@ -207,80 +286,3 @@ def rows_json(rows: Sequence[Row], meta: Mapping[str, Any]) -> bytes:
 def write_rows_json(path: Path, rows: Sequence[Row], meta: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(rows_json(rows, meta))
-
-
-PANELS: tuple[tuple[str, str, float, str], ...] = (
-    # (summary field, title, scale, which way is better)
-    ("tps_within_slo", "TPS within SLO (tok/s, model time)", 1.0, "higher is better"),
-    ("slo_attainment", "SLO attainment (%)", 100.0, "higher is better"),
-    ("ttft_p90_s", "TTFT p90 (model s)", 1.0, "lower is better"),
-    (
-        "tps_within_slo_all_scaled",
-        "TPS within SLO, all-scaled: router time x 1/time scale",
-        1.0,
-        "higher is better; penalises router latency",
-    ),
-)
-
-
-def _range(row: Row, name: str, scale: float) -> tuple[float, float]:
-    """(min, max) over the row's seeds (the mean twice with one seed)."""
-    vals = [float(p[name]) * scale for p in row.per_seed if isinstance(p.get(name), int | float)]
-    vals = [v for v in vals if not math.isnan(v)]
-    mean = row.mean(name) * scale
-    return (min(vals), max(vals)) if vals else (mean, mean)
-
-
-def _wrap(text: str, width: int) -> str:
-    import textwrap
-
-    return "\n".join(textwrap.wrap(text, width))
-
-
-def plot_rows(path: Path, rows: Sequence[Row], title: str, knee: float | None) -> None:
-    """One panel per metric against the arrival rate, one line per front end (the mean over seeds),
-    error bars = min..max over seeds; the legend sits below the panels, outside the data."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = list(dict.fromkeys(r.label for r in rows if r.summary is not None))
-    fig, grid = plt.subplots(2, 2, figsize=(11.0, 8.6))
-    axes = list(grid.flat)
-    markers = "osD^vP*Xh<>"
-    rates = sorted({r.rate for r in rows})
-    # small horizontal offsets so the error bars of different rows at one rate do not hide each other
-    dodge = 0.012 * (rates[-1] - rates[0] if len(rates) > 1 else rates[0])
-    for ax, (name, heading, scale, better) in zip(axes, PANELS, strict=True):
-        for i, lab in enumerate(labels):
-            mine = sorted((r for r in rows if r.label == lab and r.summary is not None), key=lambda r: r.rate)
-            xs = [r.rate + (i - (len(labels) - 1) / 2) * dodge for r in mine]
-            ys = [r.mean(name) * scale for r in mine]
-            lo, hi = zip(*(_range(r, name, scale) for r in mine), strict=True) if mine else ((), ())
-            es = [
-                [max(y - a, 0.0) for y, a in zip(ys, lo, strict=True)],
-                [max(b - y, 0.0) for y, b in zip(ys, hi, strict=True)],
-            ]
-            ax.errorbar(xs, ys, yerr=es, marker=markers[i % len(markers)], capsize=3, label=lab,
-                        linestyle="--" if lab.startswith("vllm-router") else "-")  # fmt: skip
-        if name == "slo_attainment":
-            ax.axhline(90.0, color="grey", linewidth=1.0, linestyle=":")
-            ax.annotate("90 %: the knee's threshold", (0.01, 90.0), xycoords=("axes fraction", "data"),
-                        xytext=(0, 3), textcoords="offset points", fontsize=10, color="dimgrey")  # fmt: skip
-        if knee is not None:
-            ax.axvline(knee, color="grey", linewidth=1.0, linestyle="--")
-        ax.set_title(f"{heading}\n({better})", fontsize=12)
-        ax.set_xlabel(
-            "family arrivals per model second" + ("  (dashed line: knee)" if knee else ""), fontsize=11
-        )
-        ax.tick_params(labelsize=10)
-        ax.grid(alpha=0.3)
-    handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 4), fontsize=11, frameon=False)
-    fig.suptitle(_wrap(title, 110), fontsize=11.5)
-    rows_of_legend = math.ceil(max(len(names), 1) / 4)
-    fig.tight_layout(rect=(0.0, 0.04 * rows_of_legend + 0.01, 1.0, 1.0))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -7,6 +7,8 @@ taken before it are left out."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import aiohttp
 
 from smetric.bench.client import Api, make_client
+from smetric.bench.cpu import CpuSnapshot, CpuUse
 from smetric.bench.metrics import summarise
 from smetric.bench.plan import AgentPlan, ReplayPlan
 from smetric.bench.procs import BenchError, Supervisor
@@ -83,6 +86,7 @@ async def run_row(
                 async with aiohttp.ClientSession(timeout=timeout) as http:
                     before = await scrape_all(http, cluster.base_urls)
             phase("replaying")
+            cpu_start, wall_start = CpuSnapshot.take(_pids(sup)), time.monotonic()
             async with (
                 make_client(settings.api, urls.base_url, settings.cluster.model) as client,
                 LoadSampler(cluster.base_urls, settings.sample_interval_s) as sampler,
@@ -111,6 +115,8 @@ async def run_row(
                 finally:
                     if at_warmup_end is not None:
                         at_warmup_end.cancel()
+                cpu = CpuUse.between(cpu_start, CpuSnapshot.take(_pids(sup)), len(result.records),
+                                     time.monotonic() - wall_start)  # fmt: skip
                 if client.in_flight:  # requests cut at the drain deadline: say where they were stuck
                     lines = [f"{rid}: {state}" for rid, state in sorted(client.in_flight.items())]
                     (row_dir / "stuck-requests.txt").write_text("\n".join(lines) + "\n")
@@ -132,8 +138,16 @@ async def run_row(
         settings.cluster.token_cost_scale,
         settings.measured_s,
     )
+    summary = dataclasses.replace(
+        summary, cpu_router_ms=cpu.router_ms_per_request, cpu_client_ms=cpu.client_ms_per_request,
+        cpu_engines_ms=cpu.engines_ms_per_request, cpu_box_share=cpu.box_share,
+    )  # fmt: skip
     note = "" if summary.n_failed == 0 else _first_error(result.records)
     return PolicyResult(frontend.label, frontend.router, frontend.policy, "ok", note, summary)
+
+
+def _pids(sup: Supervisor) -> dict[str, int]:
+    return {name: child.pid for name, child in sup.children.items()}
 
 
 async def _scrape_later(

@@ -31,6 +31,7 @@ SPREAD_FIELDS = (
     "tps_within_slo_all_scaled",
     "slo_attainment_all_scaled",
     "ttft_p90_s",
+    "local_hit_ratio",
 )
 # per seed as well, not spread: the stationarity check of each run (metrics.py)
 DRIFT_FIELDS = ("arrival_drift", "arrival_drift_ok")
@@ -113,6 +114,7 @@ class Row:
     # TPS within SLO minus the reference row's (the first picker policy), paired by seed:
     # {"vs", "seeds", "mean", "ci95"} (ci95 = half-width of the t interval; None below 2 seeds)
     paired: dict[str, Any] | None = None
+    agents: int | None = None  # steady agents at this rate (--arrivals agents), else None
 
     def mean(self, name: str) -> float:
         return float("nan") if self.summary is None else float(self.summary.get(name, float("nan")))
@@ -227,6 +229,16 @@ def best_mean_attainment(rows: Sequence[Row], rate: float) -> tuple[str, float]:
         return "", float("nan")
     att, label = max(cands)
     return label, att
+
+
+# Rows whose router routes by load only on the emulated cluster (docs/bench.md, "Limits"): vllm-router's
+# kv_aware renders every request but none of its KV placement lookups match the emulator's blocks.
+LOAD_ONLY = frozenset({"vllm-router:kv_aware"})
+
+
+def shown_label(label: str) -> str:
+    """A row's label as the table, the Markdown and the figure show it ("(load only)" where it is)."""
+    return f"{label} (load only)" if label in LOAD_ONLY else label
 
 
 def row_dict(row: Row) -> dict[str, Any]:

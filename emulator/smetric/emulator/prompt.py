@@ -14,6 +14,8 @@ prefix block for block.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,10 @@ from smetric.core.blockhash import BlockHasher
 from smetric.core.tokenizer import Tokenizer
 
 FILLER_WORDS: tuple[str, ...] = ("lore", "ipsu", "dolo", "sit", "amet")
+# prompts whose token ids the prompter keeps: a router renders a request on every worker and sends
+# it within milliseconds, so a few prompts per instance suffice. Budget: a 100k-token prompt holds
+# ~0.5 MB of text and ~3.6 MB of ids, so at most ~65 MB at full size (~8 MB at the bench's x1/8)
+RECENT_PROMPTS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +53,36 @@ class PreparedRequest:
 
 
 class Prompter:
-    """Tokenizer + block hasher with the engines' shared configuration (block size, hash seed)."""
+    """Tokenizer + block hasher with the engines' shared configuration (block size, hash seed).
 
-    def __init__(self, tokenizer: Tokenizer, hasher: BlockHasher) -> None:
+    The last :data:`RECENT_PROMPTS` rendered texts keep their token ids: one prompt is tokenized
+    once however often it comes back -- vllm-router renders each request on every worker
+    (``/v1/chat/completions/render``) before sending it to one, the text-identical prompt each
+    time. A real vLLM renders with a compiled tokenizer in milliseconds; without this, the
+    emulator's Python tokenizer would charge that router's rows N+1 tokenizations of every prompt.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, hasher: BlockHasher, recent: int = 0) -> None:
         self.tokenizer = tokenizer
         self.hasher = hasher
         self._filler_ids = tuple(self._piece_id(p) for p in (*FILLER_WORDS, " "))
+        self._recent: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._recent_max = recent if recent > 0 else RECENT_PROMPTS
+        self._lock = threading.Lock()
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        """The text's token ids, from the recent prompts when it was seen lately."""
+        with self._lock:
+            ids = self._recent.get(text)
+            if ids is not None:
+                self._recent.move_to_end(text)
+                return ids
+        ids = tuple(self.tokenizer.encode(text))
+        with self._lock:
+            self._recent[text] = ids
+            while len(self._recent) > self._recent_max:
+                self._recent.popitem(last=False)
+        return ids
 
     def _piece_id(self, piece: str) -> int:
         ids = self.tokenizer.encode(piece)
@@ -62,11 +92,11 @@ class Prompter:
 
     def chat(self, messages: Sequence[Mapping[str, Any]]) -> PreparedPrompt:
         text = self.tokenizer.render_chat(messages)
-        return PreparedPrompt(text, tuple(self.tokenizer.encode(text)))
+        return PreparedPrompt(text, self.encode(text))
 
     def completion(self, prompt: str | Sequence[int]) -> PreparedPrompt:
         if isinstance(prompt, str):
-            return PreparedPrompt(prompt, tuple(self.tokenizer.encode(prompt)))
+            return PreparedPrompt(prompt, self.encode(prompt))
         return PreparedPrompt("", tuple(int(t) for t in prompt))
 
     @staticmethod

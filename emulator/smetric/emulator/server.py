@@ -61,6 +61,8 @@ class InstanceServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions/render", self.render_chat)
+        app.router.add_post("/v1/completions/render", self.render_completion)
         agents = AgentRoutes(self)
         app.router.add_post("/v1/messages", agents.messages)
         app.router.add_post("/v1/messages/count_tokens", agents.count_tokens)
@@ -112,6 +114,30 @@ class InstanceServer:
             return _error(ApiError(400, f"bad fault spec: {exc}"))
         self.instance.fault_changed()
         return _json(self.faults.as_dict())
+
+    # ------------------------------------------------------------------ render (vLLM >= 0.31)
+    async def render_chat(self, request: web.Request) -> web.Response:
+        return await self._render(request, "chat")
+
+    async def render_completion(self, request: web.Request) -> web.Response:
+        return await self._render(request, "completion")
+
+    async def _render(self, request: web.Request, kind: Literal["chat", "completion"]) -> web.Response:
+        """vLLM's render routes (``vllm serve``: ``POST /v1/chat/completions/render`` and
+        ``/v1/completions/render``): the prompt's token ids as the engine would see them, in the
+        generate request's shape (``token_ids``, ``features``), with nothing scheduled. A router that
+        matches prefixes on token ids asks for them (vllm-router's ``cache_aware`` and ``kv_aware``
+        with HTTP workers: docs/bench.md, "The peer router")."""
+        try:
+            if self.faults.dead:
+                raise ApiError(503, "engine is dead")
+            raw = await request.read()
+            loop = asyncio.get_running_loop()
+            req, prepared = await loop.run_in_executor(self.executor, self._parse_and_prepare, kind, raw)
+        except ApiError as exc:
+            return _error(exc)
+        ids = list(prepared.prompt.token_ids)
+        return _json({"model": self.model, "token_ids": ids, "features": None, "stream": req.stream})
 
     # ------------------------------------------------------------------ generation
     def check_faults(self) -> None:

@@ -51,7 +51,7 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
     # The quick preset (steady agents) at one fixed rate (the knee search is unit-tested), two seeds,
     # a short window after a warm-up of half of it.
     out, plot, logs = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "logs"
-    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--rates", "0.00124", "--duration", "1200",
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--rates", "0.00124", "--duration", "1200", "--warmup", "600",
             "--json", str(out), "--plot", str(plot), "--records", str(tmp_path / "r.jsonl"), "--log-dir", str(logs)]  # fmt: skip
     peer = bool(
         shutil.which("vllm-router", path=str(Path(sys.executable).parent)) or shutil.which("vllm-router")
@@ -82,8 +82,12 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
         assert s["ttft_p50_s"] > 0 and s["tps_within_slo"] > 0 and s["tps_within_slo_spread"] is not None
         assert s["n_server_timed"] == s["n_ok"]  # the emulator's timing reached the client through the router
         assert s["tps_within_slo_all_scaled"] <= s["tps_within_slo"] + 1e-9
+        assert s["cpu_router_ms"] > 0 and s["cpu_client_ms"] > 0 and s["cpu_engines_ms"] > 0  # /proc read
+        assert s["cpu_box_share"] > 0
     assert plot.stat().st_size > 10_000
-    assert "TPS in SLO" in proc.stdout
+    assert "TPS in SLO" in proc.stdout and "verdict (TPS within SLO" in proc.stdout
+    assert "progress: 6 of 6 runs done" in proc.stdout or "progress: 4 of 4 runs done" in proc.stdout
+    assert doc["meta"]["timers"]["picker_refresh_model_s"] == pytest.approx(0.05 / 0.002)
     lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert any(line["warmup"] for line in lines)  # every request is recorded, the warm-up's marked
     assert sum(1 for line in lines if not line["warmup"]) == sum(

@@ -27,14 +27,17 @@ def _parse(*argv: str) -> cli.Preset:
     return cli.resolve(cli.build_parser().parse_args([*argv, "--json", "x"]))
 
 
-def test_quick_runs_without_a_global_tier_and_the_full_bench_keeps_it() -> None:
+def test_quick_runs_with_the_full_global_tier_as_the_full_bench() -> None:
     quick = _parse("--quick")
-    assert quick.global_tier == "none" and quick.token_scale == pytest.approx(1 / 8)
+    assert quick.global_tier == "full" and quick.token_scale == pytest.approx(1 / 8)
+    assert _parse("--quick", "--arrivals", "cold").global_tier == "none"  # the cold preset's
     assert quick.token_cost == "preserved" and quick.token_cost_scale == pytest.approx(8.0)
     assert quick.duration_s == 4800 and quick.time_scale == pytest.approx(0.002)
     assert quick.rate == pytest.approx(0.005) and quick.seeds == 2
-    # two fixed rates (where the best router's attainment has fallen, and one rung past), no search
-    assert quick.rates == (0.000875, 0.00124) and quick.arrivals == "agents"
+    # three fixed load points (12, 17 and 24 agents: where the best router's attainment has fallen
+    # and two past it), no search
+    assert quick.rates == (0.00128, 0.00181, 0.00256) and quick.arrivals == "agents"
+    assert quick.warmup_s == 1200
     assert _parse("--quick", "--arrivals", "cold").rates == (0.005, 0.007)  # the cold preset's
     assert _parse("--quick", "--rates", "0.3").rates == (0.3,)
     assert _parse("--quick", "--knee-start", "0.2").rates == ()  # --knee-start asks for the search
@@ -47,7 +50,7 @@ def test_quick_runs_without_a_global_tier_and_the_full_bench_keeps_it() -> None:
     assert _parse("--token-cost", "preserved").token_cost_scale == pytest.approx(16.0)
     assert _parse("--quick", "--token-cost", "scaled").token_cost_scale == 1.0
     # --global-tier overrides either preset
-    assert _parse("--quick", "--global-tier", "full").global_tier == "full"
+    assert _parse("--quick", "--global-tier", "none").global_tier == "none"
     assert _parse("--global-tier", "small").global_tier == "small"
 
 
@@ -105,7 +108,8 @@ def test_window_stats_counts_first_turns_gaps_and_busy_fractions() -> None:
 def test_compare_sim_runs_the_simulator_with_the_bench_presets_global_tier(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """--compare-sim must simulate the tier the bench ran (--quick: none), not the parser's default."""
+    """--compare-sim must simulate the tier the bench ran (here small), not the parser's default, and
+    the bench picker's scrape interval in model time."""
     from types import SimpleNamespace
 
     from rich.console import Console
@@ -127,7 +131,9 @@ def test_compare_sim_runs_the_simulator_with_the_bench_presets_global_tier(
         Row(p, "envoy+smetric-epp", p, "ok", "", 0.125, "knee", (0,), {"tps_within_slo": tps}, ())
         for p, tps in (("smetric", 12.0), ("lmetric", 15.0))
     ]
-    args = cli.build_parser().parse_args(["--quick", "--json", str(tmp_path / "b.json")])
+    args = cli.build_parser().parse_args(
+        ["--quick", "--global-tier", "small", "--json", str(tmp_path / "b.json")]
+    )
     bench = SimpleNamespace(
         knee=0.125,
         meta={"runs": [{"rate": 0.125, "families": 30}], "trace": "t.jsonl.gz", "seeds": [0, 1]},
@@ -137,6 +143,7 @@ def test_compare_sim_runs_the_simulator_with_the_bench_presets_global_tier(
     )
     out = compare.compare_with_simulator(bench, rows, Console(file=None, quiet=True))  # type: ignore[arg-type]
     argv = seen[0]
-    assert argv[argv.index("--global-tier") + 1] == "none"
+    assert argv[argv.index("--global-tier") + 1] == "small"
+    assert argv[argv.index("--refresh-ms") + 1] == "25000"  # 50 wall ms at time x0.002
     assert argv[argv.index("--subsample") + 1] == "0.5"
     assert out["bench_order"] == ["lmetric", "smetric"] and out["spearman"] == pytest.approx(1.0)

@@ -227,3 +227,27 @@ async def test_dead_instance_ends_running_streams_and_slow_mode_slows_down() -> 
         assert slow > 2 * fast
     finally:
         await c.stop()
+
+
+async def test_render_gives_the_prompt_ids_the_engine_counts_and_schedules_nothing(
+    cluster: RunningCluster,
+) -> None:
+    """vLLM's render routes: what a token-matching router (vllm-router cache_aware) asks for."""
+    async with aiohttp.ClientSession() as http:
+        body = {"model": MODEL, "messages": CHAT, "max_tokens": 4}
+        async with http.post(_url(cluster, "/v1/chat/completions/render"), json=body) as r:
+            assert r.status == 200
+            rendered = await r.json()
+        async with http.post(
+            _url(cluster, "/v1/completions/render"), json={"model": MODEL, "prompt": "a b c"}
+        ) as r:
+            plain = await r.json()
+        async with http.post(_url(cluster, "/v1/chat/completions/render"), json={"model": MODEL}) as r:
+            bad = r.status
+        before = await _metrics(http, cluster)
+        async with http.post(_url(cluster, "/v1/chat/completions"), json=body) as r:
+            usage = (await r.json())["usage"]
+    assert len(rendered["token_ids"]) == usage["prompt_tokens"] > 0
+    assert all(isinstance(t, int) for t in rendered["token_ids"]) and rendered["features"] is None
+    assert len(plain["token_ids"]) > 0 and bad == 400
+    assert before.get("vllm:prefix_cache_queries_total", 0.0) == 0.0  # rendering ran nothing
