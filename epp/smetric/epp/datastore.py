@@ -127,6 +127,10 @@ class Datastore:
         since, n = self._unconfirmed.get(address, (at, 0))
         self._unconfirmed[address] = (at, n + 1 if since == at else 1)
 
+    def serves(self, model: str) -> bool:
+        """One of the pool's endpoints lists ``model`` at ``/v1/models`` (the scraper's bounded lists)."""
+        return any(model in self._scraper.models(e.address) for e in self._endpoints)
+
     def capacity_blocks(self, address: str) -> int | None:
         """The engine's ``num_gpu_blocks`` (sizes the approximate index's LRU), if scraped."""
         cache = self._scraper.cache_config(address)

@@ -22,6 +22,7 @@ from smetric.core.tokenizer import TokenizerLoadError
 from smetric.epp.config import ConfigError, PickerConfig, load_config, load_picker_config, policy_params
 from smetric.epp.leader import LeaderElector, lease_name
 from smetric.epp.obs.health import HealthReporter
+from smetric.epp.obs.labels import ModelLabels
 from smetric.epp.obs.logging import (
     configure_logging,
     level_from_verbosity,
@@ -52,8 +53,10 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         cfg = load_config(s.config, s.config_text)
     params = policy_params(cfg)
     registry = CollectorRegistry()
-    metrics = PickerMetrics(registry, s.pool_name)
+    models = ModelLabels(cfg.servedModels)  # the model label: served models (else /v1/models) + "other"
+    metrics = PickerMetrics(registry, s.pool_name, models)
     datastore = build_datastore(s, KvEventGapCounter(metrics).on_gap)
+    models.discover_from(datastore.serves)
     picker = build_picker(
         cfg,
         params,
@@ -76,6 +79,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         key_recipe=KeyRecipe.of(s),
     )
     datastore.on_removed(picker.on_endpoint_removed)  # a removed pod's learned speed goes with it
+    datastore.on_removed(metrics.forget_endpoint)  # and its per-endpoint series
     elector = leader_elector(s)
     health = HealthReporter(
         datastore,
