@@ -32,6 +32,22 @@ MODE_FULL_DUPLEX = BodyMode.Value("FULL_DUPLEX_STREAMED")
 _OVERWRITE = base_pb2.HeaderValueOption.HeaderAppendAction.Value("OVERWRITE_IF_EXISTS_OR_ADD")
 
 
+# ext_proc attributes (ExternalProcessor.request_attributes): Envoy sends them in the first message
+# under the filter's name; ``source.address`` is the downstream connection's "ip:port".
+ATTRIBUTES_NAMESPACE = "envoy.filters.http.ext_proc"
+SOURCE_ADDRESS = "source.address"
+MAX_ADDRESS_CHARS = 64  # "[v6]:port" is at most 47
+
+
+def downstream_address(attributes: Mapping[str, struct_pb2.Struct]) -> str:
+    """The client connection's address as Envoy saw it ("" when the gateway sends none). Not a
+    header: a client cannot choose it."""
+    ns = attributes.get(ATTRIBUTES_NAMESPACE)
+    if ns is None or SOURCE_ADDRESS not in ns.fields:
+        return ""
+    return str(ns.fields[SOURCE_ADDRESS].string_value)[:MAX_ADDRESS_CHARS]
+
+
 def header_map(headers: base_pb2.HeaderMap) -> dict[str, str]:
     """Lower-cased name -> value (Envoy sends ``raw_value`` bytes; older versions ``value``)."""
     out: dict[str, str] = {}
