@@ -149,7 +149,6 @@ class Datastore:
 
 def build_datastore(settings: PickerSettings, on_kv_gap: GapCallback | None = None) -> Datastore:
     """Wire the data sources from the picker's settings (:mod:`smetric.epp.settings`)."""
-    from smetric.epp.discovery.kubernetes import KubeDiscovery
     from smetric.epp.discovery.standalone import StaticDiscovery
 
     s = settings
@@ -157,6 +156,8 @@ def build_datastore(settings: PickerSettings, on_kv_gap: GapCallback | None = No
     if s.endpoints:
         discovery = StaticDiscovery.from_spec(s.endpoints, s.kv_events_port)
     elif s.pool_name:
+        from smetric.epp.discovery.kubernetes import KubeDiscovery  # the Kubernetes client: ~2 s of imports
+
         discovery = KubeDiscovery(s.pool_name, s.pool_namespace, s.kv_events_port)
     else:
         raise ValueError("either --endpoints (standalone) or --pool-name (Kubernetes) is required")

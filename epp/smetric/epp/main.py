@@ -28,7 +28,6 @@ from smetric.epp.config import (
     load_picker_config,
     policy_params,
 )
-from smetric.epp.leader import LeaderElector, lease_name
 from smetric.epp.obs.health import HealthReporter
 from smetric.epp.obs.labels import ModelLabels
 from smetric.epp.obs.logging import (
@@ -39,7 +38,6 @@ from smetric.epp.obs.logging import (
     use_console_encoder,
 )
 from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
-from smetric.epp.obs.metrics_server import KubeAuthorizer, MetricsServer
 from smetric.epp.reload import ConfigReloader
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.keyrecipe import KeyRecipe
@@ -49,8 +47,10 @@ from smetric.epp.server.tls import TlsError, server_key_pair
 from smetric.epp.settings import PickerSettings
 from smetric.epp.upstream.flags import resolve as resolve_upstream
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # Kubernetes clients are imported where used: a standalone picker starts without them
     from smetric.epp.datastore import Datastore
+    from smetric.epp.leader import LeaderElector
+    from smetric.epp.obs.metrics_server import MetricsServer
 
 log = logging.getLogger("smetric.epp")
 
@@ -165,6 +165,8 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         await datastore.stop()
         if metrics_server is not None:
             await metrics_server.stop()
+            from smetric.epp.obs.metrics_server import KubeAuthorizer
+
             if isinstance(metrics_server.authorizer, KubeAuthorizer):
                 await metrics_server.authorizer.close()
     return 0
@@ -202,6 +204,7 @@ def leader_elector(settings: PickerSettings) -> LeaderElector | None:
     if not settings.leader_election:
         return None
     from smetric.epp.discovery.kubernetes import default_api_client
+    from smetric.epp.leader import LeaderElector, lease_name
 
     name = lease_name(settings.pool_namespace, settings.pool_name)
     return LeaderElector(default_api_client, settings.pool_namespace, name)
@@ -213,6 +216,7 @@ def authenticated_metrics(settings: PickerSettings, registry: CollectorRegistry)
     if not settings.metrics_auth:
         return None
     from smetric.epp.discovery.kubernetes import default_api_client
+    from smetric.epp.obs.metrics_server import KubeAuthorizer, MetricsServer
 
     authorizer = KubeAuthorizer(default_api_client)
     return MetricsServer(registry, settings.bind_address, settings.metrics_port, authorizer)
