@@ -181,7 +181,7 @@ GUARDS: tuple[Guard, ...] = (
         BODY_FAIRNESS,
         "bodies over 1 MiB together hold at most 3/4 of --body-budget-bytes and one connection at "
         "most one body at --max-body-bytes (server/guard.py BodyBudget, the connection from Envoy's "
-        "source.address attribute), so small bodies always have room",
+        "connection.id attribute), so small bodies always have room",
         ("body_hogs",),
         picker_patches=("unfair-body-budget",),
     ),

@@ -1,7 +1,7 @@
 """The body budget is shared fairly (server/guard.py BodyBudget): clients holding maximal uploads
 cannot leave normal requests without room, and one connection holds at most one maximal body.
 
-Through the servicer's stream handler with the ``source.address`` attribute Envoy sends
+Through the servicer's stream handler with the ``connection.id`` attribute Envoy sends
 (``request_attributes`` in the bundled bootstrap); the end-to-end row is the chaos fault
 ``body_hogs`` (docs/chaos.md)."""
 
@@ -72,9 +72,9 @@ def test_the_large_share_is_a_fraction(share: float) -> None:
         BodyBudget(BUDGET, large_share=share)
 
 
-def _with_address(m: ep.ProcessingRequest, address: str) -> ep.ProcessingRequest:
+def _with_connection(m: ep.ProcessingRequest, connection: int) -> ep.ProcessingRequest:
     s = struct_pb2.Struct()
-    s.update({msgs.SOURCE_ADDRESS: address})
+    s.update({msgs.CONNECTION_ID: connection})
     m.attributes[msgs.ATTRIBUTES_NAMESPACE].CopyFrom(s)
     return m
 
@@ -87,13 +87,13 @@ async def _messages(items: Iterable[ep.ProcessingRequest]) -> AsyncIterator[ep.P
 async def test_the_servicer_reads_the_connection_from_envoys_attributes() -> None:
     settings = ServicerSettings(max_body_bytes=MAX_BODY, body_budget_bytes=BUDGET)
     servicer, *_ = build(settings=settings)
-    servicer.budget.take(MAX_BODY - 1, 0, "10.0.0.7:4000")  # the connection holds one maximal body
-    head = _with_address(headers_msg(BASE_HEADERS), "10.0.0.7:4000")
+    servicer.budget.take(MAX_BODY - 1, 0, "conn:7")  # the connection holds one maximal body
+    head = _with_connection(headers_msg(BASE_HEADERS), 7)
     body = chat(text="y" * (2 * MIB))
     out = [r async for r in servicer.Process(_messages([head, *body_msgs(body, 4)]), None)]
     assert out[-1].immediate_response.status.code == 503
     assert b"per connection" in out[-1].immediate_response.body
-    other = _with_address(headers_msg(BASE_HEADERS), "10.0.0.8:4000")
+    other = _with_connection(headers_msg(BASE_HEADERS), 8)
     out = [r async for r in servicer.Process(_messages([other, *body_msgs(body, 4)]), None)]
     assert not out[0].HasField("immediate_response")  # routed
     assert servicer.budget.used_bytes == MAX_BODY - 1  # its bytes given back once routed

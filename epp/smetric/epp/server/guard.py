@@ -94,9 +94,9 @@ class BodyBudget:
     * once a body passes ``large_bytes`` its whole reservation counts as large: large bodies
       together hold at most ``large_limit_bytes`` (:data:`LARGE_SHARE` of the budget), so small
       bodies always have ``limit_bytes - large_limit_bytes``;
-    * one client (its connection: the downstream address Envoy reports, which the client cannot
-      choose) holds at most ``client_large_bytes`` of large bodies (one body at the size limit);
-      without an address (a gateway that sends none) only the shared caps apply.
+    * one client connection (Envoy's ``connection.id`` attribute, which the client cannot choose)
+      holds at most ``client_large_bytes`` of large bodies (one body at the size limit); without
+      it (a gateway that sends none) only the shared caps apply.
 
     ``take`` reserves (``False`` when a cap would be passed: nothing is reserved; ``refusal``
     says which), ``give`` returns a stream's whole reservation. Thread-safe, though the servicer

@@ -332,7 +332,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         raw = msgs.header_map(m.request_headers.headers)
         st.headers = parse_headers(raw)
         st.generated_id = HDR_REQUEST_ID not in raw
-        st.client = msgs.downstream_address(m.attributes)  # "" when the gateway sends none
+        st.client = msgs.downstream_connection(m.attributes)  # "" when the gateway sends none
         st.ledger_id = self.ledger_key(st.headers)
         if not path_allowed(st.headers.path, self.settings.allowed_paths):
             raise RequestError(404, f"path {st.headers.path.split('?', 1)[0]!r} is not an inference API")
