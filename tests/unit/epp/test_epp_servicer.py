@@ -284,10 +284,7 @@ async def test_error_status_counts_an_endpoint_error_and_clears_the_ledger(serve
     assert await call.read() == grpc.aio.EOF
     reg = servicer.metrics.registry
     assert (
-        reg.get_sample_value(
-            "smetric_epp_endpoint_errors_total", {"endpoint": fallback, "code": "503"}
-        )
-        == 1
+        reg.get_sample_value("smetric_epp_endpoint_errors_total", {"endpoint": fallback, "code": "503"}) == 1
     )
     assert len(servicer.picker.ledger) == 0
     assert servicer.picker.rates.samples(dest) == 0
