@@ -15,6 +15,7 @@ from google.protobuf import struct_pb2
 from prometheus_client import CollectorRegistry
 
 from smetric.epp.contracts import EndpointInfo, PromptKey
+from smetric.epp.obs.labels import ModelLabels
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.server.decide import Picker
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
@@ -54,8 +55,10 @@ def build(
     pd: bool = False,
     max_body: int = 1 << 20,
     settings: ServicerSettings | None = None,
+    models: Sequence[str] = (),
 ) -> tuple[ExtProcServicer, StaticEndpointSource, FakeIndex, PickerMetrics]:
-    """A servicer over a static pool; ``settings`` replaces ``ServicerSettings(max_body_bytes=max_body)``."""
+    """A servicer over a static pool; ``settings`` replaces ``ServicerSettings(max_body_bytes=max_body)``;
+    ``models``: the pool's served models as the metrics' model label knows them (others: ``other``)."""
     source = StaticEndpointSource(endpoints)
     index = FakeIndex()
     params = PolicyParams()
@@ -63,7 +66,7 @@ def build(
     picker = Picker(
         source, index, Router(make_policy("smetric", params)), params.cost_model, pd_router=pd_router
     )
-    metrics = PickerMetrics(CollectorRegistry())
+    metrics = PickerMetrics(CollectorRegistry(), models=ModelLabels(models))
     settings = settings if settings is not None else ServicerSettings(max_body_bytes=max_body)
     return ExtProcServicer(picker, metrics, settings), source, index, metrics
 

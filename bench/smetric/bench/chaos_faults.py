@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from smetric.bench.chaos_bodies import hostile_bodies
+from smetric.bench.chaos_fairness import body_hogs
 from smetric.bench.chaos_frozen import endpoint_stop, endpoint_stop_burst
 from smetric.bench.chaos_gateway import prefills_on, upload_bounds, while_picker_dead
 from smetric.bench.chaos_guards import (
@@ -265,6 +266,7 @@ FAULTS: tuple[Fault, ...] = (
     hostile_headers_and_paths,
     protocol_errors,
     hostile_bodies,
+    body_hogs,
     slow_uploads,
     upload_bounds,
     hostile_metrics,

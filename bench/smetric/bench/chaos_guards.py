@@ -59,6 +59,7 @@ KV_MESSAGE_LIMIT = "KV-event message limit"
 KV_SEQUENCE = "KV-event sequence check"
 KV_RECONNECT = "KV subscriber reconnects after a dropped connection"
 BODY_BUDGET = "picker body budget"
+BODY_FAIRNESS = "large bodies get a bounded share of the body budget"
 PARSE_OFFLOAD = "large bodies parsed off the event loop"
 # Two guards that each keep new sessions off a frozen engine: its scrapes failing (STALENESS) and
 # the ledger charging the requests it holds; with either alone the row can pass.
@@ -175,6 +176,14 @@ GUARDS: tuple[Guard, ...] = (
         "past it a request gets 503 (server/guard.py BodyBudget)",
         ("hostile_bodies", "agent_bodies"),
         picker_flags=("--body-budget-bytes=1099511627776",),
+    ),
+    Guard(
+        BODY_FAIRNESS,
+        "bodies over 1 MiB together hold at most 3/4 of --body-budget-bytes and one connection at "
+        "most one body at --max-body-bytes (server/guard.py BodyBudget, the connection from Envoy's "
+        "connection.id attribute), so small bodies always have room",
+        ("body_hogs",),
+        picker_patches=("unfair-body-budget",),
     ),
     Guard(
         PARSE_OFFLOAD,

@@ -167,6 +167,22 @@ def _stale_as_fresh() -> None:
     Datastore.is_stale = fresh  # type: ignore[method-assign]
 
 
+def _unfair_body_budget() -> None:
+    """One cap on all buffered bodies together: large bodies may take the whole budget, and one
+    connection any share of it."""
+    from smetric.epp.server.guard import BodyBudget
+    from smetric.epp.server.servicer import ExtProcServicer
+
+    init = ExtProcServicer.__init__
+
+    def unfair(self: ExtProcServicer, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        limit = self.settings.body_budget_bytes
+        self.budget = BodyBudget(limit, large_share=1.0, client_large_bytes=limit)
+
+    ExtProcServicer.__init__ = unfair  # type: ignore[method-assign]
+
+
 PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
     {
         "kv-no-reconnect": _kv_no_reconnect,
@@ -180,6 +196,7 @@ PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
         "scrape-unchecked": _scrape_unchecked,
         "unchecked-bodies": _unchecked_bodies,
         "stale-as-fresh": _stale_as_fresh,
+        "unfair-body-budget": _unfair_body_budget,
     }
 )
 

@@ -127,6 +127,10 @@ class Datastore:
         since, n = self._unconfirmed.get(address, (at, 0))
         self._unconfirmed[address] = (at, n + 1 if since == at else 1)
 
+    def serves(self, model: str) -> bool:
+        """One of the pool's endpoints lists ``model`` at ``/v1/models`` (the scraper's bounded lists)."""
+        return any(model in self._scraper.models(e.address) for e in self._endpoints)
+
     def capacity_blocks(self, address: str) -> int | None:
         """The engine's ``num_gpu_blocks`` (sizes the approximate index's LRU), if scraped."""
         cache = self._scraper.cache_config(address)
@@ -145,7 +149,6 @@ class Datastore:
 
 def build_datastore(settings: PickerSettings, on_kv_gap: GapCallback | None = None) -> Datastore:
     """Wire the data sources from the picker's settings (:mod:`smetric.epp.settings`)."""
-    from smetric.epp.discovery.kubernetes import KubeDiscovery
     from smetric.epp.discovery.standalone import StaticDiscovery
 
     s = settings
@@ -153,6 +156,8 @@ def build_datastore(settings: PickerSettings, on_kv_gap: GapCallback | None = No
     if s.endpoints:
         discovery = StaticDiscovery.from_spec(s.endpoints, s.kv_events_port)
     elif s.pool_name:
+        from smetric.epp.discovery.kubernetes import KubeDiscovery  # the Kubernetes client: ~2 s of imports
+
         discovery = KubeDiscovery(s.pool_name, s.pool_namespace, s.kv_events_port)
     else:
         raise ValueError("either --endpoints (standalone) or --pool-name (Kubernetes) is required")

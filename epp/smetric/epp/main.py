@@ -14,14 +14,22 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
 
 from smetric.core.pickerflags import build_parser, ignored_upstream_flags
 from smetric.core.tokenizer import TokenizerLoadError
-from smetric.epp.config import ConfigError, PickerConfig, load_config, load_picker_config, policy_params
-from smetric.epp.leader import LeaderElector, lease_name
+from smetric.epp.config import (
+    ConfigError,
+    LoadedConfig,
+    PickerConfig,
+    load_config,
+    load_picker_config,
+    policy_params,
+)
 from smetric.epp.obs.health import HealthReporter
+from smetric.epp.obs.labels import ModelLabels
 from smetric.epp.obs.logging import (
     configure_logging,
     level_from_verbosity,
@@ -30,7 +38,7 @@ from smetric.epp.obs.logging import (
     use_console_encoder,
 )
 from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
-from smetric.epp.obs.metrics_server import KubeAuthorizer, MetricsServer
+from smetric.epp.reload import ConfigReloader
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.keyrecipe import KeyRecipe
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
@@ -38,6 +46,11 @@ from smetric.epp.server.snapshot import StateKeeper
 from smetric.epp.server.tls import TlsError, server_key_pair
 from smetric.epp.settings import PickerSettings
 from smetric.epp.upstream.flags import resolve as resolve_upstream
+
+if TYPE_CHECKING:  # Kubernetes clients are imported where used: a standalone picker starts without them
+    from smetric.epp.datastore import Datastore
+    from smetric.epp.leader import LeaderElector
+    from smetric.epp.obs.metrics_server import MetricsServer
 
 log = logging.getLogger("smetric.epp")
 
@@ -50,8 +63,10 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         cfg = load_config(s.config, s.config_text)
     params = policy_params(cfg)
     registry = CollectorRegistry()
-    metrics = PickerMetrics(registry, s.pool_name)
+    models = ModelLabels(cfg.servedModels)  # the model label: served models (else /v1/models) + "other"
+    metrics = PickerMetrics(registry, s.pool_name, models)
     datastore = build_datastore(s, KvEventGapCounter(metrics).on_gap)
+    models.discover_from(datastore.serves)
     picker = build_picker(
         cfg,
         params,
@@ -73,7 +88,9 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         renderer=renderer,
         key_recipe=KeyRecipe.of(s),
     )
-    datastore.on_removed(picker.on_endpoint_removed)  # a removed pod's learned speed goes with it
+    # a removed pod's learned speed goes with it (from the picker in use: a reload replaces it)
+    datastore.on_removed(lambda address: servicer.picker.on_endpoint_removed(address))
+    datastore.on_removed(metrics.forget_endpoint)  # and its per-endpoint series
     elector = leader_elector(s)
     health = HealthReporter(
         datastore,
@@ -100,6 +117,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, toggle_decision_log)
     keeper = state_keeper(s, datastore.index)
+    reloader = config_reloader(s, servicer, datastore, models)
     metrics_server = authenticated_metrics(s, registry)
     await datastore.start()
     if elector is not None:
@@ -113,6 +131,8 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         else:
             await metrics_server.start()
         await server.start()
+        if reloader is not None:
+            reloader.start()
         settle_gc()
         log.info(
             "picker serving",
@@ -136,15 +156,46 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
     finally:
         if elector is not None:  # released first: a standby takes over while this one drains
             await elector.stop(release=True)
+        if reloader is not None:
+            await reloader.stop()
         await server.stop(s.drain_timeout_s)
         if keeper is not None:
             await keeper.stop()  # the final snapshot, after the last decision
         await datastore.stop()
         if metrics_server is not None:
             await metrics_server.stop()
+            from smetric.epp.obs.metrics_server import KubeAuthorizer
+
             if isinstance(metrics_server.authorizer, KubeAuthorizer):
                 await metrics_server.authorizer.close()
     return 0
+
+
+def config_reloader(
+    settings: PickerSettings, servicer: ExtProcServicer, datastore: Datastore, models: ModelLabels
+) -> ConfigReloader | None:
+    """``--config-file``: a changed file is validated and replaces the policy, P/D, saturation and
+    served models for new requests; the ledger and learned speeds carry over (reload.py)."""
+    s = settings
+    if not s.config:
+        return None
+
+    def apply(loaded: LoadedConfig) -> None:
+        cfg = loaded.config
+        picker = build_picker(
+            cfg,
+            policy_params(cfg),
+            datastore,
+            datastore.index,
+            staleness_s=s.staleness_s,
+            is_stale=datastore.is_stale,
+            on_dispatch=datastore.dispatched,
+            succeeds=servicer.picker,
+        )
+        servicer.use_picker(picker, cfg.servedModels)
+        models.configure(cfg.servedModels)
+
+    return ConfigReloader(s.config, apply)
 
 
 def leader_elector(settings: PickerSettings) -> LeaderElector | None:
@@ -152,6 +203,7 @@ def leader_elector(settings: PickerSettings) -> LeaderElector | None:
     if not settings.leader_election:
         return None
     from smetric.epp.discovery.kubernetes import default_api_client
+    from smetric.epp.leader import LeaderElector, lease_name
 
     name = lease_name(settings.pool_namespace, settings.pool_name)
     return LeaderElector(default_api_client, settings.pool_namespace, name)
@@ -163,6 +215,7 @@ def authenticated_metrics(settings: PickerSettings, registry: CollectorRegistry)
     if not settings.metrics_auth:
         return None
     from smetric.epp.discovery.kubernetes import default_api_client
+    from smetric.epp.obs.metrics_server import KubeAuthorizer, MetricsServer
 
     authorizer = KubeAuthorizer(default_api_client)
     return MetricsServer(registry, settings.bind_address, settings.metrics_port, authorizer)

@@ -25,6 +25,7 @@ from smetric.operator.render_engine import (
     model_storage_env,
     model_volume,
     pod_annotations,
+    roles,
 )
 from smetric.operator.spec import SMetricPoolSpec
 from smetric.operator.spec_rules import quantity_bytes
@@ -67,10 +68,33 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
             segment = default_global_segment_tokens(spec)
         if segment is not None:
             parameters["globalSegmentTokens"] = segment
-    return {
+    config: dict[str, Any] = {
         "policy": {"name": spec.routing_policy, "parameters": parameters},
         "pdDisaggregation": {"enabled": spec.topology.mode == "disaggregated"},
     }
+    served = served_models(spec)
+    if served:
+        config["servedModels"] = list(served)
+    return config
+
+
+# vLLM flags that make an engine serve names besides --served-model-name <model.served>: more served
+# names, LoRA adapters listed at start or loaded at run time (vLLM 0.32 engine / OpenAI server args).
+EXTRA_NAME_FLAGS = ("--served-model-name", "--lora-modules", "--enable-lora")
+
+
+def served_models(spec: SMetricPoolSpec) -> tuple[str, ...]:
+    """The model names the pool's engines serve when the spec names them all: ``model.served``
+    for a ``vllm serve`` the operator renders (``--served-model-name model.served``). Empty (the
+    picker then reads each engine's ``/v1/models``) for a custom ``model.command`` or extra
+    arguments that add names (:data:`EXTRA_NAME_FLAGS`). The picker answers 404 for any other
+    model and labels its metrics with these names only."""
+    if spec.model.command:
+        return ()
+    args = [*spec.model.extra_args, *(a for role in roles(spec) for a in role.extra_args)]
+    if any(a.split("=", 1)[0] in EXTRA_NAME_FLAGS for a in args):
+        return ()
+    return (spec.model.served,)
 
 
 def _pool_preset(spec: SMetricPoolSpec) -> InstancePreset | None:

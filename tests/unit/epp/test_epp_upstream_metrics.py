@@ -47,7 +47,7 @@ def _samples(registry: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
 
 
 async def test_a_routed_request_and_a_refusal_fill_both_upstream_families(serve: Any) -> None:
-    servicer, _, _, metrics = build()
+    servicer, _, _, metrics = build(models=("qwen",))
     stub = await serve(servicer)
     call = stub.Process()
     await call.write(headers_msg(BASE_HEADERS))
@@ -126,7 +126,7 @@ async def test_pool_gauges_average_the_ready_endpoints() -> None:
 
 async def test_a_stream_that_ends_without_a_response_is_no_longer_running(serve: Any) -> None:
     """The running gauge comes down when the routing stream ends (client gone, gateway reset)."""
-    servicer, _, _, metrics = build()
+    servicer, _, _, metrics = build(models=("qwen",))
     stub = await serve(servicer)
     call = stub.Process()
     await call.write(headers_msg(BASE_HEADERS))

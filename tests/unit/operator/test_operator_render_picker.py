@@ -85,6 +85,7 @@ def test_policy_config_map() -> None:
             },
         },
         "pdDisaggregation": {"enabled": False},
+        "servedModels": ["Qwen/Qwen3-Coder-30B-A3B-Instruct"],
     }
     from smetric.epp.config import parse_config, policy_params
 
@@ -193,3 +194,23 @@ def test_global_segment_tokens_are_one_pods_segment_over_kv_bytes_per_token() ->
         }
     )
     assert "globalSegmentTokens" not in policy_config(unknown)["policy"]["parameters"]
+
+
+def test_the_picker_config_names_the_served_model_when_the_spec_names_them_all() -> None:
+    """servedModels bounds the picker's model label (and 404s other models) when the operator
+    knows every name the engines serve; otherwise the picker discovers them from /v1/models."""
+    from smetric.operator.render_picker import policy_config
+    from smetric.operator.spec import SMetricPoolSpec
+    from smetric.policy.pickerconfig import validate_config
+
+    def cfg(**model: object) -> dict[str, object]:
+        spec = SMetricPoolSpec.model_validate(
+            {"model": {"name": "Qwen/Qwen3-8B", **model}, "topology": {"mode": "colocated", "replicas": 2}}
+        )
+        return policy_config(spec)
+
+    assert cfg()["servedModels"] == ["Qwen/Qwen3-8B"]
+    assert validate_config(cfg(servedName="qwen")).servedModels == ("qwen",)
+    assert "servedModels" not in cfg(command=["smetric", "emulate"])  # a custom engine: discovered
+    assert "servedModels" not in cfg(extraArgs=["--enable-lora", "--max-loras", "4"])
+    assert "servedModels" not in cfg(extraArgs=["--lora-modules=a=/adapters/a"])

@@ -150,6 +150,7 @@ def test_config_map_holds_the_policy_config() -> None:
             },
         },
         "pdDisaggregation": {"enabled": False},
+        "servedModels": ["org/m"],  # the model the rendered `vllm serve` serves
     }
     assert cm["data"]["config.yaml"].startswith("policy:\n  name: lmetric\n")  # key order kept
 

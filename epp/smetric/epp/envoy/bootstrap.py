@@ -31,6 +31,7 @@ from smetric.epp.envoy.hardening import (
 )
 from smetric.epp.envoy.typed import typed_bootstrap
 from smetric.epp.server.guard import INFERENCE_PATHS
+from smetric.epp.server.messages import CONNECTION_ID
 
 DEST_HEADER = "x-gateway-destination-endpoint"
 PRIMARY_HEADER = (
@@ -230,6 +231,8 @@ def ext_proc_filter(o: EnvoyOptions) -> dict[str, Any]:
             **_ext_proc_common(o),
             "failure_mode_allow": o.failure_mode_allow,
             "allow_mode_override": True,
+            # the client connection, for the picker's per-connection share of the body budget
+            "request_attributes": [CONNECTION_ID],
             "processing_mode": {
                 "request_header_mode": "SEND",
                 "response_header_mode": "SEND" if inline else "SKIP",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from smetric.epp.obs.labels import ModelLabels, status_label
 from smetric.epp.obs.upstream_metrics import UpstreamMetrics
 
 # 50 us .. 1 s: the decision itself is sub-millisecond; the tail shows GC / event-loop stalls.
@@ -15,9 +16,14 @@ LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
 
 
 class PickerMetrics:
-    def __init__(self, registry: CollectorRegistry, pool_name: str = "") -> None:
+    def __init__(
+        self, registry: CollectorRegistry, pool_name: str = "", models: ModelLabels | None = None
+    ) -> None:
+        """``models``: the bounded model label values (default: no served model known, every
+        named model is ``other`` until :meth:`ModelLabels.discover_from` / ``configure``)."""
         self.registry = registry
-        self.upstream = UpstreamMetrics(registry, pool_name)  # upstream's series, beside these
+        self.models = models if models is not None else ModelLabels()
+        self.upstream = UpstreamMetrics(registry, pool_name, self.models)  # upstream's series, beside these
         self.decisions = Counter(
             "smetric_epp_decisions",
             "Routing decisions by policy and reason (stick/migrate/balance/evicted)",
@@ -108,6 +114,21 @@ class PickerMetrics:
             ["outcome"],
             registry=registry,
         )
+
+    def endpoint_error(self, endpoint: str, status: int) -> None:
+        self.endpoint_errors.labels(endpoint=endpoint, code=status_label(status)).inc()
+
+    def forget_endpoint(self, address: str) -> None:
+        """Discovery dropped ``address``: its per-endpoint series go (pods come and go under new
+        addresses; without this the series of every pod the pool ever had would stay)."""
+        for metric in (
+            self.endpoint_local_hit,
+            self.endpoint_queued_prefill,
+            self.endpoint_prefill_speed,
+            self.kv_event_gaps,
+        ):
+            metric.remove(address)  # no-op when the endpoint has no series
+        self.endpoint_errors.remove_by_labels({"endpoint": address})
 
 
 class KvEventGapCounter:

@@ -5,7 +5,8 @@ Names, labels and buckets are those of GIE's ``pkg/epp/metrics/metrics.go``: v1.
 ``inference_objective_*`` with the same series. Both families are exported, so dashboards of
 either version work. Exported:
 
-* per model (``model_name``; ``target_model_name`` = the same, no model rewriting here):
+* per model (``model_name``, bounded: a model the pool serves or ``other``,
+  :mod:`smetric.epp.obs.labels`; ``target_model_name`` = the same, no model rewriting here):
   ``request_total``, ``request_error_total`` (``error_code`` = the HTTP status),
   ``request_duration_seconds`` (request headers to the end of the response), ``request_sizes``
   (body bytes), ``input_tokens`` / ``output_tokens`` (the engine's ``usage``),
@@ -28,6 +29,8 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from smetric.epp.obs.labels import ModelLabels, status_label
 
 FAMILIES = ("inference_model", "inference_objective")
 DURATION_BUCKETS = (
@@ -117,8 +120,10 @@ class _Family:
 class UpstreamMetrics:
     """The upstream series; the servicer calls :meth:`routed`, :meth:`refused`, :meth:`finished`."""
 
-    def __init__(self, registry: CollectorRegistry, pool_name: str) -> None:
+    def __init__(self, registry: CollectorRegistry, pool_name: str, models: ModelLabels) -> None:
+        """``models``: a request's ``model`` -> its label value (bounded, :mod:`smetric.epp.obs.labels`)."""
         self.pool_name = pool_name or "standalone"
+        self.models = models
         self._families = tuple(_Family(prefix, registry) for prefix in FAMILIES)
         self._running: dict[str, str] = {}  # request id -> model, until its stream or response ends
         self.pool_ready = Gauge(
@@ -149,6 +154,7 @@ class UpstreamMetrics:
 
     def routed(self, request_id: str, model: str, body_bytes: int, decision_s: float) -> None:
         self.scheduler.observe(decision_s)
+        model = self.models(model)
         for f in self._families:
             f.requests.labels(model, model).inc()
             f.sizes.labels(model, model).observe(body_bytes)
@@ -156,8 +162,9 @@ class UpstreamMetrics:
         self._running[request_id] = model
 
     def refused(self, model: str, status: int) -> None:
+        model = self.models(model)
         for f in self._families:
-            f.errors.labels(model, model, str(status)).inc()
+            f.errors.labels(model, model, status_label(status)).inc()
 
     def finished(
         self,
@@ -181,7 +188,7 @@ class UpstreamMetrics:
             if duration_s is None:
                 continue
             if status != 200:
-                f.errors.labels(model, model, str(status)).inc()
+                f.errors.labels(model, model, status_label(status)).inc()
                 continue
             f.duration.labels(model, model).observe(duration_s)
             if prompt_tokens:

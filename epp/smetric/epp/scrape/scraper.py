@@ -6,7 +6,9 @@ Each endpoint is scraped every ``interval_s`` (``--refresh-interval-ms``; the ne
 scrapes). A scrape that fails (connection refused, timeout, HTTP error, not vLLM text) leaves the
 last good :class:`EngineMetrics` in place; it ages past ``--staleness-threshold-ms`` and the
 datastore reports the endpoint stale. Failures are logged once per state change (up -> down and
-down -> up), not per scrape.
+down -> up), not per scrape. After its first good scrape and then every 30 s an endpoint is also
+asked for ``/v1/models`` (:mod:`smetric.epp.scrape.models`: the served model names that bound the
+model label of the picker's metrics).
 
 Bounds: a scrape takes at most ``timeout_s`` (``--scrape-timeout-ms``) and reads at most
 ``max_page_bytes`` (``--scrape-max-bytes``; a larger page is refused without reading the rest), so
@@ -23,6 +25,7 @@ from collections.abc import Callable, Iterable
 
 from smetric.epp.contracts import EngineMetrics
 from smetric.epp.scrape.http1 import BodyTooLarge, HttpError, KeepAliveGetter
+from smetric.epp.scrape.models import ModelLister
 from smetric.epp.scrape.parse import CacheConfig, LineMemo, MetricsParseError, parse_vllm_metrics
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,7 @@ class ScrapeManager:
         self._metrics: dict[str, EngineMetrics] = {}
         self._cache: dict[str, CacheConfig] = {}
         self._down: dict[str, bool] = {}
+        self._lister = ModelLister(timeout_s, clock)  # GET /v1/models: the served model names
         self.scrapes = 0
         self.failures = 0
 
@@ -63,6 +67,10 @@ class ScrapeManager:
 
     def cache_config(self, address: str) -> CacheConfig | None:
         return self._cache.get(address)
+
+    def models(self, address: str) -> tuple[str, ...]:
+        """The model ids ``address`` listed at ``/v1/models`` (bounded, :mod:`.models`)."""
+        return self._lister.models(address)
 
     def is_down(self, address: str) -> bool:
         """The last scrape of ``address`` failed (or none has succeeded yet)."""
@@ -78,6 +86,7 @@ class ScrapeManager:
                 self._cache.pop(address, None)
                 self._down.pop(address, None)
                 self._memos.pop(address, None)
+                self._lister.forget(address)
                 getter = self._getters.pop(address, None)
                 if getter is not None:
                     getter.close()
@@ -128,7 +137,8 @@ class ScrapeManager:
 
     async def _loop(self, address: str) -> None:
         while True:
-            await self.scrape_once(address)
+            if await self.scrape_once(address) and self._lister.due(address):
+                await self._lister.refresh(address, *split_address(address))
             await asyncio.sleep(self._interval_s)
 
     async def stop(self) -> None:
@@ -142,6 +152,7 @@ class ScrapeManager:
         for getter in self._getters.values():
             getter.close()
         self._getters.clear()
+        self._lister.close()
 
 
 def split_address(address: str) -> tuple[str, int]:

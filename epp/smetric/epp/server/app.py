@@ -33,9 +33,12 @@ def build_picker(
     cost_model: CostModel | None = None,
     is_stale: Callable[[str], bool] | None = None,
     on_dispatch: Callable[[str], None] | None = None,
+    succeeds: Picker | None = None,
 ) -> Picker:
     """One :class:`Picker` from the config. Each call makes fresh policy instances (own counters).
-    ``is_stale``: the source's own staleness judgement (the datastore's), else the scrape age."""
+    ``is_stale``: the source's own staleness judgement (the datastore's), else the scrape age.
+    ``succeeds``: the picker this one replaces (a reloaded config): its dispatch ledger (the
+    requests in flight) and learned prefill speeds carry over."""
     router = Router(make_policy(cfg.policy.name, params), MAX_FALLBACKS)
     pd_router = None
     if cfg.pdDisaggregation.enabled:
@@ -46,6 +49,8 @@ def build_picker(
         router,
         cost_model or params.cost_model,
         pd_router=pd_router,
+        ledger=succeeds.ledger if succeeds is not None else None,
+        rates=succeeds.rates if succeeds is not None else None,
         saturation=Saturation(cfg.saturation.queueDepthThreshold, cfg.saturation.kvCacheUtilThreshold),
         staleness_s=staleness_s,
         global_fetch_s_per_token=params.global_fetch_s_per_token,

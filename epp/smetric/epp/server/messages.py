@@ -32,6 +32,30 @@ MODE_FULL_DUPLEX = BodyMode.Value("FULL_DUPLEX_STREAMED")
 _OVERWRITE = base_pb2.HeaderValueOption.HeaderAppendAction.Value("OVERWRITE_IF_EXISTS_OR_ADD")
 
 
+# ext_proc attributes (ExternalProcessor.request_attributes): Envoy sends them in the first message
+# under the filter's name. ``connection.id`` is the downstream connection's id (a number Envoy
+# assigns); not ``source.address``, which Envoy takes from a client's x-forwarded-for unless the
+# listener sets use_remote_address (seen with Envoy 1.40: a client chose its own address).
+ATTRIBUTES_NAMESPACE = "envoy.filters.http.ext_proc"
+CONNECTION_ID = "connection.id"
+MAX_ID_CHARS = 32
+
+
+def downstream_connection(attributes: Mapping[str, struct_pb2.Struct]) -> str:
+    """The client connection Envoy received the request on, as ``conn:<id>`` ("" when the gateway
+    sends none). Not a header: a client cannot choose it."""
+    ns = attributes.get(ATTRIBUTES_NAMESPACE)
+    if ns is None or CONNECTION_ID not in ns.fields:
+        return ""
+    value = ns.fields[CONNECTION_ID]
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        return f"conn:{int(value.number_value)}"
+    if kind == "string_value" and value.string_value:
+        return f"conn:{value.string_value[:MAX_ID_CHARS]}"
+    return ""
+
+
 def header_map(headers: base_pb2.HeaderMap) -> dict[str, str]:
     """Lower-cased name -> value (Envoy sends ``raw_value`` bytes; older versions ``value``)."""
     out: dict[str, str] = {}

@@ -79,8 +79,12 @@ class ResponsePath:
         st.resp_sse = raw.get("content-type", "").startswith("text/event-stream")
         st.usage = UsageReader(st.resp_sse)
         if st.pick is not None and st.resp_status != 200:
-            served = st.served or st.pick.destination
-            self.metrics.endpoint_errors.labels(endpoint=served, code=str(st.resp_status)).inc()
+            # the endpoint Envoy reports, when it is one the picker named (a label never takes a value
+            # from outside the pool)
+            served = (
+                st.served if st.served in (st.pick.destination, *st.pick.fallbacks) else st.pick.destination
+            )
+            self.metrics.endpoint_error(served, st.resp_status)
         if not st.resp_sse:  # a JSON answer comes after the whole generation: prefill is long done
             self._prefill_done(st)
         if part.end_of_stream:

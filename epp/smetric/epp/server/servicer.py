@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
 import grpc
@@ -138,9 +138,19 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         self.settings = settings if settings is not None else ServicerSettings()
         self.clock = clock
         self.observers = ObserverMatcher(metrics)  # --response-path=observer
-        self.budget = BodyBudget(self.settings.body_budget_bytes)
+        # one body at the size limit per connection; large bodies share 3/4 of the budget
+        self.budget = BodyBudget(
+            self.settings.body_budget_bytes, client_large_bytes=self.settings.max_body_bytes
+        )
         self.offload = ParseOffload(self.settings.parse_workers, key_recipe, self.settings.parse_processes)
         self.admission = Admission(self.settings.max_inflight_decisions, self.settings.decision_budget_s)
+
+    def use_picker(self, picker: Picker, served_models: Iterable[str]) -> None:
+        """A reloaded config: new requests go to ``picker`` (built with the running one's ledger,
+        so the requests in flight finish in it) and its ``servedModels``."""
+        self.picker = picker
+        self.hooks = picker
+        self.settings = replace(self.settings, served_models=frozenset(served_models))
 
     async def Process(
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: grpc.aio.ServicerContext
@@ -278,12 +288,11 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         if len(st.body) + n > self.settings.max_body_bytes:
             self._drop_body(st)  # stop buffering
             raise RequestError(413, f"request body exceeds {self.settings.max_body_bytes} bytes")
-        if not self.budget.take(n):
+        if not self.budget.take(n, st.reserved, st.client):
+            why = self.budget.refusal(n, st.reserved, st.client)
             self._drop_body(st)
             raise RequestError(
-                503,
-                f"the endpoint picker is buffering {self.budget.used_bytes} bytes of request bodies, "
-                f"its budget is {self.budget.limit_bytes}: retry later",
+                503, f"the endpoint picker cannot buffer this request body ({why}): retry later"
             )
         st.reserved += n
         st.body += chunk
@@ -291,7 +300,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
     def _drop_body(self, st: StreamState) -> None:
         st.body = bytearray()
         if st.reserved:
-            self.budget.give(st.reserved)
+            self.budget.give(st.reserved, st.client)
             st.reserved = 0
 
     def ledger_key(self, headers: RequestHeaders) -> str:
@@ -323,6 +332,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         raw = msgs.header_map(m.request_headers.headers)
         st.headers = parse_headers(raw)
         st.generated_id = HDR_REQUEST_ID not in raw
+        st.client = msgs.downstream_connection(m.attributes)  # "" when the gateway sends none
         st.ledger_id = self.ledger_key(st.headers)
         if not path_allowed(st.headers.path, self.settings.allowed_paths):
             raise RequestError(404, f"path {st.headers.path.split('?', 1)[0]!r} is not an inference API")

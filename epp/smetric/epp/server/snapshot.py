@@ -30,12 +30,13 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import aiohttp
 import numpy as np
 import orjson
-from aiohttp import web
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,18 @@ class StateKeeper:
 
     async def restore(self, timeout_s: float = 2.0) -> str:
         """Peers first (the freshest state), then the file; returns where the state came from."""
+        if self.peers:
+            await self._restore_from_peers(timeout_s)
+            if self.restored_from:
+                return self.restored_from
+        path = self.path
+        if path is not None and path.is_file() and load(self.index, path.read_bytes(), str(path)):
+            self.restored_from = str(path)
+        return self.restored_from
+
+    async def _restore_from_peers(self, timeout_s: float) -> None:
+        import aiohttp  # only with --peers: a picker without them starts without aiohttp (~0.6 s)
+
         for peer in self.peers:
             url = f"http://{peer}/snapshot"
             try:
@@ -131,13 +144,9 @@ class StateKeeper:
                         data = await resp.content.read(MAX_SNAPSHOT_BYTES + 1)
                         if len(data) <= MAX_SNAPSHOT_BYTES and load(self.index, data, url):
                             self.restored_from = url
-                            return url
+                            return
             except (aiohttp.ClientError, TimeoutError) as exc:
                 log.info("peer %s has no snapshot (%s)", peer, exc)
-        path = self.path
-        if path is not None and path.is_file() and load(self.index, path.read_bytes(), str(path)):
-            self.restored_from = str(path)
-        return self.restored_from
 
     def save(self) -> None:
         if self.path is None:
@@ -153,6 +162,8 @@ class StateKeeper:
         if self.path is not None:
             self._task = asyncio.get_running_loop().create_task(self._periodic(), name="state-snapshot")
         if self.serve_port:
+            from aiohttp import web
+
             app = web.Application()
             app.router.add_get("/snapshot", self._serve)
             self._runner = web.AppRunner(app, access_log=None)
@@ -160,6 +171,8 @@ class StateKeeper:
             await web.TCPSite(self._runner, self.host, self.serve_port).start()
 
     async def _serve(self, _: web.Request) -> web.Response:
+        from aiohttp import web
+
         return web.Response(body=dump(self.index), content_type="application/json")
 
     async def _periodic(self) -> None:

@@ -16,6 +16,7 @@ class StreamState:
     __slots__ = (
         "admitted_at",
         "body",
+        "client",
         "completed",
         "counted",
         "deadline",
@@ -59,6 +60,7 @@ class StreamState:
         self.pretext = ""  # ... the prompt text the index saw there
         self.prekey: PromptKey | None = None  # ... and its index key
         self.reserved = 0  # bytes of the global body budget this stream holds
+        self.client = ""  # the downstream connection (Envoy's connection.id attribute)
         self.ledger_id = ""  # the picker's own request id (ledger and observer key)
         self.pick: Pick | None = None
         self.dispatched_at = 0.0
