@@ -25,6 +25,7 @@ from smetric.policy.llmd_slo import LlmdSlo
 from smetric.policy.lmetric import LMetric
 from smetric.policy.load_balance import LoadBalance
 from smetric.policy.params import NoParams, ParamsModel, SessionParams, SMetricParams
+from smetric.policy.pieces import PIECES_SUFFIX, PiecesParams, WithPieces
 from smetric.policy.preble import Preble, PrebleParams
 from smetric.policy.random_pick import RandomPick
 from smetric.policy.round_robin import RoundRobin
@@ -41,7 +42,8 @@ Factory = Callable[[PolicyParams], Policy]
 @dataclass(frozen=True, slots=True)
 class PolicyEntry:
     """One registered policy. ``kind``: ``smetric`` (this project's family), ``ablation`` (an
-    SMetric ablation of paper §5.4) or ``baseline`` (a comparison policy). ``uses_tier_view``:
+    SMetric ablation of paper §5.4), ``baseline`` (a comparison policy as its project ships it) or
+    ``baseline+pieces`` (a baseline with the framework pieces, :func:`with_pieces`). ``uses_tier_view``:
     the policy reads the two-tier endpoint facts (``global_hit_tokens``, ``node``,
     ``session_kv_tokens``); the picker and the simulator build them only then.
     ``uses_node_facts``: of those it also reads ``node`` and ``session_kv_tokens`` (not only g);
@@ -55,13 +57,18 @@ class PolicyEntry:
     uses_node_facts: bool = False
 
 
-BUILTIN: tuple[PolicyEntry, ...] = (
+SHIPPED: tuple[PolicyEntry, ...] = (
     PolicyEntry("smetric", SMetric, SMetricParams, "smetric", uses_tier_view=True),
     PolicyEntry("smetric-basic", SMetricBasic, SessionParams, "ablation"),
     PolicyEntry("smetric-overload", SMetricOverload, OverloadParams, "ablation"),
     PolicyEntry("smetric-slo-tokens", SMetricSloTokens, SMetricParams, "ablation"),
     PolicyEntry(
-        "smetric-tiered", SMetricTiered, SMetricTieredParams, "smetric", uses_tier_view=True, uses_node_facts=True
+        "smetric-tiered",
+        SMetricTiered,
+        SMetricTieredParams,
+        "smetric",
+        uses_tier_view=True,
+        uses_node_facts=True,
     ),
     PolicyEntry("lmetric", LMetric),
     PolicyEntry("bailian", Bailian, BailianParams),
@@ -73,6 +80,29 @@ BUILTIN: tuple[PolicyEntry, ...] = (
     PolicyEntry("round-robin", RoundRobin),
     PolicyEntry("random", RandomPick),
 )
+
+
+def with_pieces(entry: PolicyEntry) -> PolicyEntry:
+    """``X+pieces``: policy ``X`` as shipped with the framework pieces (:mod:`smetric.policy.pieces`): the
+    tier-aware work estimate (so it reads g: ``uses_tier_view``) and the overload fallback. Its ``Params`` are
+    the pieces' switches; ``X``'s own keys are read as for ``X``."""
+    inner = entry.factory
+
+    def factory(params: PolicyParams) -> Policy:
+        return WithPieces(inner(params), params)
+
+    return PolicyEntry(
+        entry.name + PIECES_SUFFIX,
+        factory,
+        PiecesParams,
+        "baseline+pieces",
+        uses_tier_view=True,
+        uses_node_facts=entry.uses_node_facts,
+    )
+
+
+# Every baseline "as its project ships it" and "+ the same pieces" SMetric's default has.
+BUILTIN: tuple[PolicyEntry, ...] = SHIPPED + tuple(with_pieces(e) for e in SHIPPED if e.kind == "baseline")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +174,7 @@ def default_policy(global_tier: bool) -> str:
 
 POLICY_NAMES: tuple[str, ...] = REGISTRY.names
 BASELINE_POLICIES: tuple[str, ...] = REGISTRY.names_of("baseline")
+BASELINES_WITH_PIECES: tuple[str, ...] = REGISTRY.names_of("baseline+pieces")
 ABLATION_POLICIES: tuple[str, ...] = (*REGISTRY.names_of("ablation"), "smetric")
 
 

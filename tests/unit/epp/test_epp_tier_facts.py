@@ -221,3 +221,17 @@ def test_smetric_reads_g_only_and_skips_nodes_and_footprint() -> None:
         cfg, params_from_mapping(cfg.policy.parameters), source, ApproximateIndex(block_tokens=16)
     )
     assert tiered.tier_facts is not None and tiered.tier_facts.node_facts
+
+
+def test_the_write_estimate_records_whole_lmcache_chunks() -> None:
+    # globalChunkTokens (LMCache chunk_size, rendered by the operator): LMCache 0.5.6 stores a prompt's
+    # whole chunks only (save_unfull_chunk false), so the estimate records no partial chunk
+    prompt = "a" * 4000  # ~1,000 tokens: 3 whole 256-token chunks
+    hits = {}
+    for chunk in (None, 256):
+        params = {"globalFetchSPerToken": 1e-5} | ({} if chunk is None else {"globalChunkTokens": chunk})
+        picker = _smetric_picker(params)
+        picker.pick(RequestView("s1", 1000), prompt)
+        assert picker.tier_facts is not None
+        hits[chunk] = picker.tier_facts.index.global_hit(picker.index.key(prompt + "b" * 400))
+    assert hits[None] == 960 and hits[256] == 768  # 64-token keys: 15 of them, or the 12 in 3 chunks
