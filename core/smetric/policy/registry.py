@@ -32,6 +32,7 @@ from smetric.policy.round_robin import RoundRobin
 from smetric.policy.smetric import SMetric
 from smetric.policy.smetric_basic import SMetricBasic
 from smetric.policy.smetric_overload import OverloadParams, SMetricOverload
+from smetric.policy.smetric_paper import SMetricPaper
 from smetric.policy.smetric_slo_tokens import SMetricSloTokens
 from smetric.policy.smetric_tiered import SMetricTiered
 from smetric.policy.tiered_params import SMetricTieredParams
@@ -62,6 +63,7 @@ SHIPPED: tuple[PolicyEntry, ...] = (
     PolicyEntry("smetric-basic", SMetricBasic, SessionParams, "ablation"),
     PolicyEntry("smetric-overload", SMetricOverload, OverloadParams, "ablation"),
     PolicyEntry("smetric-slo-tokens", SMetricSloTokens, SMetricParams, "ablation"),
+    PolicyEntry("smetric-paper", SMetricPaper, SMetricParams, "ablation"),
     PolicyEntry(
         "smetric-tiered",
         SMetricTiered,

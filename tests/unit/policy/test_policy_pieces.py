@@ -121,3 +121,19 @@ def test_the_wrapper_forwards_dispatch_to_the_policy() -> None:
     w = WithPieces(Spy(), PolicyParams())  # type: ignore[arg-type]
     w.on_dispatch(RequestView("r", 10), "a")
     assert seen == ["a"] and w.name == "spy+pieces"
+
+
+def test_the_paper_literal_smetric_is_smetric_without_the_pieces() -> None:
+    from smetric.policy.params import SMetricParams
+
+    literal = SMetricParams(balance_estimate="local", meets_estimate="local", nobody_meets="stick")
+    request = RequestView("r", L, est_hit_tokens=L - 1000, turn=3)
+    g = L - 1000
+    snaps = [
+        ep("a", c=g, g=g, q_tokens=5e6, waiting=6, running=4),
+        ep("b", g=g, q_tokens=9e6, waiting=1, running=2),
+    ]
+    paper = make_policy("smetric-paper", TIER)
+    assert paper.pick(request, snaps) == make_policy("smetric", TIER.with_own(literal)).pick(request, snaps)
+    assert paper.pick(request, snaps).target == 0  # nobody meets: the session sticks (algorithms.md)
+    assert make_policy("smetric", TIER).pick(request, snaps).target == 1  # the default: least loaded
