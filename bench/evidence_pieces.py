@@ -1,4 +1,4 @@
-"""Fair rivals (issue 31): the product default, the paper-literal SMetric, the baselines as shipped and the
+"""Fair rivals: the product default, the paper-literal SMetric, the baselines as shipped and the
 baselines + the same framework pieces, at one rate per regime, from `smetric simulate` JSONs.
 
 Per regime: each policy's mean headline over seeds (TPS within SLO colocated, prefill TPS within the TTFT SLO
