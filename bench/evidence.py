@@ -6,7 +6,7 @@ JSONs (one per regime), with the drift of every run and an optional headroom bou
 
 Per regime (one JSON):
 
-* best baseline: the policy (not an SMetric variant) with the highest mean over seeds of its
+* best baseline: the policy (not an SMetric variant, not a baseline + pieces) with the highest mean over seeds of its
   per-seed peak of the headline metric (TPS within SLO colocated, prefill TPS within the TTFT SLO
   disaggregated);
 * knee: the grid rate where that baseline's mean over seeds is highest; "past": the next grid
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smetric.policy.pieces import PIECES_SUFFIX
 from smetric.sim.stats import mean_ci95, verdict
 
 Row = Mapping[str, Any]
@@ -114,7 +115,7 @@ def evidence(name: str, doc: Mapping[str, Any], policy: str = "smetric") -> Regi
     t = table(rows, key)
     if policy not in t:
         raise SystemExit(f"{name}: no rows of {policy!r} (policies: {', '.join(t)})")
-    baselines = [p for p in t if not is_smetric(p)]
+    baselines = [p for p in t if not is_smetric(p) and not p.endswith(PIECES_SUFFIX)]  # as shipped
     if not baselines:
         raise SystemExit(f"{name}: no baseline policy in the JSON")
 

@@ -152,6 +152,9 @@ def _context_default(name: str, p: PolicyParams) -> str:
         "global_segment_tokens": lambda q: (
             "none" if q.global_segment_tokens is None else _value(q.global_segment_tokens)
         ),
+        "global_chunk_tokens": lambda q: (
+            "none" if q.global_chunk_tokens is None else _value(q.global_chunk_tokens)
+        ),
     }
     if name not in values:
         raise KeyError(f"context key {name!r} has no default rule in docs/gen.py (_context_default)")

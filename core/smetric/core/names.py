@@ -12,7 +12,9 @@ REASON_STICK = "stick"
 REASON_MIGRATE = "migrate"
 REASON_BALANCE = "balance"
 REASON_EVICTED = "evicted"
-REASONS: tuple[str, ...] = (REASON_STICK, REASON_MIGRATE, REASON_BALANCE, REASON_EVICTED)
+# the framework's overload fallback sent it to the least-loaded engine (smetric.policy.pieces)
+REASON_OVERLOAD = "overload"
+REASONS: tuple[str, ...] = (REASON_STICK, REASON_MIGRATE, REASON_BALANCE, REASON_EVICTED, REASON_OVERLOAD)
 
 # Pod role labels (llm-d convention).
 ROLE_LABEL = "llm-d.ai/role"

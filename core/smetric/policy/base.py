@@ -77,6 +77,9 @@ class PolicyParams:
     # needs no new config; smetric.epp.server.tier_facts); a policy-owned
     # tiered.globalCapacityTokens (a fixed total) wins.
     global_segment_tokens: int | None = None
+    # the global tier's write unit in tokens (LMCache chunk_size; whole chunks only are stored):
+    # the write estimate of g records a routed prompt's whole chunks; None = the whole prompt
+    global_chunk_tokens: int | None = None
     own: tuple[ParamsModel, ...] = ()
 
     def __post_init__(self) -> None:
@@ -95,6 +98,10 @@ class PolicyParams:
             (
                 self.global_segment_tokens is None or self.global_segment_tokens >= 1,
                 f"global_segment_tokens must be None or >= 1, got {self.global_segment_tokens}",
+            ),
+            (
+                self.global_chunk_tokens is None or self.global_chunk_tokens >= 1,
+                f"global_chunk_tokens must be None or >= 1, got {self.global_chunk_tokens}",
             ),
             (
                 len({type(m) for m in self.own}) == len(self.own),

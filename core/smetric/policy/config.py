@@ -10,7 +10,7 @@ Two kinds of keys share the flat mapping:
   below): ``preset`` (derives costModel, decodeStep, SLO, blockTokens), ``mode``,
   ``ttftSloBaseS``, ``ttftSloPerKTokS``, ``tpotSloS``, ``costModel {cLinS, cAttS}``,
   ``decodeStep {baseS, perKvTokenS}``, ``blockTokens`` (the engine's KV
-  block size), ``seed``, ``globalFetchSPerToken``, ``globalSegmentTokens``;
+  block size), ``seed``, ``globalFetchSPerToken``, ``globalSegmentTokens``, ``globalChunkTokens``;
 * the **policy-owned** keys: every field of every registered policy's ``Params`` model
   (:mod:`smetric.policy.registry`; e.g. ``slack``, ``hitRatio``, ``overload``, ``lambda``,
   ``tiered {...}``) -- their defaults, ranges and descriptions are in those models, and
@@ -117,6 +117,14 @@ class _ContextIn(BaseModel):
         "events (an LRU of what was written) by this x the engines it discovers; omitted = fully "
         "provisioned.",
     )
+    global_chunk_tokens: int | None = Field(
+        None,
+        ge=1,
+        validation_alias=_key("globalChunkTokens", "global_chunk_tokens"),
+        description="The global tier's write unit in tokens (LMCache chunk_size; LMCache 0.5.6 stores whole "
+        "chunks only, save_unfull_chunk false): the picker's write estimate records a routed prompt's whole "
+        "chunks; omitted = the whole prompt.",
+    )
 
 
 _SCALARS = (
@@ -125,6 +133,7 @@ _SCALARS = (
     "seed",
     "global_fetch_s_per_token",
     "global_segment_tokens",
+    "global_chunk_tokens",
 )
 
 

@@ -51,6 +51,7 @@ from smetric.policy.base import Decision, PolicyParams
 from smetric.policy.estimates import batch, local_hit, prefill_time_s, tier_times_s
 from smetric.policy.load_balance import queue_load
 from smetric.policy.params import SessionParams
+from smetric.policy.pieces import movable
 from smetric.policy.select import RoundRobinTies
 
 
@@ -118,16 +119,9 @@ class SessionCentric:
         return Decision(self._ties.argmin(masked), REASON_MIGRATE, frozen)
 
     def _movable(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> bool:
-        """The request can go anywhere at the cost of a fetch, not a recompute: the pool has a
-        global tier and the request is a first turn or its session's prefix is in that tier
-        (``g > HIT_RATIO * est_hit``). Without a tier, moving a long session recomputes it, and
-        spreading by queue length lost up to 97 % (docs/policies.md)."""
-        if self._params.global_fetch_s_per_token is None:
-            return False
-        if request.turn <= 0:
-            return True
-        g = max((ep.global_hit_tokens for ep in endpoints), default=0)
-        return g > self._hit_ratio * max(0, request.est_hit_tokens)
+        """The request can go anywhere at the cost of a fetch (:func:`smetric.policy.pieces.movable`, the
+        framework's overload fallback uses the same test)."""
+        return movable(request, endpoints, self._params, self._hit_ratio)
 
     def _least_loaded(
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], scores: Sequence[float]

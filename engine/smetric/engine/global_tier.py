@@ -61,7 +61,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from smetric.core.presets import InstancePreset
-from smetric.engine.prefix_cache import BlockCache, Piece, count_blocks
+from smetric.engine.prefix_cache import BlockCache, KvEventSink, Piece, count_blocks
 
 GLOBAL_TIER_KINDS: tuple[str, ...] = ("none", "small", "full")
 SMALL_TIER_BYTES = 128e9  # paper §5.3: smallest evaluated global store
@@ -84,6 +84,17 @@ class GlobalPath:
     # LMCache pinned-DRAM -> GPU load, measured 22.1 GB/s (LMCache issue #4626, PCIe Gen4 L20);
     # kept at the Gen4 figure for the H20's Gen5 x16 link (64 GB/s per direction): an assumption
     node_local_gbit_s_per_gpu: float = 176.8
+    # What LMCache 0.5.6 writes (lmcache/v1/config.py): chunk_size 256 (line 90), whole chunks only
+    # (save_unfull_chunk false, 385-389; vllm_v1_adapter.py:351-354 saves input_len // chunk * chunk
+    # tokens and 1183-1188 aligns the skipped prefix down to a chunk), no decode tokens
+    # (save_decode_cache false, 126-130; vllm_v1_adapter.py:336-339). The operator renders both.
+    chunk_tokens: int = 256
+    save_decode_cache: bool = False
+    # The store's GPU -> CPU copy blocks the step: LMCacheConnectorV1.wait_for_save ("Blocking until
+    # the KV cache is saved to the connector buffer", vllm_v1_adapter.py:1104-1105, the store call at
+    # 1227) runs as the forward context exits. Timed at node_local_gbit_s_per_gpu (the same copy path
+    # the other way; the H20's PCIe Gen5 x16 link is 64 GB/s per direction).
+    save_copy: bool = True
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
@@ -95,6 +106,8 @@ class GlobalPath:
         for what, v in (("load", self.load_gbit_s_per_gpu), ("store", self.store_gbit_s_per_node)):
             if v is not None and not (math.isfinite(v) and v > 0):
                 raise ValueError(f"global {what} bandwidth must be a positive number or None, got {v}")
+        if self.chunk_tokens < 1:
+            raise ValueError(f"global chunk must be >= 1 token, got {self.chunk_tokens}")
         if not (math.isfinite(self.lookup_s) and self.lookup_s >= 0):
             raise ValueError(f"global lookup latency must be >= 0, got {self.lookup_s}")
         if self.load_mode not in LOAD_MODES:
@@ -110,7 +123,7 @@ class GlobalPath:
 # synchronous loads (LMCache's connector: load_async=False, LMCache issues #985, #1033).
 CALIBRATED = GlobalPath()
 # The previous model: line-rate loads, free writes and lookups, the batch never stalls.
-LINE_RATE = GlobalPath(None, None, 0.0, False, "async")
+LINE_RATE = GlobalPath(None, None, 0.0, False, "async", save_copy=False)
 
 
 class GlobalTier:
@@ -187,6 +200,26 @@ class GlobalTier:
 
     def match(self, pieces: Sequence[Piece], max_blocks: int | None = None) -> int:
         return self._cache.match(pieces, max_blocks)
+
+    def observe_stores(self, sink: KvEventSink | None) -> None:
+        """Report the blocks newly stored in the tier to ``sink`` (the store events a picker could be fed)."""
+        self._cache.set_events(sink)
+
+    def written_range(
+        self, tier_blocks: int, prompt_tokens: int, block_tokens: int, n_blocks: int
+    ) -> tuple[int, int]:
+        """Block positions ``[lo, hi)`` of a prompt that LMCache writes after its prefill: from the tier's hit
+        aligned down to a chunk, to the prompt's last whole chunk (:class:`GlobalPath` has the lines)."""
+        chunk = self.path.chunk_tokens
+        hi = min(n_blocks, max(0, prompt_tokens) // chunk * chunk // block_tokens)
+        lo = min(hi, tier_blocks * block_tokens // chunk * chunk // block_tokens)
+        return lo, hi
+
+    def save_copy_s(self, n_blocks: int) -> float:
+        """Seconds the step spends copying ``n_blocks`` GPU -> CPU for the store (0 without ``save_copy``)."""
+        if not self.path.save_copy or n_blocks <= 0:
+            return 0.0
+        return n_blocks * self.block_bytes / self.local_bytes_s
 
     def refresh(self, pieces: Sequence[Piece]) -> None:
         """A lookup that hit these blocks counts as a use in the store's LRU (no bytes move)."""

@@ -86,6 +86,10 @@ class BlockCache:
         self.evicted_blocks = 0
 
     # ------------------------------------------------------------------ queries
+    def set_events(self, events: KvEventSink | None) -> None:
+        """Where stored / removed pieces are reported from now on (``None``: nowhere)."""
+        self._events = events
+
     @property
     def used_blocks(self) -> int:
         """Blocks not reusable by a new request (vLLM's ``kv_cache_usage`` numerator)."""

@@ -90,6 +90,7 @@ class _Req:
         "phase",
         "pinned",
         "reserved",
+        "save_left",
         "spec",
         "tier_blocks",
     )
@@ -105,6 +106,7 @@ class _Req:
         self.local_blocks = 0
         self.global_blocks = 0
         self.tier_blocks = 0  # the global tier's own prefix hit at admission (LMCache's lookup)
+        self.save_left = 0  # blocks still to copy GPU -> CPU for the store (wait_for_save)
         self.done_tokens = 0
         self.decoded = 0
         self.reserved = 0
@@ -316,6 +318,9 @@ class Instance:
             extra = gb - lb if gb > lb else 0
             r.global_blocks = extra
             r.tier_blocks = gb
+            if gt is not None:
+                lo, hi = gt.written_range(gb, spec.prompt_tokens, bt, r.n_blocks)
+                r.save_left = hi - lo
             r.done_tokens = (lb + extra) * bt
             if gt is not None and not gt.synchronous:
                 # asynchronous: the lookup and the load delay only this request
@@ -356,10 +361,20 @@ class Instance:
             budget = self.config.max_num_batched_tokens - n_dec
             chunks: list[tuple[_Req, int]] = []
             n_pre, pre_ctx, cost = 0, 0, 0.0
+            saved = 0  # blocks the step copies to the store (LMCache's wait_for_save blocks the step)
+            bt = self.config.block_tokens
             for r in self._prefill:
                 if budget <= 0:
                     break
                 c = min(r.spec.prompt_tokens - r.done_tokens, budget)
+                if r.save_left:
+                    now = (
+                        r.save_left
+                        if r.done_tokens + c >= r.spec.prompt_tokens
+                        else min(r.save_left, c // bt)
+                    )
+                    r.save_left -= now
+                    saved += now
                 chunks.append((r, c))
                 cost += model.chunk_s(r.done_tokens, c)
                 pre_ctx += r.done_tokens
@@ -369,6 +384,8 @@ class Instance:
             self._kind = _STEP
             self._seg_steps = 1
             self._seg_dt = stall + model.step_s(n_dec, dec_ctx, n_pre, pre_ctx, cost)
+            if saved and self.global_tier is not None:
+                self._seg_dt += self.global_tier.save_copy_s(saved)
             self._seg_end = t + self._seg_dt
         elif decodes:
             k = min(r.spec.output_tokens - r.decoded for r in decodes)
@@ -415,15 +432,19 @@ class Instance:
             cache.unreserve(nb - lb)
             r.reserved -= nb - lb
             cache.insert(slice_blocks(spec.prompt_pieces, lb, nb), pin=True)
-        # Write-through as LMCache does it: every prompt block past the tier's own hit, the ones
-        # served from the local prefix cache included (LMCache's vllm_v1_adapter.py:
-        # RequestTracker.from_new_request sets num_saved_tokens = lmcache_cached_tokens, and
-        # ReqMeta.from_request_tracker stores from skip_leading_tokens = num_saved_tokens). So a
-        # session that keeps hitting its engine's GPU cache keeps its copy in a bounded tier. The
-        # prefix the tier already held counts as used (assumed: LRU on use, no bytes move).
-        if gt is not None and nb > r.tier_blocks:
-            gt.refresh(slice_blocks(spec.prompt_pieces, 0, r.tier_blocks))
-            gt.write(slice_blocks(spec.prompt_pieces, r.tier_blocks, nb), self.config.node, t)
+        # Write-through as LMCache 0.5.6 does it (GlobalTier.written_range): the prompt's whole chunks
+        # past the tier's own hit, the ones served from the local prefix cache included (LMCache's
+        # vllm_v1_adapter.py: RequestTracker.from_new_request sets num_saved_tokens =
+        # lmcache_cached_tokens, and ReqMeta.from_request_tracker stores from skip_leading_tokens =
+        # num_saved_tokens). So a session that keeps hitting its engine's GPU cache keeps its copy in
+        # a bounded tier. The prefix the tier already held counts as used (assumed: LRU on use, no
+        # bytes move).
+        if gt is not None:
+            lo, hi = gt.written_range(r.tier_blocks, spec.prompt_tokens, self.config.block_tokens, nb)
+            if r.tier_blocks:
+                gt.refresh(slice_blocks(spec.prompt_pieces, 0, r.tier_blocks))
+            if hi > lo:
+                gt.write(slice_blocks(spec.prompt_pieces, lo, hi), self.config.node, t)
         r.pinned = slice_blocks(spec.prompt_pieces, 0, nb)
         out.append(EngineEvent("first_token", t, spec, self.name, self._timing(r, _NAN)))
         if not self.config.decode or spec.output_tokens <= 1:
@@ -439,7 +460,8 @@ class Instance:
         if self.config.decode and spec.output_pieces and r.reserved > 0:
             produced = slice_blocks(spec.output_pieces, 0, r.reserved)
             cache.insert(produced)
-            if self.global_tier is not None:
+            if self.global_tier is not None and self.global_tier.path.save_decode_cache:
+                # LMCache saves decode tokens only with save_decode_cache (default false)
                 self.global_tier.write(produced, self.config.node, t)
         r.reserved = 0
         if r.pinned:

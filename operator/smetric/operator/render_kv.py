@@ -51,6 +51,11 @@ def lmcache_config_text(pool: PoolRef, spec: SMetricPoolSpec, pod_ip: str = "${P
     master = kv.master
     lines = [
         f"chunk_size: {kv.lmcache.chunk_size}",
+        # what LMCache writes, rendered explicitly at LMCache 0.5.6's defaults (lmcache/v1/config.py
+        # 126-130 and 385-389), which the simulator models (smetric.engine.global_tier.GlobalPath): the
+        # prompt's whole chunks, no decode tokens
+        "save_decode_cache: false",
+        "save_unfull_chunk: false",
         "local_cpu: false",
         f"max_local_cpu_size: {kv.lmcache.max_local_cpu_size_gb}",
         f"remote_url: {_yaml_str(f'mooncakestore://{host}:{master.rpc_port}/')}",

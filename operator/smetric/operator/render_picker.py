@@ -63,6 +63,7 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
             fetch = default_global_fetch_s_per_token(spec)
         if fetch is not None:
             parameters["globalFetchSPerToken"] = fetch
+            parameters["globalChunkTokens"] = spec.global_kv.lmcache.chunk_size  # LMCache's write unit
         segment = params.global_segment_tokens
         if segment is None:
             segment = default_global_segment_tokens(spec)

@@ -163,6 +163,22 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         help="per-GPU host->GPU rate of a node-local load with --global-placement node, Gb/s",
     )
     g.add_argument(
+        "--global-chunk-tokens",
+        type=int,
+        default=256,
+        help="LMCache chunk_size: the tier stores a prompt's whole chunks only (save_unfull_chunk false)",
+    )
+    g.add_argument(
+        "--save-decode-cache",
+        action="store_true",
+        help="LMCache save_decode_cache: also write each answer's blocks to the tier (default off, as pinned)",
+    )
+    g.add_argument(
+        "--no-global-save-copy",
+        action="store_true",
+        help="do not charge the store's GPU->CPU copy (LMCache wait_for_save) to the step (ablation)",
+    )
+    g.add_argument(
         "--no-global-write-back",
         action="store_true",
         help="do not charge the write-back of computed KV to the links",
@@ -226,11 +242,12 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--tier-hits",
-        choices=("events", "estimate"),
-        default="events",
-        help="smetric and smetric-tiered: g from the simulated tier's content (events: a picker fed "
-        "the tier's KV events) or from the picker's write estimate without them (an LRU of the "
-        "routed prompts, the tier's size)",
+        choices=("estimate", "events", "exact"),
+        default="estimate",
+        help="policies that read the tier (smetric, smetric-tiered, X+pieces): g from the picker's "
+        "write estimate (an LRU of the routed prompts' whole chunks, the tier's size: what the operator's "
+        "deployment gives the picker), from the tier's store events without removals (events: LMCache "
+        "publishes no removals), or from the simulated tier's exact content (exact: an oracle, ablations)",
     )
     p.add_argument(
         "--legacy-ledger",
@@ -370,6 +387,9 @@ def _spec(a: argparse.Namespace, notes: list[str] | None = None) -> SweepSpec:
         global_load_mode=a.global_load_mode,
         global_placement=a.global_placement,
         global_node_local_gbit_s=a.global_node_local_gbit_s,
+        global_chunk_tokens=a.global_chunk_tokens,
+        save_decode_cache=a.save_decode_cache,
+        global_save_copy=not a.no_global_save_copy,
         kv_dtype=a.kv_dtype,
         tp=a.tp,
         gpu=a.gpu,

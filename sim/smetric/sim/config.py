@@ -14,7 +14,7 @@ from smetric.policy.params import ParamsModel
 from smetric.sim.view import ROUTER_VIEWS
 
 ARRIVALS = ("agents", "stationary", "cold")
-TIER_HITS = ("events", "estimate")
+TIER_HITS = ("estimate", "events", "exact")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,12 @@ class SimConfig:
     # host->GPU over PCIe at global_node_local_gbit_s per GPU.
     global_placement: str = "spread"
     global_node_local_gbit_s: float = 176.8
+    # LMCache's write path as pinned (smetric.engine.global_tier.GlobalPath has the lines): whole
+    # chunk_size chunks of the prompt, decode tokens only with save_decode_cache, the GPU -> CPU
+    # copy of wait_for_save charged to the step (global_save_copy)
+    global_chunk_tokens: int = 256
+    save_decode_cache: bool = False
+    global_save_copy: bool = True
     # Deployment variant of ``preset`` (smetric.core.presets.variant_name): KV cache dtype
     # (bf16 | fp8), tensor-parallel GPUs per instance (None = the preset's), GPU kind
     # (h20 | h20-3e | h200, None = the preset's) and HBM per GPU override in GB.
@@ -76,10 +82,12 @@ class SimConfig:
     # write the KV of the joined sessions' earlier turns to the global tier before t = 0 (its
     # steady state; Simulator.prewarm_tier); off = every joined session starts uncached
     prewarm_global_tier: bool = True
-    # where the tier view (smetric, smetric-tiered) reads g from: "events" = the simulated tier's
-    # content (a picker that receives the tier's KV events); "estimate" = the picker's write
-    # estimate without events: an LRU of the prompts it routed, the tier's size (sim/tier_view.py)
-    tier_hits: str = "events"
+    # where the tier view reads g from (sim/tier_view.py; smetric.router.tier_model): "estimate" =
+    # the write estimate, what the operator's deployment gives the picker (LMCache publishes no KV
+    # events unless enable_kv_events, which is not rendered); "events" = the tier's store events
+    # without removals (LMCache's CacheStoreEvent), bounded by the tier's capacity; "exact" = the
+    # simulated tier's content (an oracle: ablations only)
+    tier_hits: str = "estimate"
 
     def __post_init__(self) -> None:
         if self.router_view not in ROUTER_VIEWS:
@@ -151,6 +159,9 @@ class SimConfig:
             self.global_load_mode,
             self.global_placement,
             self.global_node_local_gbit_s,
+            chunk_tokens=self.global_chunk_tokens,
+            save_decode_cache=self.save_decode_cache,
+            save_copy=self.global_save_copy,
         )
 
     def global_load_link_gbit_s(self, preset: InstancePreset) -> float:

@@ -36,6 +36,7 @@ import numpy as np
 from smetric.core.presets import InstancePreset, get_preset
 from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
 from smetric.engine.global_tier import instances_per_node
+from smetric.engine.prefix_cache import count_blocks, slice_blocks
 from smetric.policy import DecodeStepModel, PolicyParams, Router, fetch_s_per_token, make_policy
 from smetric.policy.registry import uses_node_facts, uses_tier_view
 from smetric.policy.tiered_params import SMetricTieredParams
@@ -90,6 +91,7 @@ def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
         block_tokens=block_tokens,
         seed=cfg.seed,
         global_fetch_s_per_token=fetch_s,
+        global_chunk_tokens=cfg.global_chunk_tokens,
         own=cfg.own_params,
     )
 
@@ -164,12 +166,13 @@ class _Run:
             params.global_fetch_s_per_token,
             legacy_ledger=cfg.legacy_ledger,
         )
-        self.tier_view = (  # two-tier facts only for a policy that reads them (smetric, smetric-tiered)
+        self.tier_view = (  # two-tier facts only for a policy that reads them (smetric, smetric-tiered, X+pieces)
             TierView(
                 cluster,
                 work.block_tokens,
                 params.get(SMetricTieredParams).tiered.footprint_window_s,
-                estimate=cfg.tier_hits == "estimate",
+                hits=cfg.tier_hits,
+                chunk_tokens=cfg.global_chunk_tokens,
                 node_facts=uses_node_facts(policy),
             )
             if uses_tier_view(policy)
@@ -261,21 +264,27 @@ class _Run:
         raise RuntimeError(f"agent {agent}: no family sends a request")  # pragma: no cover
 
     def prewarm_tier(self, warm: list[tuple[float, int]]) -> None:
-        """Steady state of the global tier for the sessions agents join mid-way: the KV their
-        earlier turns computed (prompt and answer of the last request before joining) is written,
-        oldest first, so a bounded tier keeps the most recent (LRU). No link time is charged: the
-        writes happened before ``t = 0``. The GPU tiers start empty (where a session's KV would
-        sit is the policy's choice); without a global tier nothing is written."""
+        """Steady state of the global tier for the sessions agents join mid-way: what LMCache wrote for
+        their earlier turns (the last request before joining: its prompt's whole chunks, and its answer
+        only with ``save_decode_cache``, :meth:`GlobalTier.written_range`) is written, oldest first, so a
+        bounded tier keeps the most recent (LRU). No link time is charged: the writes happened before
+        ``t = 0``. The GPU tiers start empty (where a session's KV would sit is the policy's choice);
+        without a global tier nothing is written."""
         tier = self.cluster[0].global_tier if self.cluster else None
         if tier is None or not self.cfg.prewarm_global_tier:
             return
-        work, n = self.work, self.n
+        work, n, bt = self.work, self.n, self.work.block_tokens
         for _, key in sorted(warm):
             clone, i = divmod(key, n)
             req = work.engine_request(i, clone)
-            tier.write(req.prompt_pieces + req.output_pieces)
+            n_blocks = count_blocks(req.prompt_pieces)
+            _, hi = tier.written_range(0, req.prompt_tokens, bt, n_blocks)
+            written = slice_blocks(req.prompt_pieces, 0, hi)
+            if tier.path.save_decode_cache:
+                written = written + list(req.output_pieces)
+            tier.write(written)
             if self.tier_view is not None:  # the picker routed those prompts before t = 0 too
-                self.tier_view.routed(req.prompt_pieces)
+                self.tier_view.routed(req.prompt_pieces, req.prompt_tokens)
 
     def run(self, progress: Callable[[float], None] | None) -> None:
         heap, version, cluster, view, horizon = self.heap, self.version, self.cluster, self.view, self.horizon
@@ -326,7 +335,7 @@ class _Run:
         self.reasons[decision.reason] = self.reasons.get(decision.reason, 0) + 1
         self.view.dispatched(key, k, rview, snaps[k], t)
         if tier_view is not None:
-            tier_view.dispatched(snaps[k], rview, t, req.prompt_pieces)
+            tier_view.dispatched(snaps[k], rview, t, req.prompt_pieces, req.prompt_tokens)
         inst = self.cluster[k]
         if not inst.fits(req):  # more KV blocks than the pool: the engine refuses it
             row.rejected = True

@@ -1,21 +1,28 @@
-"""The two-tier facts the simulated router gives ``smetric`` and ``smetric-tiered``.
+"""The simulator's adapter of the one tier model (:mod:`smetric.router.tier_model`): the two-tier facts the
+simulated router gives a policy that reads them (``smetric``, ``smetric-tiered``, every ``X+pieces``).
 
-Only built for a policy that reads them (its registry entry's ``uses_tier_view``); other policies' runs are unchanged
-and pay nothing. Per decision it sets, on each endpoint snapshot:
+Only built for a policy whose registry entry says ``uses_tier_view``; other policies' runs are unchanged and pay
+nothing. Per decision it sets, on each endpoint snapshot:
 
-* ``global_hit_tokens`` (g[i]): the prompt prefix the simulated global tier holds now (one
-  lookup per request: the tier is cluster-wide, so g is the same for every instance) -- a picker
-  fed the tier's KV events (``SimConfig.tier_hits = "events"``). With ``"estimate"``, the
-  picker's write estimate without events instead (``smetric.epp.server.tier_facts``): an LRU of
-  the prompts routed so far, recorded at dispatch (not the answers, not when computed), as large
-  as the tier (a full tier: unbounded);
-* ``node``: the instance's node (``EngineConfig.node``: 8 GPUs per node, as the paper's
-  servers, :func:`smetric.engine.global_tier.instances_per_node`);
-* ``session_kv_tokens``: the footprint tracker (:mod:`smetric.policy.footprint`), charged at
-  dispatch with the tokens the request writes into its target's local tier (``L - c``).
+* ``global_hit_tokens`` (g): one lookup per request (the tier is cluster-wide, so g is the same for every
+  instance), from ``SimConfig.tier_hits``:
 
-The link backlog is not read from the simulated links (the picker cannot see them): the policy
-derives it from the ledger's queued fetch seconds per node (``queued_fetch_s``).
+  - ``estimate`` (default): the picker's write estimate, :class:`~smetric.router.tier_model.GlobalTierModel`
+    fed the routed prompts (their whole LMCache chunks), as large as the tier -- what the operator's deployment
+    gives the picker (LMCache publishes no KV events unless ``enable_kv_events``, which it does not render);
+  - ``events``: the same model fed the simulated tier's store events (blocks newly stored; no removals, as
+    LMCache's ``CacheStoreEvent``), bounded by the tier's capacity;
+  - ``exact``: the simulated tier's content, an oracle no deployed picker has (ablations only).
+
+  The picker's adapter (``smetric.epp.server.tier_facts``) feeds the same model; the keys here are the chained
+  block ids of the trace (a prompt's pieces expanded), one key per ``block_tokens``.
+* ``node``: the instance's node (``EngineConfig.node``: 8 GPUs per node, as the paper's servers,
+  :func:`smetric.engine.global_tier.instances_per_node`);
+* ``session_kv_tokens``: the footprint tracker (:mod:`smetric.policy.footprint`), charged at dispatch with the
+  tokens the request writes into its target's local tier (``L - c``).
+
+The link backlog is not read from the simulated links (the picker cannot see them): the policy derives it from the
+ledger's queued fetch seconds per node (``queued_fetch_s``).
 """
 
 from __future__ import annotations
@@ -24,13 +31,33 @@ from collections.abc import Sequence
 
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.engine import EngineRequest, Instance, Piece
-from smetric.engine.prefix_cache import BlockCache
 from smetric.policy.footprint import FootprintTracker
 from smetric.policy.smetric_tiered import with_tier_facts
+from smetric.router.tier_model import GlobalTierModel
+
+
+def block_keys(pieces: Sequence[Piece]) -> list[int]:
+    """A prompt's chained block ids, one per block (each stands for its whole prefix)."""
+    return [x for a, b in pieces for x in range(a, b + 1)]
+
+
+class _StoreEvents:
+    """The simulated tier's store events into the model; removals dropped (LMCache publishes none)."""
+
+    __slots__ = ("_model",)
+
+    def __init__(self, model: GlobalTierModel) -> None:
+        self._model = model
+
+    def blocks_stored(self, pieces: Sequence[Piece]) -> None:
+        self._model.stored(block_keys(pieces))
+
+    def blocks_removed(self, pieces: Sequence[Piece]) -> None:
+        """Not published by LMCache's connector: the model never sees a removal."""
 
 
 class TierView:
-    __slots__ = ("_block_tokens", "_estimate", "_footprint", "_node_facts", "_nodes", "_tier")
+    __slots__ = ("_block_tokens", "_footprint", "_model", "_node_facts", "_nodes", "_tier")
 
     def __init__(
         self,
@@ -38,19 +65,35 @@ class TierView:
         block_tokens: int,
         footprint_window_s: float,
         *,
-        estimate: bool = False,
+        hits: str = "estimate",
+        chunk_tokens: int | None = None,
         node_facts: bool = True,
     ) -> None:
         self._tier = next((inst.global_tier for inst in instances if inst.global_tier is not None), None)
         self._nodes = [f"node-{inst.config.node}" for inst in instances]
         self._block_tokens = block_tokens
         self._footprint = FootprintTracker(footprint_window_s)
-        # node and footprint too (smetric-tiered; PolicyEntry.uses_node_facts); smetric reads only g
+        # node and footprint too (smetric-tiered; PolicyEntry.uses_node_facts); the others read only g
         self._node_facts = node_facts
-        # the picker's write estimate (tier_hits = "estimate"): what it routed, the tier's size
-        self._estimate = (
-            BlockCache(self._tier.capacity_blocks) if estimate and self._tier is not None else None
-        )
+        self._model: GlobalTierModel | None = None
+        if self._tier is not None and hits != "exact":
+            # no memory budget: the simulated tier is the bound (a full tier: unbounded, as the picker's
+            # estimate up to its budget)
+            self._model = GlobalTierModel(block_tokens, self._tier.capacity_blocks, None, chunk_tokens)
+            if hits == "events":
+                self._tier.observe_stores(_StoreEvents(self._model))
+
+    @property
+    def model(self) -> GlobalTierModel | None:
+        """The tier model (``None`` without a tier or with the ``exact`` oracle)."""
+        return self._model
+
+    def global_hit(self, request: EngineRequest) -> int:
+        if self._tier is None:
+            return 0
+        if self._model is None:  # the oracle
+            return min(request.prompt_tokens, self._tier.match(request.prompt_pieces) * self._block_tokens)
+        return self._model.global_hit(block_keys(request.prompt_pieces), request.prompt_tokens)
 
     def enrich(
         self, snaps: list[EndpointSnapshot], request: EngineRequest, now_s: float
@@ -63,23 +106,26 @@ class TierView:
                 with_tier_facts(s, s.global_hit_tokens, nodes[i], fp(s.name, now_s))
                 for i, s in enumerate(snaps)
             ]
-        seen = self._tier if self._estimate is None else self._estimate
-        g = min(request.prompt_tokens, seen.match(request.prompt_pieces) * self._block_tokens)
+        g = self.global_hit(request)
         if not self._node_facts:
             return [with_tier_facts(s, g, s.node, s.session_kv_tokens) for s in snaps]
         return [with_tier_facts(s, g, nodes[i], fp(s.name, now_s)) for i, s in enumerate(snaps)]
 
     def dispatched(
-        self, snap: EndpointSnapshot, view: RequestView, now_s: float, prompt: Sequence[Piece] = ()
+        self,
+        snap: EndpointSnapshot,
+        view: RequestView,
+        now_s: float,
+        prompt: Sequence[Piece] = (),
+        prompt_tokens: int = 0,
     ) -> None:
         if self._node_facts:
             self._footprint.add(
                 snap.name, view.prompt_tokens - min(view.prompt_tokens, snap.local_hit_tokens), now_s
             )
-        self.routed(prompt)
+        self.routed(prompt, prompt_tokens)
 
-    def routed(self, prompt: Sequence[Piece]) -> None:
-        """The write estimate records a routed prompt (LMCache writes what it computes through)."""
-        if self._estimate is not None and prompt:
-            self._estimate.insert(prompt)
-            self._estimate.touch(prompt)
+    def routed(self, prompt: Sequence[Piece], prompt_tokens: int) -> None:
+        """A routed prompt: the write estimate records it, the events source refreshes its held prefix."""
+        if self._model is not None and prompt:
+            self._model.routed(block_keys(prompt), prompt_tokens)

@@ -187,7 +187,8 @@ async def test_global_tier_is_shared_by_the_process_instances() -> None:
             async with http.get(_url(c, "/metrics", 1)) as r:
                 text = await r.text()
         hits = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
-        assert cached == (p - 1) // 16 * 16  # loaded from the global tier ...
+        # loaded from the global tier: the whole 256-token LMCache chunks written (save_unfull_chunk false) ...
+        assert cached == min((p - 1) // 16 * 16, p // 256 * 256) > 0
         assert hits["vllm:prefix_cache_hits_total"] == 0  # ... not a local (GPU-tier) hit
     finally:
         await c.stop()

@@ -84,7 +84,7 @@ def _tier(path: GlobalPath, nodes: int = 2, gpus: int = 1) -> GlobalTier:
 
 def test_calibrated_defaults_are_the_documented_ones() -> None:
     assert GlobalPath(60.0, 200.0, 0.002, True, "sync") == CALIBRATED
-    assert GlobalPath(None, None, 0.0, False, "async") == LINE_RATE
+    assert GlobalPath(None, None, 0.0, False, "async", save_copy=False) == LINE_RATE  # free writes
     assert _tier(CALIBRATED).synchronous and not _tier(LINE_RATE).synchronous
     assert GlobalTier(None, BLOCK_BYTES, NIC, 1).path == LINE_RATE  # no path: the old model
 

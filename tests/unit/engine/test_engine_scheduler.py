@@ -252,7 +252,11 @@ def test_sync_load_stalls_the_whole_batch_async_only_the_request() -> None:
 def test_lookup_latency_is_paid_by_every_admission() -> None:
     lookup = 0.005
     tier = GlobalTier(
-        None, BT * P30.model.kv_bytes_per_token, 25e9, 1, GlobalPath(None, None, lookup, False, "async")
+        None,
+        BT * P30.model.kv_bytes_per_token,
+        25e9,
+        1,
+        GlobalPath(None, None, lookup, False, "async", save_copy=False),
     )
     with_tier, without = Instance("a", MODEL, cfg(), tier), Instance("b", MODEL, cfg())
     for inst in (with_tier, without):
@@ -286,8 +290,48 @@ def test_computed_kv_is_written_back_over_the_writer_node_link() -> None:
     inst = Instance("a", MODEL, cfg(node=1), tier)
     inst.submit(req("x", 6_400, 2, 0, out_blocks=1), 0.0)
     ev = run(inst)
-    assert tier.bytes_written == pytest.approx(101 * BT * P30.model.kv_bytes_per_token)  # prompt + answer
+    # the prompt only: LMCache 0.5.6 saves no decode tokens (save_decode_cache false)
+    assert tier.bytes_written == pytest.approx(100 * BT * P30.model.kv_bytes_per_token)
     assert tier.link_free_s(1) > by(ev, "first_token", "x").time_s and tier.link_free_s(0) == 0.0
+
+
+def test_the_answer_is_written_only_with_save_decode_cache() -> None:
+    block = BT * P30.model.kv_bytes_per_token
+    for save_decode, blocks in ((False, 100), (True, 101)):
+        path = GlobalPath(None, None, 0.0, True, "async", save_decode_cache=save_decode)
+        tier = GlobalTier(None, block, 25e9, 1, path)
+        inst = Instance("a", MODEL, cfg(), tier)
+        inst.submit(req("x", 6_400, 2, 0, out_blocks=1), 0.0)
+        run(inst)
+        assert tier.bytes_written == pytest.approx(blocks * block)
+
+
+def test_only_whole_lmcache_chunks_are_written() -> None:
+    # 6,500 tokens = 25 whole 256-token chunks (6,400 tokens = 100 blocks) + 100 tokens LMCache drops
+    # (save_unfull_chunk false); the next turn's write starts at the tier's hit aligned down to a chunk
+    tier = GlobalTier(
+        None, BT * P30.model.kv_bytes_per_token, 25e9, 1, GlobalPath(None, None, 0.0, True, "async")
+    )
+    assert tier.written_range(0, 6_500, BT, 101) == (0, 100)
+    assert tier.written_range(10, 6_500, BT, 101) == (8, 100)  # 640 tokens held: from 512
+    assert tier.written_range(0, 200, BT, 3) == (0, 0)  # less than a chunk: nothing
+    inst = Instance("a", MODEL, cfg(), tier)
+    inst.submit(req("x", 6_500, 1, 0), 0.0)
+    run(inst)
+    assert tier.bytes_written == pytest.approx(100 * BT * P30.model.kv_bytes_per_token)
+
+
+def test_the_store_copy_is_charged_to_the_step() -> None:
+    # LMCacheConnectorV1.wait_for_save blocks the step on the GPU -> CPU copy of what it stores
+    block = BT * P30.model.kv_bytes_per_token
+    ttft: dict[bool, float] = {}
+    for copy in (False, True):
+        tier = GlobalTier(None, block, 25e9, 1, GlobalPath(None, None, 0.0, False, "sync", save_copy=copy))
+        inst = Instance("a", MODEL, cfg(), tier)
+        inst.submit(req("x", 6_400, 1, 0), 0.0)
+        ttft[copy] = by(run(inst), "first_token", "x").time_s
+        assert tier.save_copy_s(100) == (pytest.approx(100 * block / tier.local_bytes_s) if copy else 0.0)
+    assert ttft[True] - ttft[False] == pytest.approx(100 * block / tier.local_bytes_s, rel=1e-6)
 
 
 def test_a_local_hit_re_stores_the_prefix_a_bounded_tier_evicted() -> None:

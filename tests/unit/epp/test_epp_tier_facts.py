@@ -221,3 +221,37 @@ def test_smetric_reads_g_only_and_skips_nodes_and_footprint() -> None:
         cfg, params_from_mapping(cfg.policy.parameters), source, ApproximateIndex(block_tokens=16)
     )
     assert tiered.tier_facts is not None and tiered.tier_facts.node_facts
+
+
+def test_the_write_estimate_records_whole_lmcache_chunks() -> None:
+    # globalChunkTokens (LMCache chunk_size, rendered by the operator): LMCache 0.5.6 stores a prompt's
+    # whole chunks only (save_unfull_chunk false), so the estimate records no partial chunk
+    prompt = "a" * 4000  # ~1,000 tokens: 3 whole 256-token chunks
+    hits = {}
+    for chunk in (None, 256):
+        params = {"globalFetchSPerToken": 1e-5} | ({} if chunk is None else {"globalChunkTokens": chunk})
+        picker = _smetric_picker(params)
+        picker.pick(RequestView("s1", 1000), prompt)
+        assert picker.tier_facts is not None
+        hits[chunk] = picker.tier_facts.index.global_hit(picker.index.key(prompt + "b" * 400))
+    assert hits[None] == 960 and hits[256] == 768  # 64-token keys: 15 of them, or the 12 in 3 chunks
+
+
+def test_a_baseline_with_the_pieces_reads_g_in_the_picker_too() -> None:
+    # lmetric+pieces: the picker builds the tier facts for it (g from the one tier model) and charges
+    # the ledger with the fetch; lmetric as shipped gets none
+    prompt = "a" * 8000
+    pickers = {}
+    for name in ("lmetric", "lmetric+pieces"):
+        cfg = parse_config({"policy": {"name": name, "parameters": {"globalFetchSPerToken": 1e-5}}})
+        source = StaticEndpointSource(["10.0.0.1:8000", "10.0.0.2:8000"])
+        pickers[name] = build_picker(
+            cfg, params_from_mapping(cfg.policy.parameters), source, ApproximateIndex(block_tokens=16)
+        )
+    assert pickers["lmetric"].tier_facts is None
+    picker = pickers["lmetric+pieces"]
+    assert picker.tier_facts is not None and not picker.tier_facts.node_facts
+    picker.pick(RequestView("s1", 2000), prompt)
+    again = picker.pick(RequestView("s2", 2100, est_hit_tokens=2000, turn=1), prompt + "b" * 400)
+    assert again.fetched_tokens + again.uncached_tokens > 0
+    assert picker.tier_facts.index.global_hit(picker.index.key(prompt + "b" * 400)) > 1500

@@ -175,6 +175,8 @@ def test_lmcache_file_is_rendered_by_the_shell_with_the_pod_ip() -> None:
     assert config["extra_config"]["protocol"] == "rdma" and config["extra_config"]["device_name"] == "mlx5_0"
     assert config["extra_config"]["global_segment_size"] == 32 * 2**30
     assert config["chunk_size"] == 256 and config["remote_serde"] == "naive" and config["local_cpu"] is False
+    # the write path the simulator models, explicit: whole chunks of the prompt, no decode tokens
+    assert config["save_decode_cache"] is False and config["save_unfull_chunk"] is False
 
 
 def test_lmcache_text_without_shell() -> None:

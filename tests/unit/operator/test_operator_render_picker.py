@@ -179,6 +179,7 @@ def test_global_segment_tokens_are_one_pods_segment_over_kv_bytes_per_token() ->
     params = policy_config(pool(4))["policy"]["parameters"]
     assert params["globalSegmentTokens"] == int(16 * 2**30 // kv_bytes)
     assert params_from_mapping(params).global_segment_tokens == params["globalSegmentTokens"]
+    assert params["globalChunkTokens"] == 256  # LMCache chunk_size: the write estimate's unit
     assert policy_config(pool(9)) == policy_config(pool(4))  # scaling leaves the config alone
     explicit = pool(4, router={"parameters": {"globalSegmentTokens": 1000}})
     assert policy_config(explicit)["policy"]["parameters"]["globalSegmentTokens"] == 1000

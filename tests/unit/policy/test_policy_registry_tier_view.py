@@ -12,7 +12,10 @@ def test_smetric_and_smetric_tiered_read_the_tier_view() -> None:
     # SMetric reads g from the global tier's content (KV events or the capacity-bounded write
     # estimate), not from "the previous turn is always there" (docs/evidence.md, small tier);
     # its paper ablations keep the router core's estimate
-    assert [e.name for e in REGISTRY if e.uses_tier_view] == ["smetric", "smetric-tiered"]
+    assert [e.name for e in REGISTRY if e.uses_tier_view and e.kind != "baseline+pieces"] == [
+        "smetric",
+        "smetric-tiered",
+    ]
     assert uses_tier_view("smetric-tiered")
     assert uses_tier_view("smetric")
     assert not uses_tier_view("smetric-basic")

@@ -21,7 +21,7 @@ CFG = SimConfig(instances=4, warmup_s=0.0, measure_s=600.0, seed=3)
 def test_tier_view_reports_global_hit_nodes_and_footprint() -> None:
     w = work()
     cluster = build_cluster(replace(CFG, instances=10), P30, w.block_tokens)
-    tv = TierView(cluster, w.block_tokens, footprint_window_s=30.0)
+    tv = TierView(cluster, w.block_tokens, footprint_window_s=30.0, hits="exact")  # the oracle
     req = w.engine_request(0, 0)
     snaps = [EndpointSnapshot(inst.name, kv_capacity_tokens=1000) for inst in cluster]
     out = tv.enrich(snaps, req, 0.0)
@@ -37,21 +37,39 @@ def test_tier_view_reports_global_hit_nodes_and_footprint() -> None:
 
 
 def test_tier_view_estimate_knows_what_was_routed_not_what_the_tier_holds() -> None:
-    # --tier-hits estimate: the picker's write estimate without KV events (an LRU of the routed
-    # prompts as large as the tier), not the simulated tier's content
+    # --tier-hits estimate (the default): the picker's write estimate without KV events (an LRU of
+    # the routed prompts as large as the tier), not the simulated tier's content
     w = work()
     cluster = build_cluster(replace(CFG, instances=2, global_tier="small"), P30, w.block_tokens)
     tier = cluster[0].global_tier
     assert tier is not None and tier.capacity_blocks is not None
-    tv = TierView(cluster, w.block_tokens, footprint_window_s=30.0, estimate=True)
+    tv = TierView(cluster, w.block_tokens, footprint_window_s=30.0, hits="estimate")
     req = w.engine_request(0, 0)
     snaps = [EndpointSnapshot(inst.name, kv_capacity_tokens=1000) for inst in cluster]
     tier.write(req.prompt_pieces)  # in the tier, but the picker never routed it
     assert [s.global_hit_tokens for s in tv.enrich(snaps, req, 0.0)] == [0, 0]
-    tv.dispatched(snaps[0], RequestView("r", req.prompt_tokens), 0.0, req.prompt_pieces)
+    tv.dispatched(snaps[0], RequestView("r", req.prompt_tokens), 0.0, req.prompt_pieces, req.prompt_tokens)
     assert all(s.global_hit_tokens == req.prompt_tokens for s in tv.enrich(snaps, req, 0.0))
     with pytest.raises(ValueError, match="tier_hits"):
         replace(CFG, tier_hits="oracle")
+
+
+def test_tier_view_events_know_what_was_stored_but_not_what_was_removed() -> None:
+    # --tier-hits events: the tier's store events without removals (LMCache's CacheStoreEvent), bounded
+    # by the tier's capacity; a block the tier evicts still counts until the bound pushes it out
+    w = work()
+    cluster = build_cluster(replace(CFG, instances=2, global_tier="small"), P30, w.block_tokens)
+    tier = cluster[0].global_tier
+    assert tier is not None
+    tv = TierView(cluster, w.block_tokens, footprint_window_s=30.0, hits="events")
+    req, other = w.engine_request(0, 0), w.engine_request(1, 1)
+    snaps = [EndpointSnapshot(inst.name, kv_capacity_tokens=1000) for inst in cluster]
+    tier.write(other.prompt_pieces)  # an event arrived: events are the source from now on
+    assert tv.model is not None and tv.model.from_events
+    tv.dispatched(snaps[0], RequestView("r", req.prompt_tokens), 0.0, req.prompt_pieces, req.prompt_tokens)
+    assert [s.global_hit_tokens for s in tv.enrich(snaps, req, 0.0)] == [0, 0]  # routed, not stored
+    tier.write(req.prompt_pieces)  # the store event
+    assert all(s.global_hit_tokens == req.prompt_tokens for s in tv.enrich(snaps, req, 0.0))
 
 
 def test_runs_deterministically_and_serves_every_request() -> None:

@@ -3,7 +3,8 @@ reported on any other medium (the offload / global tier, read by ``smetric-tiere
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, KeysView
+from collections.abc import Callable, Iterable, KeysView, Sequence
+from typing import Protocol
 
 from smetric.epp.kvevents.events import (
     AllBlocksCleared,
@@ -14,6 +15,14 @@ from smetric.epp.kvevents.events import (
 )
 
 _U64 = (1 << 64) - 1
+
+
+class GlobalSink(Protocol):
+    """Receives the non-GPU (global-tier) block events (``smetric.router.tier_model.GlobalTierModel``)."""
+
+    def stored(self, chain: Sequence[int], capacity_keys: int | None = None) -> None: ...
+
+    def removed(self, keys: Iterable[int]) -> None: ...
 
 
 class BlockStore:
@@ -52,6 +61,8 @@ class BlockStore:
         self._global: set[int] = set()
         self._max_global = max_global_blocks
         self.global_events = 0  # BlockStored events seen on a non-GPU medium
+        # the picker's tier model, fed every non-GPU event (set by smetric.epp.server.tier_facts)
+        self.global_sink: GlobalSink | None = None
 
     def global_blocks(self) -> set[int]:
         return self._global
@@ -84,12 +95,16 @@ class BlockStore:
                     if len(self._global) + len(event.block_hashes) > self._max_global:
                         self._global.clear()
                     self._global.update(event.block_hashes)
+                    if self.global_sink is not None:
+                        self.global_sink.stored(event.block_hashes)
             elif isinstance(event, BlockRemoved):
                 if is_local_tier(event.medium):
                     for h in event.block_hashes:
                         blocks.pop(h, None)
                 else:
                     self._global.difference_update(event.block_hashes)
+                    if self.global_sink is not None:
+                        self.global_sink.removed(event.block_hashes)
             elif isinstance(event, AllBlocksCleared):
                 blocks.clear()
 

@@ -2,24 +2,20 @@
 
 Built only when the configured policy reads them (its registry entry's ``uses_tier_view``); other policies pay nothing.
 
-**g (global-tier hit).** Two sources, the first that has data wins:
+**g (global-tier hit)** is :class:`smetric.router.tier_model.GlobalTierModel`, the one tier model the
+simulator uses too (its adapter there is ``smetric.sim.tier_view``); this module adapts the picker's inputs:
 
-1. *KV events* (precise index): blocks the engines report on a medium other than the GPU go to
-   :meth:`smetric.epp.kvevents.store.BlockStore.global_blocks`; g is the longest prefix of the
-   prompt's block hashes found there. vLLM publishes ``BlockStored``/``BlockRemoved`` with a
-   ``medium`` field (``vllm/distributed/kv_events.py``: ``MEDIUM_GPU = "GPU"``,
-   ``MEDIUM_CPU = "CPU"``); its native ``OffloadingConnector`` reports the CPU tier that way, and
-   ``LMCacheConnectorV1`` forwards LMCache's own events through
-   ``get_kv_connector_kv_cache_events`` (``vllm/distributed/kv_transfer/kv_connector/v1/
-   lmcache_connector.py``, ``LMCacheKVEvents``). Which medium string LMCache/Mooncake put on
-   them was not verified here: any non-GPU medium counts as the global tier.
-2. *Capacity-aware estimate* otherwise: the store is write-through (LMCache saves every prompt
-   token past its own hit), so every routed prompt is recorded as written. A fully provisioned
-   store holds everything written (up to a memory budget of ``max_keys`` keys, LRU beyond); a
-   bounded store holds the most recently written tokens up to its capacity (LRU, tail blocks
-   first, as the store's own eviction): ``tiered.globalCapacityTokens`` (a fixed total), else the
-   pool's ``globalSegmentTokens`` x the endpoints discovered at that dispatch (every engine pod
-   contributes one Mooncake segment, so scaling the pool needs no new config), else unbounded.
+1. *KV events* (precise index): blocks the engines report on a medium other than the GPU are handed to the
+   model by the block store (:attr:`smetric.epp.kvevents.store.BlockStore.global_sink`). vLLM publishes
+   ``BlockStored``/``BlockRemoved`` with a ``medium`` field (``vllm/distributed/kv_events.py``:
+   ``MEDIUM_GPU = "GPU"``, ``MEDIUM_CPU = "CPU"``); ``LMCacheConnectorV1`` forwards LMCache's store events
+   only, never a removal (the model's docstring has the lines), so the known set is bounded by the tier's
+   capacity. Any non-GPU medium counts as the global tier.
+2. *Write estimate* otherwise: every routed prompt is recorded as written (LMCache writes through what it
+   computes), its whole LMCache chunks only (``chunk_tokens``). Bound: ``tiered.globalCapacityTokens`` (a
+   fixed total), else the pool's ``globalSegmentTokens`` x the endpoints discovered at that dispatch (every
+   engine pod contributes one Mooncake segment, so scaling the pool needs no new config), else unbounded
+   (within a memory budget of ``max_keys`` keys).
 
 **Nodes** come from discovery (``EndpointInfo.node``: the pod's ``spec.nodeName``, or ``node:``
 in a standalone endpoints file). **Footprint**: a :class:`~smetric.policy.footprint.FootprintTracker`
@@ -32,21 +28,18 @@ from collections.abc import Callable, Sequence
 
 from smetric.core.views import EndpointSnapshot
 from smetric.epp.contracts import EndpointInfo, PoolIndex, PromptKey
-from smetric.epp.index.approximate import _Lru
-from smetric.epp.index.prefix import cached_prefix_blocks
 from smetric.epp.kvevents.store import BlockStore
 from smetric.policy.base import PolicyParams
 from smetric.policy.footprint import FootprintTracker
 from smetric.policy.smetric_tiered import with_tier_facts
 from smetric.policy.tiered_params import SMetricTieredParams
-
-DEFAULT_MAX_KEYS = 2_000_000  # memory budget of the estimate (~200 MB of LRU entries)
+from smetric.router.tier_model import DEFAULT_MAX_KEYS, GlobalTierModel
 
 
 class GlobalTierIndex:
-    """g for one prompt key: from non-GPU KV events when any arrived, else the write estimate."""
+    """The picker's adapter of :class:`GlobalTierModel`: prompt keys in, the pool's size as the bound."""
 
-    __slots__ = ("_capacity_keys", "_estimate", "_max_keys", "_segment_tokens", "_store", "tokens_per_key")
+    __slots__ = ("_capacity_keys", "_max_keys", "_segment_tokens", "model", "tokens_per_key")
 
     def __init__(
         self,
@@ -56,47 +49,40 @@ class GlobalTierIndex:
         capacity_tokens: int | None = None,
         segment_tokens: int | None = None,
         max_keys: int = DEFAULT_MAX_KEYS,
+        chunk_tokens: int | None = None,
     ) -> None:
         if tokens_per_key <= 0 or max_keys <= 0:
             raise ValueError("tokens_per_key and max_keys must be positive")
         self.tokens_per_key = tokens_per_key
-        self._store = store
         keys = max_keys if capacity_tokens is None else max(1, capacity_tokens // tokens_per_key)
         self._capacity_keys = min(keys, max_keys)
         # per engine pod, when no fixed total is given: the capacity follows the pool's size
         self._segment_tokens = segment_tokens if capacity_tokens is None else None
         self._max_keys = max_keys
-        self._estimate = _Lru()
+        self.model = GlobalTierModel(tokens_per_key, self._capacity_keys, max_keys, chunk_tokens)
+        if store is not None:
+            store.global_sink = self.model
 
     @property
     def from_events(self) -> bool:
-        return self._store is not None and self._store.global_events > 0
+        return self.model.from_events
 
     def global_hit(self, key: PromptKey) -> int:
-        keys = key.block_keys
-        if not keys:
-            return 0
-        if self._store is not None and self._store.global_events > 0:
-            blocks = cached_prefix_blocks(keys, self._store.global_blocks())
-        else:
-            blocks = self._estimate.cached_prefix_blocks(keys)
-        return min(key.prompt_tokens, blocks * self.tokens_per_key)
+        return self.model.global_hit(key.block_keys, key.prompt_tokens)
 
     def capacity_keys(self, n_endpoints: int = 1) -> int:
-        """The estimate's bound in keys with ``n_endpoints`` engines in the pool."""
+        """The known set's bound in keys with ``n_endpoints`` engines in the pool."""
         if self._segment_tokens is None:
             return self._capacity_keys
         keys = max(1, self._segment_tokens * max(1, n_endpoints) // self.tokens_per_key)
         return min(keys, self._max_keys)
 
     def on_routed(self, key: PromptKey, n_endpoints: int = 1) -> None:
-        """The prompt was dispatched (``n_endpoints`` engines in the pool): its blocks will be
-        written through to the store."""
-        if key.block_keys and not self.from_events:
-            self._estimate.insert_chain(key.block_keys, self.capacity_keys(n_endpoints))
+        """The prompt was dispatched (``n_endpoints`` engines in the pool)."""
+        self.model.routed(key.block_keys, key.prompt_tokens, self.capacity_keys(n_endpoints))
 
     def size(self) -> int:
-        return len(self._estimate.keys)
+        return self.model.size()
 
 
 class TierFacts:
@@ -171,6 +157,7 @@ def build_tier_facts(
         store=index.store,
         capacity_tokens=tiered.global_capacity_tokens,
         segment_tokens=params.global_segment_tokens,  # per engine pod (rendered by the operator)
+        chunk_tokens=params.global_chunk_tokens,  # LMCache chunk_size (rendered by the operator)
     )
     return TierFacts(
         gi,

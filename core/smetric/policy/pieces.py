@@ -1,0 +1,184 @@
+"""Framework pieces any policy is configured with: the tier-aware work estimate and the overload fallback.
+
+SMetric's measured gains come from two mechanisms the paper's rule does not have (docs/evidence.md, "Where the gain
+comes from"): the work estimate that credits the global tier's copy (g from the tier model, its fetch time and the
+queued fetch) and, when no endpoint meets its SLO, sending the request to the least-loaded engine. Here they are
+pieces of the framework, composed around any registered policy as GIE composes filters and scorers around a
+picker: ``X+pieces`` is policy ``X`` as its project ships it with both pieces, registered for every baseline
+(:mod:`smetric.policy.registry`). Its own keys (``piecesTierAware``, ``piecesFallback``) switch each piece off
+for ablations.
+
+**Tier-aware work estimate** (``piecesTierAware``, a snapshot transform in front of the policy): the policy sees
+each endpoint as the ledger charges it (:func:`smetric.router.dispatch_work`). With ``h = max(c, min(g, L))``:
+
+* ``local_hit_tokens`` = ``h``: the tokens the endpoint does not compute (its own, and the tier's copy);
+* ``queued_prefill_cost`` += ``(h - c) * fetch + queued_fetch_s``: the fetch this request adds and the fetches
+  queued before it (the engine's synchronous load stalls its batch for them), in the cost model's seconds;
+* ``queued_prefill_tokens`` += the same seconds at this prompt's mean per-token cost (``cost(L, L) / L``), for
+  the policies that count tokens (LMetric's ``q + L - c``).
+
+So a policy that scores cache affinity by ``c`` (LMetric, Dynamo, Preble, BaiLian, the llm-d scorers) scores it by
+what a move really costs: an evicted session whose prefix the tier holds costs every endpoint about the same fetch,
+and the queues decide. Without a global tier (``global_fetch_s_per_token`` unset) the snapshots are unchanged.
+
+**Overload fallback** (``piecesFallback: least-loaded``): SMetric's ``nobodyMeets: least-loaded``. If no endpoint
+meets the request's TTFT deadline (``SLACK x ttft_slo(L)``) by the tier-aware estimate
+(:func:`smetric.policy.estimates.tier_times_s`), and in colocated mode the TPOT guard, and the request can move
+at the cost of a fetch (a pool with a tier, and a first turn or a session whose prefix the tier holds), it goes to
+the least ``4 x waiting + running`` of the engines' gauges (ties round-robin), reason ``overload``. Otherwise the
+policy decides. SMetric's own ``nobodyMeets: least-loaded`` calls the same functions (:func:`movable`,
+:func:`nobody_meets`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Literal
+
+from pydantic import Field
+
+from smetric.core.names import REASON_OVERLOAD
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy.base import Decision, Policy, PolicyParams
+from smetric.policy.estimates import (
+    local_hit,
+    nonneg,
+    prompt_tokens,
+    request_slo,
+    tier_times_s,
+    tpot_guard_ok,
+)
+from smetric.policy.load_balance import queue_load
+from smetric.policy.params import HitRatioParams, SlackParams
+from smetric.policy.select import RoundRobinTies
+
+PIECES_SUFFIX = "+pieces"
+
+
+class PiecesParams(HitRatioParams, SlackParams):
+    """The pieces' switches (HIT_RATIO and SLACK as SMetric's: the movable test and the deadline)."""
+
+    pieces_tier_aware: bool = Field(
+        default=True,
+        description="X+pieces: show the policy the tier-aware work estimate (hit = max(c, g), the fetch "
+        "and the queued fetch added to the queue); false = the policy's own view (ablation).",
+    )
+    pieces_fallback: Literal["least-loaded", "none"] = Field(
+        default="least-loaded",
+        description="X+pieces: when no endpoint meets the TTFT deadline by the tier-aware estimate and "
+        "the request can move at the cost of a fetch, the least 4 x waiting + running (least-loaded); "
+        "none = the policy decides (ablation).",
+    )
+
+
+def movable(
+    request: RequestView, endpoints: Sequence[EndpointSnapshot], params: PolicyParams, hit_ratio: float
+) -> bool:
+    """The request can go anywhere at the cost of a fetch, not a recompute: the pool has a global tier and the
+    request is a first turn or its session's prefix is in that tier (``g > HIT_RATIO * est_hit``). Without a tier,
+    moving a long session recomputes it (spreading by queue length then lost up to 97 %, docs/policies.md)."""
+    if params.global_fetch_s_per_token is None:
+        return False
+    if request.turn <= 0:
+        return True
+    g = max((ep.global_hit_tokens for ep in endpoints), default=0)
+    return g > hit_ratio * max(0, request.est_hit_tokens)
+
+
+def meets(
+    request: RequestView,
+    endpoints: Sequence[EndpointSnapshot],
+    params: PolicyParams,
+    slack: float,
+    times_s: Sequence[float],
+) -> list[bool]:
+    """Per endpoint, whether ``times_s`` (TTFT estimates) is within ``SLACK x ttft_slo(L)``, and in colocated mode
+    the endpoint's running decodes keep their TPOT SLO (SMetric's ``meets``, Appendix B)."""
+    slo = request_slo(request, params)
+    deadline_s = slack * slo.ttft_slo_s(prompt_tokens(request))
+    if params.mode != "colocated":
+        return [t <= deadline_s for t in times_s]
+    return [
+        t <= deadline_s and tpot_guard_ok(ep, t, deadline_s, slo.tpot_s, params.decode_step)
+        for t, ep in zip(times_s, endpoints, strict=True)
+    ]
+
+
+def nobody_meets(
+    request: RequestView, endpoints: Sequence[EndpointSnapshot], params: PolicyParams, slack: float
+) -> bool:
+    """No endpoint meets by the tier-aware estimate (with the queued fetch)."""
+    times = tier_times_s(request, endpoints, params.cost_model, params.global_fetch_s_per_token, True)
+    return not any(meets(request, endpoints, params, slack, times))
+
+
+def least_loaded(
+    endpoints: Sequence[EndpointSnapshot], ties: RoundRobinTies
+) -> tuple[int, tuple[float, ...]]:
+    """The least ``4 * waiting + running`` of the engines' own gauges (ties round-robin) and the loads."""
+    loads = tuple(map(queue_load, endpoints))
+    return ties.argmin(loads), loads
+
+
+def tier_aware_view(
+    request: RequestView, endpoints: Sequence[EndpointSnapshot], params: PolicyParams
+) -> list[EndpointSnapshot]:
+    """The snapshots as the ledger charges them (module docstring); unchanged without a global tier."""
+    fetch = params.global_fetch_s_per_token
+    if fetch is None:
+        return list(endpoints)
+    n = prompt_tokens(request)
+    per_token_s = params.cost_model.cost(n, n) / n if n > 0 else 0.0
+    out: list[EndpointSnapshot] = []
+    for ep in endpoints:
+        c = local_hit(request, ep)
+        h = max(c, min(max(0, ep.global_hit_tokens), n))
+        extra_s = (h - c) * fetch + nonneg(ep.queued_fetch_s)
+        if h == c and extra_s == 0.0:
+            out.append(ep)
+            continue
+        extra_tokens = extra_s / per_token_s if per_token_s > 0 else 0.0
+        out.append(
+            replace(
+                ep,
+                local_hit_tokens=h,
+                queued_prefill_cost=nonneg(ep.queued_prefill_cost) + extra_s,
+                queued_prefill_tokens=nonneg(ep.queued_prefill_tokens) + extra_tokens,
+            )
+        )
+    return out
+
+
+class WithPieces:
+    """Policy ``inner`` with the framework pieces (module docstring). Decisions index the caller's endpoints."""
+
+    def __init__(self, inner: Policy, params: PolicyParams) -> None:
+        self._inner = inner
+        self._params = params
+        own = params.get(PiecesParams)
+        self._tier_aware = own.pieces_tier_aware
+        self._fallback = own.pieces_fallback == "least-loaded"
+        self._hit_ratio = own.hit_ratio
+        self._slack = own.slack
+        self._ties = RoundRobinTies()
+        self.name = inner.name + PIECES_SUFFIX
+
+    @property
+    def inner(self) -> Policy:
+        return self._inner
+
+    def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:
+        p = self._params
+        if (
+            self._fallback
+            and movable(request, endpoints, p, self._hit_ratio)
+            and nobody_meets(request, endpoints, p, self._slack)
+        ):
+            target, loads = least_loaded(endpoints, self._ties)
+            return Decision(target, REASON_OVERLOAD, loads)
+        shown = tier_aware_view(request, endpoints, p) if self._tier_aware else endpoints
+        return self._inner.pick(request, shown)
+
+    def on_dispatch(self, request: RequestView, endpoint: str) -> None:
+        self._inner.on_dispatch(request, endpoint)
