@@ -73,7 +73,7 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
     }
 
 
-def _pool_preset(spec: SMetricPoolSpec) -> InstancePreset | None:
+def pool_preset(spec: SMetricPoolSpec) -> InstancePreset | None:
     """The preset of the pool's model with its KV dtype and tensor parallelism; ``None`` for a
     model no preset describes or a parallelism the preset cannot take."""
     base = next((n for n, p in PRESETS.items() if p.model.name == spec.model.name), None)
@@ -92,7 +92,7 @@ def default_global_fetch_s_per_token(spec: SMetricPoolSpec) -> float | None:
     LMCache + Mooncake throughput (``InstancePreset.global_fetch_s_per_token``), with the pool's KV
     dtype and tensor parallelism; ``None`` for a model no preset describes (the policies then
     credit local hits only)."""
-    preset = _pool_preset(spec)
+    preset = pool_preset(spec)
     return None if preset is None else preset.global_fetch_s_per_token
 
 
@@ -102,7 +102,7 @@ def default_global_segment_tokens(spec: SMetricPoolSpec) -> int | None:
     token. Per pod, so the picker scales it by the engines it discovers and a scale or an
     autoscaler never changes the picker's config (nor rolls it). ``None`` (fully provisioned) for
     a model without a preset."""
-    preset = _pool_preset(spec)
+    preset = pool_preset(spec)
     if preset is None:
         return None
     return max(1, int(quantity_bytes(spec.global_kv.segment_size) // preset.model.kv_bytes_per_token))
