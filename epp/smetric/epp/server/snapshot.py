@@ -12,7 +12,9 @@ both optional:
   restarted replica decides as the warm one does from its first request.
 
 Format: JSON ``{"version": 1, "tokens_per_key": T, "saved_at": unix_s, "endpoints": {address:
-base64(uint64 little-endian keys, least recent first)}}``. A snapshot whose ``tokens_per_key``
+base64(uint64 little-endian keys, least recent first)}, "responses": {response_id: address}}``
+(``responses``: the Responses follow-up map, :mod:`smetric.epp.server.affinity`, least recent first;
+absent in older snapshots and without the map). A snapshot whose ``tokens_per_key``
 differs (another ``--block-size``) is ignored with a warning; so is an unreadable one.
 
 Both indexes are snapshotted: the approximate one's learned keys, the precise one's per-endpoint
@@ -37,6 +39,8 @@ import numpy as np
 import orjson
 from aiohttp import web
 
+from smetric.epp.server.affinity import ResponseAffinity
+
 log = logging.getLogger(__name__)
 
 
@@ -54,7 +58,7 @@ class SnapshotIndex(Protocol):
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024  # a peer's answer larger than this is refused
 
 
-def dump(index: SnapshotIndex) -> bytes:
+def dump(index: SnapshotIndex, responses: ResponseAffinity | None = None) -> bytes:
     endpoints = {
         address: base64.b64encode(np.asarray(keys, dtype="<u8").tobytes()).decode()
         for address, keys in index.export_state().items()
@@ -65,11 +69,14 @@ def dump(index: SnapshotIndex) -> bytes:
         "saved_at": time.time(),
         "endpoints": endpoints,
     }
+    if responses is not None:
+        doc["responses"] = responses.export_state()
     return orjson.dumps(doc)
 
 
-def load(index: SnapshotIndex, data: bytes, source: str) -> bool:
-    """Replace ``index``'s state with the snapshot; ``False`` (and a warning) if it does not fit."""
+def load(index: SnapshotIndex, data: bytes, source: str, responses: ResponseAffinity | None = None) -> bool:
+    """Replace ``index``'s state (and ``responses``' entries) with the snapshot; ``False`` (and a
+    warning) if it does not fit."""
     try:
         doc = orjson.loads(data)
         if doc.get("version") != 1 or doc.get("tokens_per_key") != index.tokens_per_key:
@@ -84,10 +91,13 @@ def load(index: SnapshotIndex, data: bytes, source: str) -> bool:
             str(address): np.frombuffer(base64.b64decode(raw), dtype="<u8").tolist()
             for address, raw in dict(doc["endpoints"]).items()
         }
+        followups = dict(doc.get("responses") or {})
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         log.warning("snapshot from %s is unreadable (%s): ignored", source, exc)
         return False
     index.import_state(state)
+    if responses is not None:
+        responses.import_state(followups)
     log.info(
         "prefix index restored from %s",
         source,
@@ -107,8 +117,10 @@ class StateKeeper:
         peers: tuple[str, ...] = (),
         serve_port: int = 0,
         host: str = "127.0.0.1",
+        responses: ResponseAffinity | None = None,
     ) -> None:
         self.index = index
+        self.responses = responses
         self.path = Path(path) if path else None
         self.interval_s = interval_s
         self.peers = peers
@@ -129,13 +141,17 @@ class StateKeeper:
                 ):
                     if resp.status == 200:
                         data = await resp.content.read(MAX_SNAPSHOT_BYTES + 1)
-                        if len(data) <= MAX_SNAPSHOT_BYTES and load(self.index, data, url):
+                        if len(data) <= MAX_SNAPSHOT_BYTES and load(self.index, data, url, self.responses):
                             self.restored_from = url
                             return url
             except (aiohttp.ClientError, TimeoutError) as exc:
                 log.info("peer %s has no snapshot (%s)", peer, exc)
         path = self.path
-        if path is not None and path.is_file() and load(self.index, path.read_bytes(), str(path)):
+        if (
+            path is not None
+            and path.is_file()
+            and load(self.index, path.read_bytes(), str(path), self.responses)
+        ):
             self.restored_from = str(path)
         return self.restored_from
 
@@ -144,7 +160,7 @@ class StateKeeper:
             return
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            tmp.write_bytes(dump(self.index))
+            tmp.write_bytes(dump(self.index, self.responses))
             os.replace(tmp, self.path)
         except OSError as exc:
             log.warning("cannot write the state file %s: %s", self.path, exc)
@@ -160,7 +176,7 @@ class StateKeeper:
             await web.TCPSite(self._runner, self.host, self.serve_port).start()
 
     async def _serve(self, _: web.Request) -> web.Response:
-        return web.Response(body=dump(self.index), content_type="application/json")
+        return web.Response(body=dump(self.index, self.responses), content_type="application/json")
 
     async def _periodic(self) -> None:
         while True:
