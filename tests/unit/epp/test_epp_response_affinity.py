@@ -120,7 +120,7 @@ def test_previous_response_id_is_parsed_from_responses_bodies_only() -> None:
     assert parsed({"input": "go on"}) == ""
     assert parsed({"input": "go on", "previous_response_id": 7}) == ""  # not a string: ignored
     assert parsed({"input": "x", "previous_response_id": "r" * (MAX_RESPONSE_ID_CHARS + 1)}) == ""
-    chat = {"messages": [{"role": "user", "content": "x"}], "previous_response_id": RID}
+    chat: dict[str, object] = {"messages": [{"role": "user", "content": "x"}], "previous_response_id": RID}
     assert parsed(chat, "/v1/chat/completions") == ""
 
 
@@ -200,3 +200,49 @@ def test_the_map_survives_a_restart_through_the_snapshot() -> None:
     older = orjson.loads(data)
     del older["responses"]  # a snapshot written without the map still loads
     assert load(_Index(), orjson.dumps(older), "test", ResponseAffinity())
+
+
+async def test_a_replica_pushes_what_it_learns_to_its_peers() -> None:
+    """StateKeeper: a response id learned by one picker reaches its peer's map within the push
+    interval; the peer's /responses refuses oversize and malformed bodies."""
+    import asyncio
+
+    import aiohttp
+
+    from smetric.epp.envoy import free_port
+    from smetric.epp.server.snapshot import MAX_PUSH_BYTES, PUSH_INTERVAL_S, StateKeeper
+
+    port = free_port()
+    receiver = StateKeeper(_Index(), serve_port=port, responses=ResponseAffinity())
+    sender_map = ResponseAffinity()
+    sender = StateKeeper(_Index(), peers=(f"127.0.0.1:{port}",), responses=sender_map)
+    await receiver.start()
+    await sender.start()
+    try:
+        sender_map.remember(RID, EPS[1])
+        assert receiver.responses is not None
+        for _ in range(100):
+            if receiver.responses.lookup(RID) is not None:
+                break
+            await asyncio.sleep(PUSH_INTERVAL_S)
+        assert receiver.responses.lookup(RID) == EPS[1]
+        async with aiohttp.ClientSession() as http:
+            url = f"http://127.0.0.1:{port}/responses"
+            async with http.post(url, data=b"[1]") as r:
+                assert r.status == 400
+            async with http.post(url, data=b"{" + b" " * MAX_PUSH_BYTES + b"}") as r:
+                assert r.status == 413
+            async with http.post(url, data=orjson.dumps({"resp_x": "10.9.9.9:1", "bad": 1})) as r:
+                assert r.status == 200 and (await r.json())["taken"] == 1
+    finally:
+        await sender.stop()
+        await receiver.stop()
+
+
+def test_the_outbox_is_bounded() -> None:
+    from smetric.epp.server.snapshot import MAX_OUTBOX, StateKeeper
+
+    keeper = StateKeeper(_Index(), peers=("127.0.0.1:1",), responses=ResponseAffinity())
+    for i in range(MAX_OUTBOX + 5):
+        keeper.learned(f"resp_{i}", EPS[0])
+    assert len(keeper._outbox) == MAX_OUTBOX and keeper.push_dropped == 5

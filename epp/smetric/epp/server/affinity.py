@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 ID_PATTERN = re.compile(r"resp_[A-Za-z0-9_-]{1,128}")
 ADDRESS_PATTERN = re.compile(r"[A-Za-z0-9.:\[\]_-]{1,64}")
@@ -56,6 +56,9 @@ class ResponseAffinity:
         self._map: OrderedDict[str, str] = OrderedDict()
         self._bytes = 0
         self.evicted = 0
+        # Told each entry learned from this picker's own responses (the peer push of
+        # smetric.epp.server.snapshot.StateKeeper); not entries imported from a snapshot or a peer.
+        self.listener: Callable[[str, str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._map)
@@ -68,11 +71,13 @@ class ResponseAffinity:
     def _cost(response_id: str, address: str) -> int:
         return len(response_id) + len(address) + ENTRY_OVERHEAD_BYTES
 
-    def remember(self, response_id: str, address: str) -> bool:
+    def remember(self, response_id: str, address: str, notify: bool = True) -> bool:
         """Record where ``response_id`` lives; ``False`` (nothing stored) for a malformed id or
-        address."""
+        address. ``notify``: tell the listener (an entry this picker learned itself)."""
         if not valid_id(response_id) or ADDRESS_PATTERN.fullmatch(address) is None:
             return False
+        if notify and self.listener is not None:
+            self.listener(response_id, address)
         old = self._map.pop(response_id, None)
         if old is not None:
             self._bytes -= self._cost(response_id, old)
@@ -110,6 +115,6 @@ class ResponseAffinity:
             self._bytes = 0
         taken = 0
         for rid, address in state.items():
-            if isinstance(address, str) and self.remember(str(rid), address):
+            if isinstance(address, str) and self.remember(str(rid), address, notify=False):
                 taken += 1
         return taken

@@ -10,6 +10,11 @@ both optional:
 * ``--snapshot-port N`` serves ``GET /snapshot`` (the same bytes); ``--peers host:port,...`` makes a
   starting picker fetch the first answering peer's snapshot before it reports ready, so a new or
   restarted replica decides as the warm one does from its first request.
+* Responses follow-ups (:mod:`smetric.epp.server.affinity`) between running replicas: a response
+  id a picker learns (at its answer's first bytes) is POSTed to every peer's ``/responses`` within
+  ``PUSH_INTERVAL_S`` (batched; at most ``MAX_OUTBOX`` waiting, the oldest dropped; each POST bounded
+  by ``PUSH_TIMEOUT_S``; a peer that does not answer misses that batch). A follow-up comes after its
+  previous response ended, so the replica it reaches already knows where that response lives.
 
 Format: JSON ``{"version": 1, "tokens_per_key": T, "saved_at": unix_s, "endpoints": {address:
 base64(uint64 little-endian keys, least recent first)}, "responses": {response_id: address}}``
@@ -56,6 +61,10 @@ class SnapshotIndex(Protocol):
 
 
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024  # a peer's answer larger than this is refused
+MAX_PUSH_BYTES = 4 * 1024 * 1024  # a peer's /responses POST larger than this is refused (413)
+MAX_OUTBOX = 10_000  # learned response ids waiting for the next push
+PUSH_INTERVAL_S = 0.05
+PUSH_TIMEOUT_S = 1.0
 
 
 def dump(index: SnapshotIndex, responses: ResponseAffinity | None = None) -> bytes:
@@ -127,8 +136,58 @@ class StateKeeper:
         self.serve_port = serve_port
         self.host = host
         self._task: asyncio.Task[None] | None = None
+        self._pusher: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self.restored_from = ""
+        self._outbox: dict[str, str] = {}
+        self._pending = asyncio.Event()
+        self.push_dropped = 0
+        if responses is not None and peers:
+            responses.listener = self.learned
+
+    def learned(self, response_id: str, address: str) -> None:
+        """A response id this picker learned: pushed to the peers with the next batch."""
+        if len(self._outbox) >= MAX_OUTBOX:
+            self._outbox.pop(next(iter(self._outbox)))
+            self.push_dropped += 1
+        self._outbox[response_id] = address
+        self._pending.set()
+
+    async def _push(self) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PUSH_TIMEOUT_S)) as session:
+            while True:
+                await self._pending.wait()
+                await asyncio.sleep(PUSH_INTERVAL_S)  # batch what arrives meanwhile
+                self._pending.clear()
+                batch, self._outbox = orjson.dumps(self._outbox), {}
+                await asyncio.gather(*(self._post(session, peer, batch) for peer in self.peers))
+
+    @staticmethod
+    async def _post(session: aiohttp.ClientSession, peer: str, batch: bytes) -> None:
+        try:
+            async with session.post(
+                f"http://{peer}/responses", data=batch, headers={"content-type": "application/json"}
+            ) as resp:
+                await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.debug("peer %s missed a response-id batch (%s)", peer, exc)
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        if self.responses is None:
+            return web.Response(status=404)
+        if (request.content_length or 0) > MAX_PUSH_BYTES:
+            return web.Response(status=413)
+        raw = await request.content.read(MAX_PUSH_BYTES + 1)
+        if len(raw) > MAX_PUSH_BYTES:
+            return web.Response(status=413)
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return web.Response(status=400)
+        if not isinstance(doc, dict):
+            return web.Response(status=400)
+        taken = self.responses.import_state(doc, replace=False)
+        return web.json_response({"taken": taken})
 
     async def restore(self, timeout_s: float = 2.0) -> str:
         """Peers first (the freshest state), then the file; returns where the state came from."""
@@ -168,9 +227,12 @@ class StateKeeper:
     async def start(self) -> None:
         if self.path is not None:
             self._task = asyncio.get_running_loop().create_task(self._periodic(), name="state-snapshot")
+        if self.responses is not None and self.peers:
+            self._pusher = asyncio.get_running_loop().create_task(self._push(), name="response-id-push")
         if self.serve_port:
-            app = web.Application()
+            app = web.Application(client_max_size=MAX_PUSH_BYTES)
             app.router.add_get("/snapshot", self._serve)
+            app.router.add_post("/responses", self._receive)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
             await web.TCPSite(self._runner, self.host, self.serve_port).start()
@@ -184,11 +246,12 @@ class StateKeeper:
             self.save()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._pusher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._pusher = None
         self.save()
         if self._runner is not None:
             await self._runner.cleanup()
