@@ -23,7 +23,7 @@ from smetric.emulator import anthropic_api, sse
 from smetric.emulator.anthropic_api import AnthropicShaper, CountTokensRequest, MessagesRequest
 from smetric.emulator.prompt import PreparedRequest
 from smetric.emulator.protocol import ApiError, BodyError, UsageFacts
-from smetric.emulator.responses_api import ResponsesRequest, ResponseStore, ResponsesShaper
+from smetric.emulator.responses_api import ResponsesRequest, ResponsesShaper, ResponseStore
 
 if TYPE_CHECKING:
     from smetric.emulator.instance import RequestHandle
