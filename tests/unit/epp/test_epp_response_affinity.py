@@ -246,3 +246,10 @@ def test_the_outbox_is_bounded() -> None:
     for i in range(MAX_OUTBOX + 5):
         keeper.learned(f"resp_{i}", EPS[0])
     assert len(keeper._outbox) == MAX_OUTBOX and keeper.push_dropped == 5
+
+
+async def test_a_peer_name_fans_out_to_every_address() -> None:
+    from smetric.epp.server.snapshot import _addresses
+
+    assert "127.0.0.1:9004" in await _addresses("localhost:9004")
+    assert await _addresses("no-such-host.invalid:9004") == ["no-such-host.invalid:9004"]

@@ -35,6 +35,7 @@ import base64
 import contextlib
 import logging
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Protocol
@@ -115,6 +116,24 @@ def load(index: SnapshotIndex, data: bytes, source: str, responses: ResponseAffi
     return True
 
 
+MAX_PEER_ADDRESSES = 64  # addresses one --peers name may resolve to
+
+
+async def _addresses(peer: str) -> list[str]:
+    """Every ``ip:port`` a peer name resolves to (a Kubernetes headless Service: one per replica,
+    this one included -- a batch sent to itself is merged as known); the name itself when it does
+    not resolve (the POST then fails and is logged)."""
+    host, _, port = peer.rpartition(":")
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host.strip("[]"), int(port), type=socket.SOCK_STREAM
+        )
+    except (OSError, ValueError):
+        return [peer]
+    ips = list(dict.fromkeys(str(info[4][0]) for info in infos))[:MAX_PEER_ADDRESSES]
+    return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip in ips] or [peer]
+
+
 class StateKeeper:
     """Periodic and final snapshots to ``path``; the peer server; the start-up restore."""
 
@@ -160,7 +179,8 @@ class StateKeeper:
                 await asyncio.sleep(PUSH_INTERVAL_S)  # batch what arrives meanwhile
                 self._pending.clear()
                 batch, self._outbox = orjson.dumps(self._outbox), {}
-                await asyncio.gather(*(self._post(session, peer, batch) for peer in self.peers))
+                targets = [t for peer in self.peers for t in await _addresses(peer)]
+                await asyncio.gather(*(self._post(session, t, batch) for t in targets))
 
     @staticmethod
     async def _post(session: aiohttp.ClientSession, peer: str, batch: bytes) -> None:
