@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 import yaml
 
 from smetric.bench.procs import BenchError, Supervisor, free_port, free_port_range, wait_http_ok
+from smetric.core.gatewaytimeouts import GatewayTimeouts
+from smetric.core.presets import get_preset
 
 if TYPE_CHECKING:  # the picker's package is imported only when a picker row runs
     from smetric.epp.envoy import EnvoyOptions
@@ -197,7 +199,10 @@ class PickerFrontend:
             await wait_grpc_serving(f"{HOST}:{health_port}", sup, self.startup_timeout_s, name)
             grpc_ports.append(grpc_port)
         listen_port, admin_port = free_port(), free_port()
-        options = self.envoy_options(cluster, listen_port, admin_port, *grpc_ports)
+        # The gateway's timeouts from the emulated engines' cost model at the model's full length,
+        # on the emulator's clock (smetric.core.gatewaytimeouts).
+        timeouts = GatewayTimeouts.for_preset(get_preset(spec.preset), time_scale=spec.time_scale)
+        options = self.envoy_options(cluster, listen_port, admin_port, *grpc_ports).with_timeouts(timeouts)
         bootstrap_path = work_dir / "envoy.json"
         bootstrap_path.write_text(json.dumps(bootstrap(options)))
         envoy_argv = [str(envoy), "-c", str(bootstrap_path), "--disable-hot-restart", "--log-level", "warning",
@@ -217,7 +222,6 @@ def picker_parameters(preset_name: str, token_cost_scale: float) -> dict[str, ob
     k = token_cost_scale
     if k == 1.0:
         return {}
-    from smetric.core.presets import get_preset
     from smetric.policy import DecodeStepModel
 
     preset = get_preset(preset_name)

@@ -156,6 +156,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("state-interval-ms", int, 2000, "how often --state-file is written"),
     Flag("snapshot-port", int, 0, "serve GET /snapshot (the index) for peer replicas; 0 = off"),
     Flag("peers", str, "", "host:port,... of peer replicas' --snapshot-port: fetched at start-up"),
+    Flag(
+        "response-affinity-entries",
+        int,
+        100_000,
+        "Responses follow-ups: remember this many response id -> engine entries (LRU, also bounded to "
+        "32 MiB) and route a request naming previous_response_id to that engine; snapshotted with the "
+        "index; 0 = off (follow-ups routed by the policy)",
+    ),
     Flag("hash-seed", str, "0", "PYTHONHASHSEED shared with the engines (precise block hashes)"),
     Flag(
         "hash-algo",

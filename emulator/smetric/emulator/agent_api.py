@@ -23,7 +23,7 @@ from smetric.emulator import anthropic_api, sse
 from smetric.emulator.anthropic_api import AnthropicShaper, CountTokensRequest, MessagesRequest
 from smetric.emulator.prompt import PreparedRequest
 from smetric.emulator.protocol import ApiError, BodyError, UsageFacts
-from smetric.emulator.responses_api import ResponsesRequest, ResponsesShaper
+from smetric.emulator.responses_api import ResponsesRequest, ResponsesShaper, ResponseStore
 
 if TYPE_CHECKING:
     from smetric.emulator.instance import RequestHandle
@@ -107,6 +107,7 @@ class AgentRoutes:
 
     def __init__(self, server: InstanceServer) -> None:
         self.server = server
+        self.stored = ResponseStore()  # the responses this instance holds (previous_response_id)
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         return await self._handle(request, "anthropic")
@@ -152,6 +153,8 @@ class AgentRoutes:
             server.check_faults()
             raw = await request.read()
             req, prepared = await loop.run_in_executor(server.executor, self._prepare, api, raw)
+            if isinstance(req, ResponsesRequest):
+                self.stored.check(req)
             handle = server.instance.submit(prepared, request_id, received)
         except ApiError as exc:
             return error_for(api, exc)
@@ -167,6 +170,10 @@ class AgentRoutes:
         finally:
             server.instance.abort(handle)  # no-op when finished; a client gone aborts the request
 
+    def _store(self, shaper: Shaper) -> None:
+        if isinstance(shaper, ResponsesShaper) and shaper.stores:
+            self.stored.add(shaper.id)
+
     def _usage(self, handle: RequestHandle, n: int) -> UsageFacts:
         block = self.server.instance.engine.config.block_tokens
         return UsageFacts.of(handle.prompt.num_tokens, n, handle.cached_tokens, block)
@@ -179,6 +186,7 @@ class AgentRoutes:
             exc = ApiError(503, _ABORTED)
             return error_response(exc, shaper.error_body(exc))
         text = self.server.prompter.filler_text(n)
+        self._store(shaper)
         return web.Response(
             body=orjson.dumps(shaper.full(text, self._usage(handle, n))), content_type="application/json"
         )
@@ -228,6 +236,7 @@ class AgentRoutes:
                 "engine_e2e_s": handle.engine_e2e_s,
             }
             tail = shaper.closing(self._usage(handle, n), timing, "".join(pieces))
+            self._store(shaper)
             await resp.write(b"".join(sse.event_frame(e) for e in tail))
         await resp.write_eof()
         return resp

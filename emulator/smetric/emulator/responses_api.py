@@ -22,6 +22,13 @@ Sources (vLLM 0.32.0, ``vllm/entrypoints/openai/responses/``):
 * ``api_router.py`` ``_convert_stream_to_sse_events`` (l. 34-45): each event framed
   ``event: <type>\\ndata: <json>\\n\\n``; errors before the stream are vLLM's OpenAI error body.
 
+Stored responses (``serving.py`` ``create_responses``): a completed response is kept in the
+instance's memory unless the request says ``store: false`` (vLLM stores it when
+``VLLM_ENABLE_RESPONSES_API_STORE`` is set); a request whose ``previous_response_id`` this instance
+does not hold gets vLLM's 404 ``Response with id '...' not found.`` (``_make_not_found_error``) --
+a follow-up sent to another engine fails. Only the ids are kept (:class:`ResponseStore`, bounded):
+the follow-up's prompt is what the request carries.
+
 Because the first bytes of a Responses stream precede the first token, a client (or the picker)
 that times the first token must wait for the first ``response.output_text.delta``.
 
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -160,6 +168,29 @@ def usage(u: UsageFacts) -> dict[str, Any]:
     }
 
 
+class ResponseStore:
+    """The ids of the responses one instance stored, oldest dropped past ``max_entries``."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        self.max_entries = max_entries
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, response_id: object) -> bool:
+        return response_id in self._ids
+
+    def add(self, response_id: str) -> None:
+        self._ids[response_id] = None
+        self._ids.move_to_end(response_id)
+        while len(self._ids) > self.max_entries:
+            self._ids.popitem(last=False)
+
+    def check(self, req: ResponsesRequest) -> None:
+        """vLLM's 404 for a ``previous_response_id`` this instance does not hold."""
+        prev = req.previous_response_id
+        if prev is not None and prev not in self:
+            raise ApiError(404, f"Response with id '{prev}' not found.", "previous_response_id")
+
+
 class ResponsesShaper:
     """The bodies and stream events of one ``/v1/responses`` request."""
 
@@ -173,6 +204,10 @@ class ResponsesShaper:
         self.req = req
         self.created = int(time.time())
         self._seq = 0
+
+    @property
+    def stores(self) -> bool:
+        return (self.req.model_extra or {}).get("store", True) is not False
 
     def _event(self, body: dict[str, Any]) -> dict[str, Any]:
         body["sequence_number"] = self._seq

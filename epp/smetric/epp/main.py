@@ -39,6 +39,7 @@ from smetric.epp.obs.logging import (
 )
 from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
 from smetric.epp.reload import ConfigReloader
+from smetric.epp.server.affinity import ResponseAffinity
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.keyrecipe import KeyRecipe
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
@@ -75,6 +76,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         staleness_s=s.staleness_s,
         is_stale=datastore.is_stale,
         on_dispatch=datastore.dispatched,
+        response_affinity_entries=s.response_affinity_entries,
     )
     renderer = None
     if s.prefix_index == "precise":  # the index must see the text the engines tokenize
@@ -116,7 +118,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, toggle_decision_log)
-    keeper = state_keeper(s, datastore.index)
+    keeper = state_keeper(s, datastore.index, picker.responses)
     reloader = config_reloader(s, servicer, datastore, models)
     metrics_server = authenticated_metrics(s, registry)
     await datastore.start()
@@ -221,8 +223,11 @@ def authenticated_metrics(settings: PickerSettings, registry: CollectorRegistry)
     return MetricsServer(registry, settings.bind_address, settings.metrics_port, authorizer)
 
 
-def state_keeper(settings: PickerSettings, index: object) -> StateKeeper | None:
-    """``--state-file`` / ``--snapshot-port`` / ``--peers``, for either prefix index."""
+def state_keeper(
+    settings: PickerSettings, index: object, responses: ResponseAffinity | None = None
+) -> StateKeeper | None:
+    """``--state-file`` / ``--snapshot-port`` / ``--peers``, for either prefix index (and the
+    Responses follow-up map with it)."""
     from smetric.epp.index.approximate import ApproximateIndex
     from smetric.epp.index.precise import PreciseIndex
 
@@ -230,7 +235,9 @@ def state_keeper(settings: PickerSettings, index: object) -> StateKeeper | None:
     wanted = s.state_file or s.snapshot_port or s.peers
     if not wanted or not isinstance(index, ApproximateIndex | PreciseIndex):
         return None
-    return StateKeeper(index, s.state_file, s.state_interval_s, s.peers, s.snapshot_port, s.bind_address)
+    return StateKeeper(
+        index, s.state_file, s.state_interval_s, s.peers, s.snapshot_port, s.bind_address, responses=responses
+    )
 
 
 def settle_gc() -> None:

@@ -67,6 +67,7 @@ class PickerSettings:
     state_interval_s: float
     snapshot_port: int
     peers: tuple[str, ...]
+    response_affinity_entries: int  # Responses follow-up map (0 = off)
     # upstream picker flags (smetric.epp.upstream.flags)
     config_text: str
     leader_election: bool
@@ -117,6 +118,7 @@ class PickerSettings:
             state_interval_s=args.state_interval_ms / 1000.0,
             snapshot_port=args.snapshot_port,
             peers=tuple(p.strip() for p in args.peers.split(",") if p.strip()),
+            response_affinity_entries=args.response_affinity_entries,
             config_text=args.config_text,
             leader_election=args.ha_enable_leader_election,
             metrics_auth=up.metrics_auth,

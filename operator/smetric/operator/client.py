@@ -46,6 +46,7 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("networking.gke.io/v1", "GCPBackendPolicy"),
     ("networking.istio.io/v1alpha3", "EnvoyFilter"),
     ("gateway.envoyproxy.io/v1alpha1", "ClientTrafficPolicy"),
+    ("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
 )

@@ -16,6 +16,7 @@ from smetric.operator.render_kv import mooncake_master
 from smetric.operator.render_monitors import pod_monitors
 from smetric.operator.render_netpol import network_policies
 from smetric.operator.render_picker import picker
+from smetric.operator.render_timeouts import gateway_timeouts
 from smetric.operator.spec import SMetricPoolSpec, parse_spec
 
 
@@ -33,6 +34,7 @@ def render_children(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
     if route is not None:
         children.append(route)
     children += provider_objects(pool, spec)
+    children += gateway_timeouts(pool, spec)
     children += client_limits(pool, spec)
     children += pod_monitors(pool, spec)
     return [stamp_hash(child) for child in children]

@@ -5,11 +5,14 @@ them (config/charts/inferencepool/templates/istio.yaml, gke.yaml):
 * ``istio``: a ``DestinationRule`` for the picker Service with ``tls.mode: SIMPLE`` and
   ``insecureSkipVerify`` (the picker's certificate is self-signed unless ``router.certSecretName``).
 * ``gke``: ``HealthCheckPolicy`` (HTTP ``/health`` on the target port) and ``GCPBackendPolicy``
-  (backend timeout) targeting the InferencePool.
+  (backend timeout: the whole response, ``render_timeouts.pool_timeouts(spec).route_s``) targeting
+  the InferencePool.
 * ``kgateway``, ``envoy-gateway``: nothing beyond the InferencePool and HTTPRoute (kgateway connects
   to the picker with TLS, skipping verification: GIE PR #1085 guidance; for a gateway that speaks
   plaintext h2c set ``router.secureServing: false``).
 
+The timeouts (HTTPRoute ``timeouts.request``, GKE ``timeoutSec``, Envoy Gateway's
+BackendTrafficPolicy) are derived from the pool's longest prefill: :mod:`smetric.operator.render_timeouts`.
 The slow-client bounds of ``gateway.clientLimits`` (Envoy Gateway ClientTrafficPolicy, Istio
 EnvoyFilter) are rendered by :mod:`smetric.operator.render_client_limits`.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from smetric.core.gatewaytimeouts import whole_seconds
 from smetric.operator.meta import (
     COMPONENT_LABEL,
     MODEL_SERVER,
@@ -29,13 +33,13 @@ from smetric.operator.meta import (
 )
 from smetric.operator.render_engine import ENGINE_PORT
 from smetric.operator.render_picker import GRPC_PORT
+from smetric.operator.render_timeouts import duration, pool_timeouts
 from smetric.operator.spec import SMetricPoolSpec
 
 INFERENCE_GROUP = "inference.networking.k8s.io"
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 # Header GIE's body-based routing (BBR) extension sets from the request body's `model`.
 MODEL_HEADER = "X-Gateway-Model-Name"
-BACKEND_TIMEOUT_S = 3600  # GKE backend timeout: long agent streams (upstream chart default is 300)
 
 
 def pool_selector(pool: PoolRef) -> dict[str, str]:
@@ -80,8 +84,9 @@ def http_route(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest | None:
             {
                 "matches": [match],
                 "backendRefs": [{"group": INFERENCE_GROUP, "kind": "InferencePool", "name": pool.name}],
-                # Agent turns can stream for minutes: no route-level request timeout.
-                "timeouts": {"request": "0s"},
+                # The whole request: a maximum-length prefill (retried once after a frozen engine),
+                # then a long generation (render_timeouts.py).
+                "timeouts": {"request": duration(pool_timeouts(spec).route_s)},
             }
         ],
     }
@@ -137,7 +142,10 @@ def provider_objects(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
                 "apiVersion": "networking.gke.io/v1",
                 "kind": "GCPBackendPolicy",
                 "metadata": metadata(pool, pool.name, ROUTING),
-                "spec": {"targetRef": target, "default": {"timeoutSec": BACKEND_TIMEOUT_S}},
+                "spec": {
+                    "targetRef": target,
+                    "default": {"timeoutSec": whole_seconds(pool_timeouts(spec).route_s)},
+                },
             },
         ]
     return []

@@ -16,7 +16,7 @@ from smetric.operator.meta import (
     selector_labels,
 )
 from smetric.operator.render_engine import ENGINE_PORT
-from smetric.operator.render_picker import GRPC_PORT, HEALTH_PORT, METRICS_PORT
+from smetric.operator.render_picker import GRPC_PORT, HEALTH_PORT, METRICS_PORT, SNAPSHOT_PORT
 from smetric.operator.spec import SMetricPoolSpec
 
 
@@ -25,7 +25,8 @@ def _ports(*numbers: int) -> list[dict[str, Any]]:
 
 
 def network_policies(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
-    """Ingress only: the picker on its gRPC/health/metrics ports (the gateway runs elsewhere); engines
+    """Ingress only: the picker on its gRPC/health/metrics ports (the gateway runs elsewhere) and,
+    with 2+ replicas, on its snapshot port from its own replicas; engines
     on their serving port from anywhere (gateway, sidecars, scrapers) and on every port from the
     pool's own pods (picker scrape + KV events, NIXL/Mooncake transfers); the Mooncake master from
     the pool's pods and on its metrics port. Egress stays open (hub downloads, RDMA control)."""
@@ -45,8 +46,12 @@ def network_policies(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
             },
         }
 
+    epp_rules: list[dict[str, Any]] = [{"ports": _ports(GRPC_PORT, HEALTH_PORT, METRICS_PORT)}]
+    if spec.picker_replicas >= 2:  # the replicas' snapshot port: from each other only
+        replicas = [{"podSelector": {"matchLabels": selector_labels(pool, EPP)}}]
+        epp_rules.append({"from": replicas, "ports": _ports(SNAPSHOT_PORT)})
     out = [
-        netpol(EPP, [{"ports": _ports(GRPC_PORT, HEALTH_PORT, METRICS_PORT)}]),
+        netpol(EPP, epp_rules),
         netpol(MODEL_SERVER, [{"ports": _ports(ENGINE_PORT)}, {"from": same_pool}]),
     ]
     if spec.global_kv.enabled:

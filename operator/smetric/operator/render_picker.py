@@ -5,7 +5,9 @@ volume every ``--state-interval-ms`` and at SIGTERM, and reads it at start, so a
 (a crash, an OOM kill, a failed liveness probe) routes follow-up turns where its predecessor did.
 A new pod (a rollout, a drained node) starts without the file; with 2+ replicas and the precise
 index (the defaults) the other replicas hold the same KV-event view meanwhile. 2+ replicas get a
-PodDisruptionBudget (maxUnavailable 1) and a rolling update that starts the new pod first.
+PodDisruptionBudget (maxUnavailable 1) and a rolling update that starts the new pod first, and a
+headless Service ``<pool>-epp-peers`` for ``--peers``: the replicas share the Responses follow-up map
+(a starting replica restores a peer's snapshot; each pushes the response ids it learns to all).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from smetric.operator.spec_rules import quantity_bytes
 GRPC_PORT = 9002
 HEALTH_PORT = 9003
 METRICS_PORT = 9090
+SNAPSHOT_PORT = 9004  # 2+ replicas: GET /snapshot, POST /responses between the replicas
 CONFIG_DIR = "/etc/smetric"
 CONFIG_FILE = f"{CONFIG_DIR}/config.yaml"
 CONFIG_HASH_ANNOTATION = "smetric.io/config-hash"
@@ -98,7 +101,7 @@ def served_models(spec: SMetricPoolSpec) -> tuple[str, ...]:
     return (spec.model.served,)
 
 
-def _pool_preset(spec: SMetricPoolSpec) -> InstancePreset | None:
+def pool_preset(spec: SMetricPoolSpec) -> InstancePreset | None:
     """The preset of the pool's model with its KV dtype and tensor parallelism; ``None`` for a
     model no preset describes or a parallelism the preset cannot take."""
     base = next((n for n, p in PRESETS.items() if p.model.name == spec.model.name), None)
@@ -117,7 +120,7 @@ def default_global_fetch_s_per_token(spec: SMetricPoolSpec) -> float | None:
     LMCache + Mooncake throughput (``InstancePreset.global_fetch_s_per_token``), with the pool's KV
     dtype and tensor parallelism; ``None`` for a model no preset describes (the policies then
     credit local hits only)."""
-    preset = _pool_preset(spec)
+    preset = pool_preset(spec)
     return None if preset is None else preset.global_fetch_s_per_token
 
 
@@ -127,7 +130,7 @@ def default_global_segment_tokens(spec: SMetricPoolSpec) -> int | None:
     token. Per pod, so the picker scales it by the engines it discovers and a scale or an
     autoscaler never changes the picker's config (nor rolls it). ``None`` (fully provisioned) for
     a model without a preset."""
-    preset = _pool_preset(spec)
+    preset = pool_preset(spec)
     if preset is None:
         return None
     return max(1, int(quantity_bytes(spec.global_kv.segment_size) // preset.model.kv_bytes_per_token))
@@ -155,6 +158,9 @@ def picker_args(pool: PoolRef, spec: SMetricPoolSpec) -> list[str]:
         "metrics-endpoint-auth": "false",
         "state-file": STATE_FILE,
     }
+    if spec.picker_replicas >= 2:  # the Responses follow-up map shared between the replicas
+        values["snapshot-port"] = SNAPSHOT_PORT
+        values["peers"] = f"{peers_service(pool)}.{pool.namespace}.svc:{SNAPSHOT_PORT}"
     if spec.router.secure_serving and spec.router.cert_secret_name:
         values["cert-path"] = TLS_DIR
     if spec.prefix_index == "precise":
@@ -166,6 +172,10 @@ def picker_args(pool: PoolRef, spec: SMetricPoolSpec) -> list[str]:
     if spec.router.leader_election:
         values["ha-enable-leader-election"] = "true"
     return render_args(values)
+
+
+def peers_service(pool: PoolRef) -> str:
+    return pool.child("epp-peers")
 
 
 def _config_map(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
@@ -276,6 +286,11 @@ def _deployment(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "grpc-health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+            *(
+                [{"name": "snapshot", "containerPort": SNAPSHOT_PORT, "protocol": "TCP"}]
+                if spec.picker_replicas >= 2
+                else []
+            ),
         ],
         # Start-up may load a tokenizer (hub download): up to 5 minutes before liveness applies.
         "startupProbe": {**live, "periodSeconds": 5, "failureThreshold": 60},
@@ -368,11 +383,32 @@ def _service(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
     }
 
 
+def _peers_service(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
+    """2+ replicas: a headless Service whose name resolves to every ready replica (``--peers``): a
+    starting replica restores a peer's snapshot, and each pushes the Responses follow-up entries it
+    learns to all of them (docs/picker.md, "Responses follow-ups")."""
+    if spec.picker_replicas < 2:
+        return []
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": metadata(pool, peers_service(pool), EPP),
+            "spec": {
+                "clusterIP": "None",
+                "selector": selector_labels(pool, EPP),
+                "ports": [{"name": "snapshot", "port": SNAPSHOT_PORT, "targetPort": SNAPSHOT_PORT}],
+            },
+        }
+    ]
+
+
 def picker(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
     return [
         _config_map(pool, spec),
         *_rbac(pool, spec),
         _deployment(pool, spec),
+        *_peers_service(pool, spec),
         _service(pool, spec),
         *_disruption_budget(pool, spec),
     ]

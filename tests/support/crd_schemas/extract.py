@@ -87,6 +87,14 @@ SOURCES: tuple[tuple[str, str, str, str, str, str], ...] = (
         "v1alpha1",
     ),
     (
+        "backendtrafficpolicy.json",
+        "envoyproxy/gateway",
+        "v1.9.0",
+        "charts/gateway-helm/charts/crds/crds/generated/gateway.envoyproxy.io_backendtrafficpolicies.yaml",
+        "BackendTrafficPolicy",
+        "v1alpha1",
+    ),
+    (
         "podmonitor.json",
         "prometheus-operator/prometheus-operator",
         "v0.87.0",
@@ -120,6 +128,7 @@ LATER: tuple[tuple[str, str, str, str, str, str], ...] = (
 # Output file -> {dotted object path: the properties kept there}.
 KEEP: dict[str, dict[str, tuple[str, ...]]] = {
     "destinationrule.json": {"spec": ("host", "trafficPolicy"), "spec.trafficPolicy": ("tls",)},
+    "backendtrafficpolicy.json": {"spec": ("targetRef", "targetRefs", "targetSelectors", "timeout")},
     "clienttrafficpolicy.json": {
         "spec": ("targetRef", "targetRefs", "targetSelectors", "timeout", "connection", "http2")
     },

@@ -200,3 +200,36 @@ async def test_count_tokens_is_the_prompt_a_generation_sees(cluster: RunningClus
     with pytest.raises(anthropic.NotFoundError):
         await claude.messages.count_tokens(model="other", messages=_turn1())  # type: ignore[arg-type]
     await claude.close()
+
+
+async def test_a_follow_up_needs_the_instance_that_stored_its_previous_response() -> None:
+    """vLLM keeps stored responses in the serving engine's memory: the instance that answered
+    finds previous_response_id, another answers 404 (as vLLM's _make_not_found_error)."""
+    c = await start_cluster(
+        EmulatorConfig(instances=2, port=free_port_block(2), model=MODEL, time_scale=0.01, max_model_len=4096)
+    )
+    try:
+        first, other = (
+            openai.AsyncOpenAI(base_url=f"http://{h}:{p}/v1", api_key="x", max_retries=0)
+            for h, p in (r.addresses[0][:2] for r in c.runners)
+        )
+        stream = await first.responses.create(
+            model=MODEL, input="Plan the fix.", stream=True, max_output_tokens=4
+        )
+        ids = [e.response.id async for e in stream if e.type == "response.completed"]
+        (rid,) = ids
+        follow = await first.responses.create(
+            model=MODEL, input="Go on.", previous_response_id=rid, max_output_tokens=4
+        )
+        assert follow.previous_response_id == rid
+        with pytest.raises(openai.NotFoundError, match="not found"):
+            await other.responses.create(
+                model=MODEL, input="Go on.", previous_response_id=rid, max_output_tokens=4
+            )
+        unstored = await first.responses.create(model=MODEL, input="x", store=False, max_output_tokens=4)
+        with pytest.raises(openai.NotFoundError):
+            await first.responses.create(
+                model=MODEL, input="y", previous_response_id=unstored.id, max_output_tokens=4
+            )
+    finally:
+        await c.stop()

@@ -82,7 +82,8 @@ async def test_first_reconcile_applies_everything_then_nothing() -> None:
     api = FakeApi()
     first = await run(api, pool(SPEC))
     # 8 core children + 2 PodDisruptionBudgets (engines, picker) + 2 NetworkPolicies (picker, engines)
-    assert len(first.applied) == 12 and first.deleted == ()
+    # + the picker replicas' peers Service
+    assert len(first.applied) == 13 and first.deleted == ()
     assert first.status["phase"] == "Progressing"
     api.applied.clear()
     second = await run(api, pool(SPEC, status=dict(first.status)))
@@ -284,7 +285,7 @@ async def test_a_refused_child_does_not_block_the_others() -> None:
     api = NoInferencePools()
     with pytest.raises(ChildApplyError, match="InferencePool/p"):
         await run(api, pool(SPEC))
-    assert "Deployment/p-prefill-decode" in api.applied and len(api.applied) == 11
+    assert "Deployment/p-prefill-decode" in api.applied and len(api.applied) == 12
     (status,) = api.statuses
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert status["phase"] == "Degraded" and degraded["reason"] == "ApplyFailed"

@@ -59,6 +59,7 @@ def test_colocated_engine_deployment() -> None:
             "RoleBinding",
             "Deployment",
             "Service",
+            "Service",  # the picker replicas' headless peers Service
             "Deployment",
             "PodDisruptionBudget",  # 4 replicas: maxUnavailable 1
             "PodDisruptionBudget",  # the picker's 2 default replicas

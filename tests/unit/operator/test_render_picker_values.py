@@ -63,6 +63,7 @@ def test_picker_renders_its_objects_in_the_namespace_of_the_pool() -> None:
         ("Role", "p-epp"),
         ("RoleBinding", "p-epp"),
         ("Deployment", "p-epp"),
+        ("Service", "p-epp-peers"),  # 2 replicas: their --peers (headless)
         ("Service", "p-epp"),
         ("PodDisruptionBudget", "p-epp"),
     ]
@@ -411,3 +412,28 @@ def test_picker_args_order_is_stable() -> None:
     args = picker_args(POOL, parse_spec(raw(router={"hashSeed": "7"})))
     assert args[6] == "--prefix-index=precise" and args[8] == "--hash-seed=7"
     assert args[-1] == "--tokenizer=org/m"
+
+
+def test_replicas_share_the_responses_map_through_a_headless_service() -> None:
+    """2+ replicas: --snapshot-port and --peers naming a headless Service of the replicas, whose
+    snapshot port only the replicas reach; one replica: none of it."""
+    from smetric.operator.render_netpol import network_policies
+
+    out = picker(POOL, parse_spec(raw()))
+    (peers,) = [m for m in out if m["metadata"]["name"] == "p-epp-peers"]
+    assert peers["spec"]["clusterIP"] == "None" and peers["spec"]["selector"] == SELECTOR
+    assert peers["spec"]["ports"] == [{"name": "snapshot", "port": 9004, "targetPort": 9004}]
+    args = next(m for m in out if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "--snapshot-port=9004" in args and "--peers=p-epp-peers.team-a.svc:9004" in args
+    (epp_policy, *_) = network_policies(POOL, parse_spec(raw()))
+    rule = epp_policy["spec"]["ingress"][-1]
+    assert rule["ports"] == [{"port": 9004, "protocol": "TCP"}]
+    assert rule["from"] == [{"podSelector": {"matchLabels": SELECTOR}}]
+    one = picker(POOL, parse_spec(raw(router={"replicas": 1})))
+    assert all(m["metadata"]["name"] != "p-epp-peers" for m in one)
+    one_args = next(m for m in one if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert not any(a.startswith(("--peers", "--snapshot-port")) for a in one_args)

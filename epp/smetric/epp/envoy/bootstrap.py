@@ -13,9 +13,10 @@ picker (the bench's baseline).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from smetric.core.gatewaytimeouts import GatewayTimeouts, default_timeouts
 from smetric.epp.envoy.hardening import (
     codec_limits,
     connection_limits,
@@ -60,6 +61,7 @@ _EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.Exter
 _ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 _HTTP_OPTS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _HTTP_OPTS_TYPE = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+_DEFAULT_TIMEOUTS = default_timeouts()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +115,8 @@ class EnvoyOptions:
     response_path: ResponsePath = "inline"
     failure_mode_allow: bool = False
     message_timeout_s: float = 10.0
-    route_timeout_s: float = 600.0
+    # The whole request: the silences below, then a long generation (GatewayTimeouts.route_s).
+    route_timeout_s: float = _DEFAULT_TIMEOUTS.route_s
     connect_timeout_s: float = 2.0
     buffer_limit_bytes: int = 32 * 1024 * 1024
     direct_port: int | None = None  # second listener straight to direct_backend (no picker)
@@ -129,16 +132,16 @@ class EnvoyOptions:
     # 0: no retry (and no per-try idle timeout); ORIGINAL_DST is then one header-driven cluster.
     retries: int = 2
     # An attempt silent this long is reset and, before its response, retried on the next fallback
-    # (a frozen engine); above the longest prefill (~153 s at 128k tokens). 0 = off.
-    per_try_idle_timeout_s: float = 200.0
-    # Longest silence of a healthy request: queueing + the prefill of the largest prompt before the
-    # first byte. The project's default cost model puts a 128k-token prefill at 153 s
-    # (PolicyParams().cost_model.cost(131072, 131072)), so no legitimate prefill trips it. Envoy does
-    # not restart this timer for a retry: a request whose first attempt waited out the per-try idle
-    # timeout on a frozen engine has what is left of it for the retry's first byte, so it is at
-    # least the per-try idle timeout + that prefill (200 + 153 s) plus room for queueing. The route
-    # timeout (whole request, generation included) stays 600 s.
-    stream_idle_timeout_s: float = 400.0
+    # (a frozen engine). The three timeouts come from smetric.core.gatewaytimeouts: derived from the
+    # pool's longest legitimate silence, a cold prefill of the maximum model length (default: the
+    # picker's default cost model at 262,144 tokens, 584 s): per-try idle 1.25 x that, so a
+    # request an engine accepted is re-sent only when the engine stopped answering; 0 = off.
+    # A pool with another model, length or time scale: EnvoyOptions.with_timeouts(GatewayTimeouts).
+    per_try_idle_timeout_s: float = _DEFAULT_TIMEOUTS.per_try_idle_s
+    # Longest silence of a healthy request. Envoy does not restart this timer for a retry: a request
+    # whose first attempt waited out the per-try idle timeout on a frozen engine has what is left of
+    # it for the retry's first byte, so it is the per-try idle timeout + 1.25 x the longest prefill.
+    stream_idle_timeout_s: float = _DEFAULT_TIMEOUTS.stream_idle_s
     picker_keepalive_s: float = 1.0  # PING interval and timeout: a stopped picker -> 500 in ~2 s
     # Slow clients (hardening.upload_bounds; 0 = off): headers within 10 s, the whole request within
     # 60 s (a 16 MiB body at >= 0.3 MB/s; the picker's 10 s decision budget usually ends a stalled
@@ -154,6 +157,16 @@ class EnvoyOptions:
     max_request_header_bytes: int = 60 * 1024
     max_request_headers: int = 100
     served_by_header: bool = False  # response header x-smetric-served-by: upstream ip:port (tests, chaos)
+
+    def with_timeouts(self, t: GatewayTimeouts) -> EnvoyOptions:
+        """These options with the per-try idle, stream idle and route timeouts derived for a pool
+        (``GatewayTimeouts.for_preset(preset, max_model_len, time_scale=...)``)."""
+        return replace(
+            self,
+            per_try_idle_timeout_s=t.per_try_idle_s,
+            stream_idle_timeout_s=t.stream_idle_s,
+            route_timeout_s=t.route_s,
+        )
 
 
 def _secs(s: float) -> str:

@@ -44,6 +44,12 @@ class ParsedBody:
     # its ``system`` first; Responses: one ``{role, content}`` per input item); empty for
     # completions. A precise prefix index renders these with the engine's chat template.
     messages: tuple[Any, ...] = ()
+    # Responses: the ``previous_response_id`` the request continues ("" none, or not a string of
+    # at most MAX_RESPONSE_ID_CHARS): the picker routes it to the engine holding that response.
+    previous_response_id: str = ""
+
+
+MAX_RESPONSE_ID_CHARS = 256
 
 
 def estimate_tokens(chars: int) -> int:
@@ -249,8 +255,12 @@ def parse_body(body: bytes | bytearray | memoryview, path: str = "") -> ParsedBo
         tokens = len(ids) if ids else estimate_tokens(len(text))
         return ParsedBody(api, model, text, tokens, 0, 0, stream, ids)
     r = _Renderer()
+    previous = ""
     if api == API_RESPONSES:
         _responses(doc, r)
+        prev = doc.get("previous_response_id")
+        if isinstance(prev, str) and len(prev) <= MAX_RESPONSE_ID_CHARS:
+            previous = prev
     else:
         _chat(doc, r)
     text = r.text()
@@ -263,4 +273,5 @@ def parse_body(body: bytes | bytearray | memoryview, path: str = "") -> ParsedBo
         estimate_tokens(r.hit_chars),
         stream,
         messages=tuple(r.messages),
+        previous_response_id=previous,
     )

@@ -12,6 +12,7 @@ from smetric.core.costmodel import CostModel
 from smetric.epp.config import PickerConfig, with_mode
 from smetric.epp.contracts import EndpointSource, PoolIndex
 from smetric.epp.obs.health import HealthReporter
+from smetric.epp.server.affinity import ResponseAffinity
 from smetric.epp.server.decide import Picker, Saturation
 from smetric.epp.server.servicer import ExtProcServicer
 from smetric.epp.server.tier_facts import build_tier_facts
@@ -34,6 +35,7 @@ def build_picker(
     is_stale: Callable[[str], bool] | None = None,
     on_dispatch: Callable[[str], None] | None = None,
     succeeds: Picker | None = None,
+    response_affinity_entries: int = 0,
 ) -> Picker:
     """One :class:`Picker` from the config. Each call makes fresh policy instances (own counters).
     ``is_stale``: the source's own staleness judgement (the datastore's), else the scrape age.
@@ -57,6 +59,13 @@ def build_picker(
         is_stale=is_stale,
         pd_decider=PdDecider(cfg.pdDisaggregation.nonCachedTokens),
         on_dispatch=on_dispatch,
+        responses=(
+            succeeds.responses
+            if succeeds is not None
+            else ResponseAffinity(response_affinity_entries)
+            if response_affinity_entries > 0
+            else None
+        ),
     )
     node_facts = uses_node_facts(cfg.policy.name)
     # g needs a global tier; without one only a policy that reads nodes and footprint needs them

@@ -36,6 +36,7 @@ from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex, PromptKey
 from smetric.epp.parse.errors import RequestError
 from smetric.epp.parse.usage import Usage
+from smetric.epp.server.affinity import ResponseAffinity
 from smetric.epp.server.tier_facts import TierFacts
 from smetric.policy.base import Decision
 from smetric.policy.framework import NoEndpointError, Router
@@ -86,13 +87,17 @@ class Picker:
         is_stale: Callable[[str], bool] | None = None,
         pd_decider: PdDecider | None = None,
         on_dispatch: Callable[[str], None] | None = None,
+        responses: ResponseAffinity | None = None,
     ) -> None:
         """``is_stale``: the source's own staleness judgement when it knows more than the scrape
         age (the datastore: a failed last scrape is stale at once); ``None`` = the scrape age.
         ``on_dispatch``: told each endpoint a request is sent to (the datastore counts them
         against ``--max-requests-per-scrape``).
-        ``pd_decider``: selective P/D (``pdDisaggregation.nonCachedTokens``)."""
+        ``pd_decider``: selective P/D (``pdDisaggregation.nonCachedTokens``).
+        ``responses``: the Responses follow-up map (:mod:`smetric.epp.server.affinity`); ``None``
+        routes follow-ups by the policy alone."""
         self.source = source
+        self.responses = responses
         self.on_dispatch = on_dispatch
         self.tier_facts = tier_facts  # g, nodes and footprint for smetric(-tiered) (None otherwise)
         self.index = index
@@ -163,10 +168,14 @@ class Picker:
         token_ids: Sequence[int] = (),
         subset_ips: frozenset[str] | None = None,
         key: PromptKey | None = None,
+        previous_response_id: str = "",
     ) -> Pick:
         """Choose endpoints and record the dispatch in the ledger. Raises :class:`RequestError`
         (503 no endpoint, 429 shed). ``key``: the prompt's index key when the caller computed it
-        already (the servicer does, off the event loop, for large bodies)."""
+        already (the servicer does, off the event loop, for large bodies).
+        ``previous_response_id``: a Responses follow-up goes to the endpoint that served that
+        response when it is a ready, fresh candidate (colocated pools), ahead of the policy's
+        choice, which becomes its first fallback."""
         pool: Sequence[EndpointInfo] = self.source.ready_endpoints()
         endpoints = pool
         if subset_ips is not None:
@@ -197,7 +206,7 @@ class Picker:
         if self.pd_router is not None:
             pick = self._pick_pd(request, endpoints, snaps)
         else:
-            pick = self._pick_colocated(request, snaps)
+            pick = self._pick_colocated(request, snaps, self._holder(previous_response_id))
         if pick is None:
             raise RequestError(503, "no ready endpoint")
         self.core.ledger.add(
@@ -245,6 +254,12 @@ class Picker:
 
     def on_endpoint_removed(self, address: str) -> None:
         self.core.rates.forget(address)
+        if self.responses is not None:  # its stored responses went with it
+            self.responses.forget_endpoint(address)
+
+    def on_response_id(self, response_id: str, served: str) -> None:
+        if self.responses is not None:
+            self.responses.remember(response_id, served)
 
     def _observed_cost(self, pick: Pick, usage: Usage | None, prompt_known: bool) -> float:
         """Cost of the prefill as it happened, in the units the decision used (chars/4 tokens, or
@@ -281,11 +296,20 @@ class Picker:
     def _decided(self, d: Decision, candidates: Sequence[EndpointSnapshot]) -> None:
         self.last_decision, self.last_candidates = d, candidates
 
-    def _pick_colocated(self, request: RequestView, snaps: list[EndpointSnapshot]) -> Pick | None:
+    def _holder(self, previous_response_id: str) -> str | None:
+        if not previous_response_id or self.responses is None:
+            return None
+        return self.responses.lookup(previous_response_id)
+
+    def _pick_colocated(
+        self, request: RequestView, snaps: list[EndpointSnapshot], holder: str | None = None
+    ) -> Pick | None:
         try:
             d = self.router.pick(request, snaps)
         except NoEndpointError:
             return None
+        if holder is not None:
+            d = _pinned(d, snaps, holder)
         self._decided(d, snaps)
         return self._served_here(request, d, snaps[d.target], [snaps[i] for i in d.fallbacks])
 
@@ -375,3 +399,17 @@ class Picker:
             fetched_tokens=w.fetched_tokens,
             fetch_s=w.fetch_s,
         )
+
+
+PINNED_REASON = "previous-response"
+
+
+def _pinned(d: Decision, snaps: Sequence[EndpointSnapshot], holder: str) -> Decision:
+    """``d`` with ``holder`` first when it is a fresh candidate; the policy's order follows."""
+    i = next((k for k, s in enumerate(snaps) if s.name == holder and not s.stale), None)
+    if i is None:
+        return d  # gone, stale or outside the subset: the policy's choice (documented fallback)
+    ranked = tuple(k for k in (d.target, *d.fallbacks) if k != i)
+    return dataclasses.replace(
+        d, target=i, fallbacks=ranked[: max(1, len(d.fallbacks))], reason=PINNED_REASON
+    )

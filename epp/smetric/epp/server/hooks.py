@@ -38,5 +38,11 @@ class ResponseHooks(Protocol):
         ...
 
     def on_endpoint_removed(self, address: str) -> None:
-        """Discovery dropped ``address``: its learned speed goes (a pod coming back starts afresh)."""
+        """Discovery dropped ``address``: its learned speed goes (a pod coming back starts afresh),
+        and so do the Responses follow-up entries of the responses it held."""
+        ...
+
+    def on_response_id(self, response_id: str, served: str) -> None:
+        """A 200 Responses answer of ``served`` carries ``response_id``: follow-ups naming it as
+        ``previous_response_id`` go there (:mod:`smetric.epp.server.affinity`)."""
         ...

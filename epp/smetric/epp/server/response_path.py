@@ -19,8 +19,10 @@ from typing import Protocol
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 
 from smetric.epp.obs.metrics import PickerMetrics
+from smetric.epp.parse.body import API_RESPONSES
 from smetric.epp.parse.usage import UsageReader, carries_output
 from smetric.epp.server import messages as msgs
+from smetric.epp.server.affinity import HEAD_BYTES, response_id_in
 from smetric.epp.server.hooks import ResponseHooks
 from smetric.epp.server.observer import ObserverMatcher
 from smetric.epp.server.stream import StreamState
@@ -78,6 +80,8 @@ class ResponsePath:
             st.resp_status = 0
         st.resp_sse = raw.get("content-type", "").startswith("text/event-stream")
         st.usage = UsageReader(st.resp_sse)
+        if st.resp_status == 200 and st.parsed is not None and st.parsed.api == API_RESPONSES:
+            st.resp_head = bytearray()  # its response id: a follow-up's previous_response_id
         if st.pick is not None and st.resp_status != 200:
             # the endpoint Envoy reports, when it is one the picker named (a label never takes a value
             # from outside the pool)
@@ -98,11 +102,24 @@ class ResponsePath:
             self._prefill_done(st)
         if st.usage is not None:
             st.usage.feed(part.body)
+        if st.resp_head is not None:
+            self._response_id(st, part.body)
         if part.end_of_stream:
             self._complete(st)
         if st.resp_mode == msgs.MODE_FULL_DUPLEX:
             return msgs.streamed_chunks(part.body, part.end_of_stream, response=True)
         return (msgs.CONTINUE_RESPONSE_BODY,)
+
+    def _response_id(self, st: StreamState, chunk: bytes) -> None:
+        """Look for the response id in the answer's first HEAD_BYTES bytes (then stop looking)."""
+        head = st.resp_head
+        assert head is not None
+        head += chunk[: HEAD_BYTES - len(head)]
+        found = response_id_in(bytes(head))
+        if found and st.pick is not None:
+            self.hooks.on_response_id(found, st.served or st.pick.destination)
+        if found or len(head) >= HEAD_BYTES:
+            st.resp_head = None
 
     def _prefill_done(self, st: StreamState) -> None:
         if st.pick is None:

@@ -409,7 +409,14 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
             text, key = st.pretext, st.prekey
         else:
             text, key = (self._prompt_text(parsed) if parsed is not None else ""), None
-        pick = self.picker.pick(view, text, parsed.token_ids if parsed else (), st.subset, key=key)
+        pick = self.picker.pick(
+            view,
+            text,
+            parsed.token_ids if parsed else (),
+            st.subset,
+            key=key,
+            previous_response_id=parsed.previous_response_id if parsed else "",
+        )
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
         self._leave(st)
         if self.settings.response_observer:

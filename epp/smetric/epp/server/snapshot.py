@@ -10,9 +10,16 @@ both optional:
 * ``--snapshot-port N`` serves ``GET /snapshot`` (the same bytes); ``--peers host:port,...`` makes a
   starting picker fetch the first answering peer's snapshot before it reports ready, so a new or
   restarted replica decides as the warm one does from its first request.
+* Responses follow-ups (:mod:`smetric.epp.server.affinity`) between running replicas: a response
+  id a picker learns (at its answer's first bytes) is POSTed to every peer's ``/responses`` within
+  ``PUSH_INTERVAL_S`` (batched; at most ``MAX_OUTBOX`` waiting, the oldest dropped; each POST bounded
+  by ``PUSH_TIMEOUT_S``; a peer that does not answer misses that batch). A follow-up comes after its
+  previous response ended, so the replica it reaches already knows where that response lives.
 
 Format: JSON ``{"version": 1, "tokens_per_key": T, "saved_at": unix_s, "endpoints": {address:
-base64(uint64 little-endian keys, least recent first)}}``. A snapshot whose ``tokens_per_key``
+base64(uint64 little-endian keys, least recent first)}, "responses": {response_id: address}}``
+(``responses``: the Responses follow-up map, :mod:`smetric.epp.server.affinity`, least recent first;
+absent in older snapshots and without the map). A snapshot whose ``tokens_per_key``
 differs (another ``--block-size``) is ignored with a warning; so is an unreadable one.
 
 Both indexes are snapshotted: the approximate one's learned keys, the precise one's per-endpoint
@@ -28,6 +35,7 @@ import base64
 import contextlib
 import logging
 import os
+import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -36,7 +44,10 @@ import numpy as np
 import orjson
 
 if TYPE_CHECKING:
+    import aiohttp
     from aiohttp import web
+
+from smetric.epp.server.affinity import ResponseAffinity
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +64,13 @@ class SnapshotIndex(Protocol):
 
 
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024  # a peer's answer larger than this is refused
+MAX_PUSH_BYTES = 4 * 1024 * 1024  # a peer's /responses POST larger than this is refused (413)
+MAX_OUTBOX = 10_000  # learned response ids waiting for the next push
+PUSH_INTERVAL_S = 0.05
+PUSH_TIMEOUT_S = 1.0
 
 
-def dump(index: SnapshotIndex) -> bytes:
+def dump(index: SnapshotIndex, responses: ResponseAffinity | None = None) -> bytes:
     endpoints = {
         address: base64.b64encode(np.asarray(keys, dtype="<u8").tobytes()).decode()
         for address, keys in index.export_state().items()
@@ -66,11 +81,14 @@ def dump(index: SnapshotIndex) -> bytes:
         "saved_at": time.time(),
         "endpoints": endpoints,
     }
+    if responses is not None:
+        doc["responses"] = responses.export_state()
     return orjson.dumps(doc)
 
 
-def load(index: SnapshotIndex, data: bytes, source: str) -> bool:
-    """Replace ``index``'s state with the snapshot; ``False`` (and a warning) if it does not fit."""
+def load(index: SnapshotIndex, data: bytes, source: str, responses: ResponseAffinity | None = None) -> bool:
+    """Replace ``index``'s state (and ``responses``' entries) with the snapshot; ``False`` (and a
+    warning) if it does not fit."""
     try:
         doc = orjson.loads(data)
         if doc.get("version") != 1 or doc.get("tokens_per_key") != index.tokens_per_key:
@@ -85,16 +103,37 @@ def load(index: SnapshotIndex, data: bytes, source: str) -> bool:
             str(address): np.frombuffer(base64.b64decode(raw), dtype="<u8").tolist()
             for address, raw in dict(doc["endpoints"]).items()
         }
+        followups = dict(doc.get("responses") or {})
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         log.warning("snapshot from %s is unreadable (%s): ignored", source, exc)
         return False
     index.import_state(state)
+    if responses is not None:
+        responses.import_state(followups)
     log.info(
         "prefix index restored from %s",
         source,
         extra={"endpoints": len(state), "keys": sum(map(len, state.values()))},
     )
     return True
+
+
+MAX_PEER_ADDRESSES = 64  # addresses one --peers name may resolve to
+
+
+async def _addresses(peer: str) -> list[str]:
+    """Every ``ip:port`` a peer name resolves to (a Kubernetes headless Service: one per replica,
+    this one included -- a batch sent to itself is merged as known); the name itself when it does
+    not resolve (the POST then fails and is logged)."""
+    host, _, port = peer.rpartition(":")
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            host.strip("[]"), int(port), type=socket.SOCK_STREAM
+        )
+    except (OSError, ValueError):
+        return [peer]
+    ips = list(dict.fromkeys(str(info[4][0]) for info in infos))[:MAX_PEER_ADDRESSES]
+    return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip in ips] or [peer]
 
 
 class StateKeeper:
@@ -108,16 +147,75 @@ class StateKeeper:
         peers: tuple[str, ...] = (),
         serve_port: int = 0,
         host: str = "127.0.0.1",
+        responses: ResponseAffinity | None = None,
     ) -> None:
         self.index = index
+        self.responses = responses
         self.path = Path(path) if path else None
         self.interval_s = interval_s
         self.peers = peers
         self.serve_port = serve_port
         self.host = host
         self._task: asyncio.Task[None] | None = None
+        self._pusher: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self.restored_from = ""
+        self._outbox: dict[str, str] = {}
+        self._pending = asyncio.Event()
+        self.push_dropped = 0
+        if responses is not None and peers:
+            responses.listener = self.learned
+
+    def learned(self, response_id: str, address: str) -> None:
+        """A response id this picker learned: pushed to the peers with the next batch."""
+        if len(self._outbox) >= MAX_OUTBOX:
+            self._outbox.pop(next(iter(self._outbox)))
+            self.push_dropped += 1
+        self._outbox[response_id] = address
+        self._pending.set()
+
+    async def _push(self) -> None:
+        import aiohttp  # only with --peers (see _restore_from_peers)
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PUSH_TIMEOUT_S)) as session:
+            while True:
+                await self._pending.wait()
+                await asyncio.sleep(PUSH_INTERVAL_S)  # batch what arrives meanwhile
+                self._pending.clear()
+                batch, self._outbox = orjson.dumps(self._outbox), {}
+                targets = [t for peer in self.peers for t in await _addresses(peer)]
+                await asyncio.gather(*(self._post(session, t, batch) for t in targets))
+
+    @staticmethod
+    async def _post(session: aiohttp.ClientSession, peer: str, batch: bytes) -> None:
+        import aiohttp
+
+        try:
+            async with session.post(
+                f"http://{peer}/responses", data=batch, headers={"content-type": "application/json"}
+            ) as resp:
+                await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.debug("peer %s missed a response-id batch (%s)", peer, exc)
+
+    async def _receive(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
+        if self.responses is None:
+            return web.Response(status=404)
+        if (request.content_length or 0) > MAX_PUSH_BYTES:
+            return web.Response(status=413)
+        raw = await request.content.read(MAX_PUSH_BYTES + 1)
+        if len(raw) > MAX_PUSH_BYTES:
+            return web.Response(status=413)
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return web.Response(status=400)
+        if not isinstance(doc, dict):
+            return web.Response(status=400)
+        taken = self.responses.import_state(doc, replace=False)
+        return web.json_response({"taken": taken})
 
     async def restore(self, timeout_s: float = 2.0) -> str:
         """Peers first (the freshest state), then the file; returns where the state came from."""
@@ -126,7 +224,11 @@ class StateKeeper:
             if self.restored_from:
                 return self.restored_from
         path = self.path
-        if path is not None and path.is_file() and load(self.index, path.read_bytes(), str(path)):
+        if (
+            path is not None
+            and path.is_file()
+            and load(self.index, path.read_bytes(), str(path), self.responses)
+        ):
             self.restored_from = str(path)
         return self.restored_from
 
@@ -142,7 +244,7 @@ class StateKeeper:
                 ):
                     if resp.status == 200:
                         data = await resp.content.read(MAX_SNAPSHOT_BYTES + 1)
-                        if len(data) <= MAX_SNAPSHOT_BYTES and load(self.index, data, url):
+                        if len(data) <= MAX_SNAPSHOT_BYTES and load(self.index, data, url, self.responses):
                             self.restored_from = url
                             return
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -153,7 +255,7 @@ class StateKeeper:
             return
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            tmp.write_bytes(dump(self.index))
+            tmp.write_bytes(dump(self.index, self.responses))
             os.replace(tmp, self.path)
         except OSError as exc:
             log.warning("cannot write the state file %s: %s", self.path, exc)
@@ -161,11 +263,14 @@ class StateKeeper:
     async def start(self) -> None:
         if self.path is not None:
             self._task = asyncio.get_running_loop().create_task(self._periodic(), name="state-snapshot")
+        if self.responses is not None and self.peers:
+            self._pusher = asyncio.get_running_loop().create_task(self._push(), name="response-id-push")
         if self.serve_port:
             from aiohttp import web
 
-            app = web.Application()
+            app = web.Application(client_max_size=MAX_PUSH_BYTES)
             app.router.add_get("/snapshot", self._serve)
+            app.router.add_post("/responses", self._receive)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
             await web.TCPSite(self._runner, self.host, self.serve_port).start()
@@ -173,7 +278,7 @@ class StateKeeper:
     async def _serve(self, _: web.Request) -> web.Response:
         from aiohttp import web
 
-        return web.Response(body=dump(self.index), content_type="application/json")
+        return web.Response(body=dump(self.index, self.responses), content_type="application/json")
 
     async def _periodic(self) -> None:
         while True:
@@ -181,11 +286,12 @@ class StateKeeper:
             self.save()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._pusher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._pusher = None
         self.save()
         if self._runner is not None:
             await self._runner.cleanup()

@@ -35,6 +35,7 @@ class StreamState:
         "pretext",
         "req_mode",
         "reserved",
+        "resp_head",
         "resp_mode",
         "resp_sse",
         "resp_status",
@@ -67,6 +68,9 @@ class StreamState:
         self.first_byte_at: float | None = None
         self.resp_status = 0
         self.resp_sse = False
+        # The first bytes of a 200 Responses answer, until its response id is found (None: not
+        # looked for, or done)
+        self.resp_head: bytearray | None = None
         self.usage: UsageReader | None = None
         self.completed = False
         self.generated_id = False
