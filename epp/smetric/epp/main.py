@@ -33,6 +33,7 @@ from smetric.epp.obs.metrics import KvEventGapCounter, PickerMetrics
 from smetric.epp.obs.metrics_server import KubeAuthorizer, MetricsServer
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.keyrecipe import KeyRecipe
+from smetric.epp.server.outlier import OutlierDetector
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 from smetric.epp.server.snapshot import StateKeeper
 from smetric.epp.server.tls import TlsError, server_key_pair
@@ -62,6 +63,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         staleness_s=s.staleness_s,
         is_stale=datastore.is_stale,
         on_dispatch=datastore.dispatched,
+        outliers=OutlierDetector(s.outlier),
     )
     renderer = None
     if s.prefix_index == "precise":  # the index must see the text the engines tokenize

@@ -13,6 +13,7 @@ from smetric.epp.config import PickerConfig, with_mode
 from smetric.epp.contracts import EndpointSource, PoolIndex
 from smetric.epp.obs.health import HealthReporter
 from smetric.epp.server.decide import Picker, Saturation
+from smetric.epp.server.outlier import OutlierDetector
 from smetric.epp.server.servicer import ExtProcServicer
 from smetric.epp.server.tier_facts import build_tier_facts
 from smetric.policy import PolicyParams
@@ -33,6 +34,7 @@ def build_picker(
     cost_model: CostModel | None = None,
     is_stale: Callable[[str], bool] | None = None,
     on_dispatch: Callable[[str], None] | None = None,
+    outliers: OutlierDetector | None = None,
 ) -> Picker:
     """One :class:`Picker` from the config. Each call makes fresh policy instances (own counters).
     ``is_stale``: the source's own staleness judgement (the datastore's), else the scrape age."""
@@ -52,6 +54,7 @@ def build_picker(
         is_stale=is_stale,
         pd_decider=PdDecider(cfg.pdDisaggregation.nonCachedTokens),
         on_dispatch=on_dispatch,
+        outliers=outliers,
     )
     node_facts = uses_node_facts(cfg.policy.name)
     # g needs a global tier; without one only a policy that reads nodes and footprint needs them
