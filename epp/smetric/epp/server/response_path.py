@@ -118,11 +118,7 @@ class ResponsePath:
         )
         for address in ejected:
             self.metrics.endpoint_ejections.labels(endpoint=address).inc()
-            log.warning(
-                "endpoint %s ejected from routing: consecutive errors (last: HTTP %d)",
-                address,
-                st.resp_status,
-            )
+            log.warning("endpoint %s ejected from routing: errors or failed attempts in a row", address)
 
     def _response_body(self, st: StreamState, part: ep.HttpBody) -> Responses:
         # The first token: the first chunk, or for a stream the first with more than opening events.
