@@ -3,6 +3,8 @@ half-open -> probe -> readmitted, and what the picker's decisions make of it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import grpc
 import pytest
 from envoy.config.core.v3 import base_pb2
@@ -318,3 +320,114 @@ async def test_the_gateways_attempt_count_and_retry_after_reach_the_detector(ser
             break
     reg = servicer.metrics.registry
     assert reg.get_sample_value("smetric_epp_endpoint_ejections_total", {"endpoint": dest}) == 1
+
+
+# -- boundaries and bookkeeping (what bench/mutation.py epp.server.outlier checks) ---------------
+
+
+def test_the_boundaries_are_exact() -> None:
+    o, clock = detector()
+    for _ in range(3):
+        o.failed(A)
+    until = clock.t + SETTINGS.base_ejection_s
+    clock.t = until  # the ejection ends at exactly its end time
+    assert not o.excluded(A) and o.state(A) == "half-open"
+    o.dispatched(A)
+    clock.t = until + SETTINGS.base_ejection_s  # the probe's answer is due by then
+    assert not o.excluded(A)
+
+
+def test_an_answer_at_the_end_of_the_ejection_is_the_probes() -> None:
+    o, clock = detector()
+    for _ in range(3):
+        o.failed(A)
+    clock.t += SETTINGS.base_ejection_s
+    assert o.failed(A)  # half-open (no dispatch seen): an error ejects again, for longer
+    clock.t += 2 * SETTINGS.base_ejection_s - 0.1
+    assert o.excluded(A)
+    o2, clock2 = detector()
+    for _ in range(3):
+        o2.failed(B)
+    clock2.t += SETTINGS.base_ejection_s
+    assert o2.succeeded(B) and o2.state(B) == "closed"  # and a success readmits it
+
+
+def test_return_values_and_the_error_count_storage() -> None:
+    o, _ = detector()
+    assert not o.succeeded(A)  # nothing to readmit
+    for _ in range(3):
+        o.failed(A)
+    assert o._errors == {}  # the count goes once it ejected
+    o2, _ = detector()
+    o2.failed(A)
+    o2.failed(A)
+    o2.forget(A)
+    assert not o2.failed(A) and not o2.excluded(A)  # forget dropped the count
+
+
+def test_relapse_lengths_follow_the_readmission_time() -> None:
+    s = OutlierSettings(consecutive_errors=1, base_ejection_s=10.0, max_ejection_s=300.0)
+
+    def ejected_for(o: OutlierDetector, clock: Clock) -> float:
+        start = clock.t
+        assert o.failed(A)
+        while o.excluded(A):
+            clock.t += 0.5
+        return clock.t - start
+
+    o, clock = detector(s)
+    assert ejected_for(o, clock) == 10.0
+    o.dispatched(A)
+    assert o.succeeded(A)
+    clock.t += 10.0  # exactly one ejection length after its readmission: still a relapse
+    assert ejected_for(o, clock) == 20.0
+    o.dispatched(A)
+    assert o.succeeded(A)
+    clock.t += 15.0  # within 2 x 10 s of the second readmission: a relapse again
+    assert ejected_for(o, clock) == 30.0
+    o.dispatched(A)
+    assert o.succeeded(A)
+    clock.t += 30.5  # past 3 x 10 s: from scratch
+    assert ejected_for(o, clock) == 10.0
+    o.dispatched(A)
+    assert o.succeeded(A)
+    o.forget(A)  # right after a readmission: a relapse now would be ejected for 20 s
+    assert ejected_for(o, clock) == 10.0  # forget dropped the history too
+
+
+def test_a_retry_after_pause_is_not_an_ejection() -> None:
+    o, clock = detector()
+    o.failed(A, retry_after_s=1.0)  # a one-second pause is honoured too
+    assert o.excluded(A)
+    clock.t += 1.0
+    o.dispatched(A)
+    assert o.succeeded(A)
+    for _ in range(3):
+        o.failed(A)
+    clock.t += SETTINGS.base_ejection_s - 0.1  # a first ejection: the base length
+    assert o.excluded(A)
+    clock.t += 0.1
+    assert not o.excluded(A)
+
+
+def test_retry_after_extends_an_ejection_about_to_end() -> None:
+    o, clock = detector()
+    for _ in range(3):
+        o.failed(A)
+    clock.t += SETTINGS.base_ejection_s - 0.5
+    assert not o.failed(A, retry_after_s=1.0)
+    clock.t += 0.9
+    assert o.excluded(A)
+
+
+def test_settings_bounds_and_shape() -> None:
+    import smetric.epp.server.outlier as outlier
+
+    assert set(outlier.__all__) == {"OutlierDetector", "OutlierSettings", "is_error_status"}
+    OutlierSettings(consecutive_errors=1, base_ejection_s=5.0, max_ejection_s=5.0)  # equal is fine
+    OutlierSettings(consecutive_errors=1, base_ejection_s=0.5, max_ejection_s=5.0)
+    with pytest.raises(ValueError):
+        OutlierSettings(consecutive_errors=1, base_ejection_s=0.0, max_ejection_s=5.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SETTINGS.consecutive_errors = 5  # type: ignore[misc]
+    assert not hasattr(SETTINGS, "__dict__")

@@ -165,7 +165,7 @@ class OutlierDetector:
         if e.probing_since is None and now < e.until:
             return False  # a request sent before the ejection: the ejection stands
         del self._ejected[address]
-        times, _ = self._history.get(address, (1, now))
+        times, _ = self._history.get(address, (0, now))  # 0: a Retry-After pause, not an ejection
         self._history[address] = (times, now)
         return True
 
