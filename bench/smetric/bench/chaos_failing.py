@@ -33,7 +33,8 @@ TURNS = 3  # next turns of each pinned session: 36 requests
 NEW = 24  # new sessions: 60 requests in all
 CONCURRENCY = 3
 FIRST_ERRORS = 3  # --outlier-consecutive-errors' default
-AFTER_FIRST_ERRORS = 2  # at most this many more reach it (in flight when it was ejected, a probe)
+NEW_AFTER_FIRST_ERRORS = 2  # new sessions it may draw after its first 3 errors (issue 33)
+EJECTION_S = 10.0  # --outlier-ejection-ms' default: one probe per ejection (a failed one doubles it)
 # The picker's first ejection (--outlier-ejection-ms, 10 s) x 2 (a probe that failed during the
 # run doubles it) + slack: how long the row waits for the recovered engine to serve again.
 BACK_WITHIN_S = 35.0
@@ -103,8 +104,10 @@ async def _one_failure(st: ChaosStack, f: Failure) -> list[Row]:
     pinned = await _sessions_on(st, address, tag, PINNED)
     order = _send_order(pinned, tag)
     await st.engine_fault(address, f.spec)
+    t0 = time.monotonic()
     try:
         replies = await _run(st, order)
+        run_s = time.monotonic() - t0
     finally:
         await st.engine_fault(address, {"mode": "ok"})
     await st.wait_fresh()
@@ -114,6 +117,9 @@ async def _one_failure(st: ChaosStack, f: Failure) -> list[Row]:
     after = reached[FIRST_ERRORS:]
     new_after = sum(1 for i in after if order[i][0] == "new")
     new_drawn = sum(1 for i in reached if order[i][0] == "new")
+    # after its third error: the requests in flight then (CONCURRENCY - 1), and one probe per
+    # ejection the run outlasted
+    allowed = CONCURRENCY - 1 + int(run_s // EJECTION_S)
     codes = sorted({r.status for r in replies})
     what = f"engine answering {f.label}, /metrics healthy"
     return [
@@ -127,14 +133,17 @@ async def _one_failure(st: ChaosStack, f: Failure) -> list[Row]:
         ),
         Row(
             f"{what}: what reaches it after its first {FIRST_ERRORS} errors, and its recovery",
-            f"at most {AFTER_FIRST_ERRORS} of the {len(order)} (new sessions and its pinned sessions "
-            f"move elsewhere); recovered, it serves again within {BACK_WITHIN_S:g} s (a probe readmits it)",
-            f"{len(reached)} reached it, {len(after)} after its first {FIRST_ERRORS} ({new_after} new "
-            f"sessions; {new_drawn} of {NEW} new sessions in all); "
+            f"after them at most {NEW_AFTER_FIRST_ERRORS} new sessions, and in all only the "
+            f"{CONCURRENCY - 1} requests in flight then plus one probe per {EJECTION_S:g} s ejection "
+            "(its pinned sessions move); recovered, it serves again within "
+            f"{BACK_WITHIN_S:g} s (a probe readmits it)",
+            f"{len(reached)} reached it, {len(after)} after its first {FIRST_ERRORS} (allowed {allowed} "
+            f"in {run_s:.1f} s; {new_after} new sessions; {new_drawn} of {NEW} new sessions in all); "
             + (f"served again {back_s:.1f} s after recovery" if back_s is not None else "not served again"),
             len(pinned) == PINNED
             and len(reached) >= FIRST_ERRORS
-            and len(after) <= AFTER_FIRST_ERRORS
+            and new_after <= NEW_AFTER_FIRST_ERRORS
+            and len(after) <= allowed
             and back_s is not None,
             OUTLIER_EJECTION,
         ),
