@@ -192,17 +192,24 @@ def fallback_headers_lua(retries: int) -> str:
     """Runs after ext_proc: the picker's list (``x-gateway-destination-endpoint``, primary first)
     becomes one header per fallback, ``x-smetric-destination-fallback-<n>``, for the ORIGINAL_DST
     sub-cluster of attempt n + 1. Client copies are removed first, so only the picker's list sets
-    them."""
+    them. A list shorter than the retries sends the remaining attempts to its last entry: the
+    client then gets that engine's own answer (a 429 with its ``Retry-After``), not the "no healthy
+    upstream" 503 of an attempt without a host (the pool cluster's override_host falls back to
+    round robin over the pool there)."""
     return f"""
 function envoy_on_request(h)
   local headers = h:headers()
   for n = 1, {retries} do headers:remove("{FALLBACK_HEADER}" .. n) end
   local list = headers:get("{DEST_KEY}")
   if list == nil then return end
-  local n = 0
+  local n, last = 0, nil
   for e in string.gmatch(list, "[^,%s]+") do
     if n >= 1 and n <= {retries} then headers:add("{FALLBACK_HEADER}" .. n, e) end
+    last = e
     n = n + 1
+  end
+  if last ~= nil then
+    for k = math.max(n, 1), {retries} do headers:add("{FALLBACK_HEADER}" .. k, last) end
   end
 end
 """
@@ -226,9 +233,8 @@ def original_dst_retry_clusters(
     ORIGINAL_DST cluster per attempt -- the primary's reads ``primary_header``, the n-th
     fallback's ``x-smetric-destination-fallback-<n>`` (:func:`fallback_headers_lua`). An ORIGINAL_DST
     cluster alone would retry the same address: its load balancer takes the one address of its
-    header on every attempt. A sub-cluster whose header is absent (the picker returned fewer
-    fallbacks) has no host; the composite cluster then tries the next one, and past the last the
-    attempt fails with "no healthy upstream". ``base``: the common cluster fields."""
+    header on every attempt. When the picker returned fewer fallbacks than retries, the last entry
+    fills the remaining headers (:func:`fallback_headers_lua`). ``base``: the common cluster fields."""
     attempts = [f"{name}_primary"] + [f"{name}_fallback_{n}" for n in range(1, retries + 1)]
     headers = [primary_header] + [f"{FALLBACK_HEADER}{n}" for n in range(1, retries + 1)]
     subs = [
