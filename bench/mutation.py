@@ -109,6 +109,11 @@ MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         ("tests/unit/epp/test_epp_guard_bounds.py",),
         ("tests/unit/epp/test_epp_hostile.py", "tests/unit/epp/test_epp_admission.py"),
     ),
+    "epp.server.outlier": (
+        "epp/smetric/epp/server/outlier.py",
+        ("tests/unit/epp/test_epp_outlier.py",),
+        (),
+    ),
 }
 
 # Third-party imports the forked children share with the parent (import cost paid once).

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from smetric.bench import chaos_api, chaos_faults, chaos_gateway, chaos_state
+from smetric.bench import chaos_api, chaos_failing, chaos_faults, chaos_gateway, chaos_state
 from smetric.bench.chaos_faults import Fault, Row
 from smetric.bench.chaos_guards import GUARDS as BASE_GUARDS
 from smetric.bench.chaos_guards import NO_GUARD, Guard, by_name
@@ -37,12 +37,18 @@ from smetric.bench.procs import BenchError, Supervisor
 STUCK_AFTER_S = 30.0  # a load request without an answer by then is "stuck"
 
 # The faults run, in order, and the guards they check; other modules add theirs here.
-FAULTS: tuple[Fault, ...] = (*chaos_faults.FAULTS, *chaos_api.FAULTS, *chaos_state.FAULTS)
+FAULTS: tuple[Fault, ...] = (
+    *chaos_faults.FAULTS,
+    *chaos_api.FAULTS,
+    *chaos_state.FAULTS,
+    *chaos_failing.FAULTS,
+)
 GUARDS: tuple[Guard, ...] = (
     *chaos_api.with_these_rows(BASE_GUARDS),
     *chaos_api.GUARDS,
     *chaos_state.GUARDS,
     *chaos_gateway.GUARDS,
+    *chaos_failing.GUARDS,
 )
 
 
@@ -178,7 +184,9 @@ def table(rows: Sequence[Row]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="smetric chaos", description=__doc__.split("\n\n")[0])
-    p.add_argument("--json", default="", help="write rows and load figures here (required unless --list-guards)")
+    p.add_argument(
+        "--json", default="", help="write rows and load figures here (required unless --list-guards)"
+    )
     p.add_argument("--quick", action="store_true", help="CI size: fewer sessions, 15 s load")
     p.add_argument("--work-dir", default="", help="logs and state (default: a temporary directory)")
     p.add_argument(

@@ -125,6 +125,7 @@ class Reply:
     error: str = ""
     first_byte_s: float | None = None
     body: bytes = b""
+    attempts: int = 1  # the gateway's x-envoy-attempt-count: > 1 when an attempt failed and was retried
 
 
 @dataclass
@@ -256,6 +257,16 @@ class ChaosStack:
             f"http://{self.endpoints[i]}/health", self.sup, self.settings.startup_timeout_s, name
         )
 
+    async def engine_fault(self, address: str, spec: dict[str, object]) -> None:
+        """Switch an emulated engine's fault (its ``/admin/fault``: ``{"mode": "error", "status":
+        503}``, ``{"mode": "dead"}``, ``{"mode": "ok"}``)."""
+        assert self.session is not None
+        async with self.session.post(
+            f"http://{address}/admin/fault", json=spec, timeout=aiohttp.ClientTimeout(total=5)
+        ) as r:
+            if r.status != 200:
+                raise RuntimeError(f"fault {spec} on {address}: HTTP {r.status} {await r.text()}")
+
     def rss_mb(self, name: str = "picker") -> float:
         """Resident memory of ``name`` and every process under it (the picker's parse workers
         count: memory moved into a child is still the picker pod's)."""
@@ -376,12 +387,13 @@ class ChaosStack:
         hdrs = {"content-type": "application/json", **(headers or {})}
         t0 = time.monotonic()
         first: float | None = None
-        status, served = 0, ""
+        status, served, attempts = 0, "", 1
         chunks: list[bytes] = []
         try:
             async with asyncio.timeout(timeout_s):
                 async with self.session.post((url or self.url) + path, data=data, headers=hdrs) as r:
                     status, served = r.status, r.headers.get("x-smetric-served-by", "")
+                    attempts = int(r.headers.get("x-envoy-attempt-count", "1") or 1)
                     if served_to is not None and not served_to.done():
                         served_to.set_result(served)
                     async for chunk in r.content.iter_any():
@@ -400,12 +412,15 @@ class ChaosStack:
                             NO_DONE,
                             first,
                             body_bytes,
+                            attempts,
                         )
-                    return Reply(status, served, time.monotonic() - t0, "", first, body_bytes)
+                    return Reply(status, served, time.monotonic() - t0, "", first, body_bytes, attempts)
         except TimeoutError:
-            return Reply(status, served, time.monotonic() - t0, "stuck (client timeout)", first)
+            return Reply(
+                status, served, time.monotonic() - t0, "stuck (client timeout)", first, b"", attempts
+            )
         except (aiohttp.ClientError, ConnectionError) as exc:
-            return Reply(status, served, time.monotonic() - t0, f"{type(exc).__name__}", first)
+            return Reply(status, served, time.monotonic() - t0, f"{type(exc).__name__}", first, b"", attempts)
 
 
 def chat(

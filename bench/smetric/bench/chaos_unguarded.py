@@ -96,7 +96,14 @@ def _whole_prompt_key() -> None:
     def patched_workers(self: parseworker.WorkerPool, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         recipe = self._argv[-1]
-        self._argv = [sys.executable, "-m", "smetric.bench.chaos_unguarded", "whole-prompt-key", PARSE_WORKER, recipe]
+        self._argv = [
+            sys.executable,
+            "-m",
+            "smetric.bench.chaos_unguarded",
+            "whole-prompt-key",
+            PARSE_WORKER,
+            recipe,
+        ]
 
     parseworker.WorkerPool.__init__ = patched_workers  # type: ignore[method-assign]
 

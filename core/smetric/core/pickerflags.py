@@ -108,6 +108,27 @@ FLAGS: tuple[Flag, ...] = (
         "until a newer scrape answers: bounds what a frozen engine receives before its scrapes time out "
         "(32 = 640 req/s per engine at the 50 ms scrape interval); 0 = no bound",
     ),
+    Flag(
+        "outlier-consecutive-errors",
+        int,
+        3,
+        "an endpoint that answers this many errors in a row (5xx, 429, or an attempt the gateway "
+        "retried elsewhere) is ejected from routing: it draws no request until its ejection time is "
+        "over, then one probe, whose success readmits it; 0 = off (Envoy's consecutive_5xx is 5)",
+    ),
+    Flag(
+        "outlier-ejection-ms",
+        int,
+        10_000,
+        "first ejection time; each further ejection soon after a readmission (or a failed probe) is "
+        "this times the number of ejections (Envoy's base_ejection_time is 30 s)",
+    ),
+    Flag(
+        "outlier-max-ejection-ms",
+        int,
+        300_000,
+        "longest ejection, also the cap on an engine's Retry-After (Envoy's max_ejection_time)",
+    ),
     Flag("max-body-bytes", int, 16 * 1024 * 1024, "requests larger than this get 413"),
     Flag(
         "body-budget-bytes",

@@ -42,6 +42,7 @@ from smetric.epp.reload import ConfigReloader
 from smetric.epp.server.affinity import ResponseAffinity
 from smetric.epp.server.app import PickerServer, build_picker
 from smetric.epp.server.keyrecipe import KeyRecipe
+from smetric.epp.server.outlier import OutlierDetector
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 from smetric.epp.server.snapshot import StateKeeper
 from smetric.epp.server.tls import TlsError, server_key_pair
@@ -77,6 +78,7 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         is_stale=datastore.is_stale,
         on_dispatch=datastore.dispatched,
         response_affinity_entries=s.response_affinity_entries,
+        outliers=OutlierDetector(s.outlier),
     )
     renderer = None
     if s.prefix_index == "precise":  # the index must see the text the engines tokenize

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from smetric.core.pickerflags import DRAIN_TIMEOUT_S, POOL_GAUGE_INTERVAL_S, build_parser
+from smetric.epp.server.outlier import OutlierSettings
 from smetric.epp.upstream.flags import resolve as resolve_upstream
 
 
@@ -48,6 +49,7 @@ class PickerSettings:
     scrape_timeout_s: float
     scrape_max_bytes: int
     max_requests_per_scrape: int
+    outlier: OutlierSettings  # passive outlier detection (--outlier-*)
     # request path bounds
     max_body_bytes: int
     body_budget_bytes: int
@@ -102,6 +104,11 @@ class PickerSettings:
             scrape_timeout_s=args.scrape_timeout_ms / 1000.0,
             scrape_max_bytes=args.scrape_max_bytes,
             max_requests_per_scrape=args.max_requests_per_scrape,
+            outlier=OutlierSettings(
+                consecutive_errors=args.outlier_consecutive_errors,
+                base_ejection_s=args.outlier_ejection_ms / 1000.0,
+                max_ejection_s=args.outlier_max_ejection_ms / 1000.0,
+            ),
             max_body_bytes=args.max_body_bytes,
             body_budget_bytes=args.body_budget_bytes,
             parse_processes=args.parse_processes,

@@ -20,6 +20,7 @@ from smetric.epp.datastore import build_datastore
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.server.app import PickerServer, build_picker
+from smetric.epp.server.outlier import OutlierDetector
 from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 from smetric.epp.settings import PickerSettings
 from tests.support.envoy_stack import Backend, _wait_fresh, session_body
@@ -39,6 +40,17 @@ class Resetting(Backend):
         request.transport.abort()
         await asyncio.sleep(5)
         return web.Response(status=500)
+
+
+class Refusing(Backend):
+    """Scraped as healthy (idle), but answers every inference request with ``status`` at once."""
+
+    status: int = 503
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        self.seen.append("refused")
+        return web.json_response({"error": {"message": "refused", "code": self.status}}, status=self.status)
 
 
 async def _envoy(opts: EnvoyOptions) -> EnvoyProcess:
@@ -79,13 +91,23 @@ async def test_a_stopped_picker_fails_requests_within_the_keepalive_bound() -> N
 
 
 async def _picker_stack(
-    backends: list[Backend], settings: ServicerSettings | None = None
+    backends: list[Backend], settings: ServicerSettings | None = None, *flags: str
 ) -> tuple[PickerServer, object]:
-    ds = build_datastore(PickerSettings.from_argv(["--endpoints", ",".join(b.address for b in backends)]))
+    s = PickerSettings.from_argv(["--endpoints", ",".join(b.address for b in backends), *flags])
+    ds = build_datastore(s)
     await ds.start()
     cfg = parse_config({"policy": {"name": "smetric"}}, "test")
+    picker = build_picker(
+        cfg,
+        policy_params(cfg),
+        ds,
+        ds.index,
+        staleness_s=2.0,
+        is_stale=ds.is_stale,
+        outliers=OutlierDetector(s.outlier),
+    )
     servicer = ExtProcServicer(
-        build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0, is_stale=ds.is_stale),
+        picker,
         PickerMetrics(CollectorRegistry()),
         settings,
     )
@@ -229,3 +251,44 @@ async def test_an_overloaded_picker_answers_503_with_retry_after_within_its_budg
     assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in answer.lower()
     assert elapsed < 1.0 + 1.5
     assert status == 200
+
+
+@pytest.mark.parametrize("status", [503, 429, 500])
+async def test_an_engine_answering_errors_is_retried_and_ejected(status: int) -> None:
+    """One of three engines answers ``status`` with idle metrics: every request still gets 200
+    (the gateway retries the status on the picker's next fallback), the picker learns the failed
+    attempts from ``x-envoy-attempt-count`` and, after 3, sends the engine nothing more.
+    Guard off: with ``EnvoyOptions.retry_on_status=False`` 3 of the 24 got 503; with
+    ``--outlier-consecutive-errors=0`` the engine drew 5 more after its third error."""
+    bad = Refusing(IPS[2])
+    bad.status = status
+    backends: list[Backend] = [Backend(IPS[0]), Backend(IPS[1]), bad]
+    for b in backends:
+        await b.start()
+    server, ds = await _picker_stack(backends)
+    opts = EnvoyOptions(
+        listen_port=free_port(),
+        admin_port=free_port(),
+        picker_port=server.grpc_port,
+        pool_endpoints=tuple(b.address for b in backends),
+    )
+    envoy = await _envoy(opts)
+    url = f"http://127.0.0.1:{opts.listen_port}/v1/chat/completions"
+    try:
+        statuses = []
+        third = -1
+        for i in range(24):  # new sessions, one at a time: the idle failing engine looks cheapest
+            code, _ = await _post(url, session_body(f"e{status}-{i}", 0))
+            statuses.append(code)
+            if third < 0 and len(bad.seen) == 3:
+                third = i
+        drawn_after = len(bad.seen) - 3
+    finally:
+        await envoy.stop()
+        await server.stop(0)
+        await ds.stop()  # type: ignore[attr-defined]
+        for b in backends:
+            await b.stop()
+    assert statuses == [200] * 24
+    assert 0 <= third < 12  # it drew its 3 errors early (it looks idle), then nothing more
+    assert drawn_after == 0

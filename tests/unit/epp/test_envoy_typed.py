@@ -65,3 +65,56 @@ def test_misspelt_fields_fail_at_build_time() -> None:
     )
     with pytest.raises(BootstrapError, match="nope"):
         typed_bootstrap(unknown)
+
+
+def _route(config: dict[str, Any]) -> dict[str, Any]:
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    vhost: dict[str, Any] = hcm["route_config"]["virtual_hosts"][0]
+    return vhost
+
+
+def test_an_engines_5xx_and_429_are_retried_and_the_attempt_count_reported() -> None:
+    base = EnvoyOptions(
+        listen_port=8080, admin_port=9901, picker_port=9002, pool_endpoints=("10.0.0.1:8000",)
+    )
+    vhost = _route(bootstrap(base))
+    policy = vhost["routes"][0]["route"]["retry_policy"]
+    assert set(policy["retry_on"].split(",")) == {
+        "connect-failure",
+        "refused-stream",
+        "reset",
+        "5xx",
+        "retriable-status-codes",
+    }
+    assert policy["retriable_status_codes"] == [429] and "rate_limited_retry_back_off" not in policy
+    assert vhost["include_attempt_count_in_response"] is True
+    pool = next(c for c in bootstrap(base)["static_resources"]["clusters"] if c["name"] == "pool")
+    assert pool["outlier_detection"]["consecutive_5xx"] == 3
+    off = bootstrap(
+        EnvoyOptions(
+            listen_port=8080,
+            admin_port=9901,
+            picker_port=9002,
+            pool_endpoints=("10.0.0.1:8000",),
+            retry_on_status=False,
+            pool_outlier_detection=False,
+        )
+    )
+    assert (
+        _route(off)["routes"][0]["route"]["retry_policy"]["retry_on"]
+        == "connect-failure,refused-stream,reset"
+    )
+    assert "outlier_detection" not in next(
+        c for c in off["static_resources"]["clusters"] if c["name"] == "pool"
+    )
+
+
+def test_the_fields_envoy_data_plane_cannot_read_are_checked_apart() -> None:
+    config = bootstrap(
+        EnvoyOptions(listen_port=8080, admin_port=9901, picker_port=9002, pool_endpoints=("10.0.0.1:8000",))
+    )
+    bad = copy.deepcopy(config)
+    pool = next(c for c in bad["static_resources"]["clusters"] if c["name"] == "pool")
+    pool["outlier_detection"]["consecutive_5xx"] = "three"
+    with pytest.raises(BootstrapError, match="consecutive_5xx"):
+        typed_bootstrap(bad)

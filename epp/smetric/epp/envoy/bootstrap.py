@@ -131,6 +131,10 @@ class EnvoyOptions:
     # Connect failure / refused / reset before the response: the next fallback, on either upstream.
     # 0: no retry (and no per-try idle timeout); ORIGINAL_DST is then one header-driven cluster.
     retries: int = 2
+    # An engine's 5xx or 429 is retried on the next fallback too (hardening.retry_policy).
+    retry_on_status: bool = True
+    # Envoy's outlier detection on the pool cluster (hardening.POOL_OUTLIER_DETECTION).
+    pool_outlier_detection: bool = True
     # An attempt silent this long is reset and, before its response, retried on the next fallback
     # (a frozen engine). The three timeouts come from smetric.core.gatewaytimeouts: derived from the
     # pool's longest legitimate silence, a cold prefill of the maximum model length (default: the
@@ -355,7 +359,7 @@ def _listener(
         "idle_timeout": _secs(o.stream_idle_timeout_s),
     }
     if retries:
-        route["retry_policy"] = retry_policy(retries, o.per_try_idle_timeout_s)
+        route["retry_policy"] = retry_policy(retries, o.per_try_idle_timeout_s, o.retry_on_status)
     return {
         "name": name,
         "address": _socket(host, port),
@@ -380,6 +384,9 @@ def _listener(
                                     {
                                         "name": name,
                                         "domains": ["*"],
+                                        # x-envoy-attempt-count in the response: the picker's
+                                        # outlier detection counts the attempts that failed
+                                        "include_attempt_count_in_response": True,
                                         "routes": [
                                             {
                                                 "match": {"prefix": "/"},
@@ -449,7 +456,11 @@ def bootstrap(o: EnvoyOptions) -> dict[str, Any]:
         | (PICKER_EJECTION if o.picker_ejection else {}),
     ]
     if o.pool_endpoints:
-        clusters.append(pool_cluster("pool", o.pool_endpoints, o.connect_timeout_s, CIRCUIT_BREAKERS))
+        clusters.append(
+            pool_cluster(
+                "pool", o.pool_endpoints, o.connect_timeout_s, CIRCUIT_BREAKERS, o.pool_outlier_detection
+            )
+        )
     if (o.direct_port is None) != (o.direct_backend is None):
         raise ValueError("direct_port and direct_backend go together")
     if o.direct_port is not None and o.direct_backend is not None:

@@ -19,8 +19,10 @@
   of its header on every attempt, so each attempt has its own ORIGINAL_DST cluster behind Envoy's
   composite cluster (attempt n -> n-th sub-cluster), reading a header the gateway derives from the
   picker's list after ext_proc.
-* :func:`retry_policy`: connect failures, refused streams and resets before the response starts are
-  retried on the picker's fallbacks (up to ``retries``); a retry never happens once the response
+* :func:`retry_policy`: connect failures, refused streams, resets and an engine's 5xx or 429 before
+  the response starts are retried on the picker's fallbacks (up to ``retries``; the route reports
+  the attempt count, ``x-envoy-attempt-count``, in the response, from which the picker learns which
+  entries of its list failed); a retry never happens once the response
   started, so a stream cut mid-response reaches the client as a reset (a truncated chunked body /
   HTTP/2 RST), never as a clean end. No filter can add an SSE error event there: Envoy's router
   resets the downstream stream once the response started, and the filters (ext_proc, Lua) are
@@ -117,8 +119,32 @@ def _socket(address: str) -> dict[str, Any]:
     return {"socket_address": {"address": host.strip("[]"), "port_value": int(port)}}
 
 
+# Envoy's own outlier detection on the pool cluster (cluster/v3/outlier_detection.proto; Envoy's
+# defaults: consecutive_5xx 5, interval 10 s, base_ejection_time 30 s, max_ejection_percent 10).
+# The picker's (--outlier-*) is the one that steers routing: override_host takes the picker's
+# hosts without looking at their health (findHost in Envoy's override_host load_balancer.cc:
+# "TODO: Validate that host health status did not change"), so an ejection here acts where Envoy
+# chooses itself -- the round-robin fallback (FailOpen, or a retry past the picker's list) -- and
+# shows in the cluster's outlier stats. Same count and base time as the picker's defaults; a 1 s
+# sweep; at most half the pool out (the rest keeps the fallback usable).
+POOL_OUTLIER_DETECTION: dict[str, Any] = {
+    "consecutive_5xx": 3,
+    "enforcing_consecutive_5xx": 100,
+    "consecutive_gateway_failure": 3,
+    "enforcing_consecutive_gateway_failure": 100,
+    "interval": "1s",
+    "base_ejection_time": "10s",
+    "max_ejection_time": "300s",
+    "max_ejection_percent": 50,
+}
+
+
 def pool_cluster(
-    name: str, endpoints: tuple[str, ...], connect_timeout_s: float, circuit_breakers: dict[str, Any]
+    name: str,
+    endpoints: tuple[str, ...],
+    connect_timeout_s: float,
+    circuit_breakers: dict[str, Any],
+    outlier_detection: bool = True,
 ) -> dict[str, Any]:
     fallback = {
         "policies": [
@@ -139,6 +165,7 @@ def pool_cluster(
         "name": name,
         "type": "STATIC",
         "circuit_breakers": circuit_breakers,
+        **({"outlier_detection": POOL_OUTLIER_DETECTION} if outlier_detection else {}),
         "connect_timeout": f"{connect_timeout_s:g}s",
         "load_assignment": {
             "cluster_name": name,
@@ -165,17 +192,24 @@ def fallback_headers_lua(retries: int) -> str:
     """Runs after ext_proc: the picker's list (``x-gateway-destination-endpoint``, primary first)
     becomes one header per fallback, ``x-smetric-destination-fallback-<n>``, for the ORIGINAL_DST
     sub-cluster of attempt n + 1. Client copies are removed first, so only the picker's list sets
-    them."""
+    them. A list shorter than the retries sends the remaining attempts to its last entry: the
+    client then gets that engine's own answer (a 429 with its ``Retry-After``), not the "no healthy
+    upstream" 503 of an attempt without a host (the pool cluster's override_host falls back to
+    round robin over the pool there)."""
     return f"""
 function envoy_on_request(h)
   local headers = h:headers()
   for n = 1, {retries} do headers:remove("{FALLBACK_HEADER}" .. n) end
   local list = headers:get("{DEST_KEY}")
   if list == nil then return end
-  local n = 0
+  local n, last = 0, nil
   for e in string.gmatch(list, "[^,%s]+") do
     if n >= 1 and n <= {retries} then headers:add("{FALLBACK_HEADER}" .. n, e) end
+    last = e
     n = n + 1
+  end
+  if last ~= nil then
+    for k = math.max(n, 1), {retries} do headers:add("{FALLBACK_HEADER}" .. k, last) end
   end
 end
 """
@@ -199,9 +233,8 @@ def original_dst_retry_clusters(
     ORIGINAL_DST cluster per attempt -- the primary's reads ``primary_header``, the n-th
     fallback's ``x-smetric-destination-fallback-<n>`` (:func:`fallback_headers_lua`). An ORIGINAL_DST
     cluster alone would retry the same address: its load balancer takes the one address of its
-    header on every attempt. A sub-cluster whose header is absent (the picker returned fewer
-    fallbacks) has no host; the composite cluster then tries the next one, and past the last the
-    attempt fails with "no healthy upstream". ``base``: the common cluster fields."""
+    header on every attempt. When the picker returned fewer fallbacks than retries, the last entry
+    fills the remaining headers (:func:`fallback_headers_lua`). ``base``: the common cluster fields."""
     attempts = [f"{name}_primary"] + [f"{name}_fallback_{n}" for n in range(1, retries + 1)]
     headers = [primary_header] + [f"{FALLBACK_HEADER}{n}" for n in range(1, retries + 1)]
     subs = [
@@ -227,17 +260,31 @@ def original_dst_retry_clusters(
     return [composite, *subs]
 
 
-def retry_policy(retries: int, per_try_idle_timeout_s: float = 0.0) -> dict[str, Any]:
+# Statuses retried besides 5xx: an engine's 429 (overloaded) is another engine's 200.
+RETRIABLE_STATUS_CODES = (429,)
+
+
+def retry_policy(retries: int, per_try_idle_timeout_s: float = 0.0, on_status: bool = True) -> dict[str, Any]:
     """``per_try_idle_timeout_s`` > 0: an attempt that sees no byte for that long (a frozen
     engine: the kernel accepted the connection, nothing answers) is reset; before its response
     started it is retried on the picker's next fallback, after that the stream is cut. It must stay
     above the longest legitimate silence (a prefill) and below the stream idle timeout, which would
-    otherwise end the request first."""
+    otherwise end the request first.
+
+    ``on_status``: an engine's 5xx or 429 answer is retried on the next fallback too (Envoy's
+    ``5xx`` and ``retriable-status-codes`` conditions: a status is known before any response byte
+    reaches the client, so the retry is invisible to it). The retry goes at once to another engine:
+    Envoy's ``rate_limited_retry_back_off`` would make it wait out the 429's ``Retry-After``, a
+    pause the *refusing* engine asked for; the picker honours that one (it sends the engine nothing
+    until it is over, :mod:`smetric.epp.server.outlier`)."""
+    retry_on = "connect-failure,refused-stream,reset"
     policy: dict[str, Any] = {
-        "retry_on": "connect-failure,refused-stream,reset",
+        "retry_on": retry_on + (",5xx,retriable-status-codes" if on_status else ""),
         "num_retries": retries,
         "retry_back_off": {"base_interval": "0.02s", "max_interval": "0.2s"},
     }
+    if on_status:
+        policy["retriable_status_codes"] = list(RETRIABLE_STATUS_CODES)
     if per_try_idle_timeout_s > 0:
         policy["per_try_idle_timeout"] = f"{per_try_idle_timeout_s:g}s"
     return policy

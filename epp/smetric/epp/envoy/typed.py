@@ -43,6 +43,29 @@ def _register(type_url: str) -> None:
         raise BootstrapError(f"no typed message for {type_url!r} in envoy-data-plane") from None
 
 
+# Fields envoy-data-plane 2.2's ``from_dict`` cannot read: its snake-casing turns ``5xx`` into
+# ``5_xx`` (OutlierDetection.consecutive_5xx). They are checked here to be non-negative integers
+# and left out of the typed parse; ``envoy --mode validate`` checks them in the integration tests.
+_UNPARSED_INT_FIELDS = frozenset(("consecutive_5xx", "enforcing_consecutive_5xx"))
+
+
+def _without_unparsed(node: Any) -> Any:
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k in _UNPARSED_INT_FIELDS:
+                if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                    raise BootstrapError(
+                        f"invalid Envoy bootstrap: {k} must be a non-negative integer, got {v!r}"
+                    )
+                continue
+            out[k] = _without_unparsed(v)
+        return out
+    if isinstance(node, list):
+        return [_without_unparsed(v) for v in node]
+    return node
+
+
 def typed_bootstrap(config: dict[str, Any]) -> Bootstrap:
     """``config`` (Envoy's snake_case JSON/YAML form) as the typed ``Bootstrap`` message."""
     from envoy_data_plane.envoy.config.bootstrap.v3 import Bootstrap
@@ -50,6 +73,6 @@ def typed_bootstrap(config: dict[str, Any]) -> Bootstrap:
     for url in set(_type_urls(config)):
         _register(url)
     try:
-        return Bootstrap.from_dict(config)
+        return Bootstrap.from_dict(_without_unparsed(config))
     except (KeyError, TypeError, ValueError) as exc:
         raise BootstrapError(f"invalid Envoy bootstrap: {exc}") from None

@@ -66,6 +66,13 @@ class PickerMetrics:
             ["endpoint", "code"],
             registry=registry,
         )
+        self.endpoint_ejections = Counter(
+            "smetric_epp_endpoint_ejections",
+            "Endpoints ejected from routing by the picker's outlier detection (5xx, 429 or failed "
+            "attempts in a row, or a failed probe)",
+            ["endpoint"],
+            registry=registry,
+        )
         self.ttft = Histogram(
             "smetric_epp_ttft_seconds",
             "Time from dispatch to first response body chunk (streaming responses)",

@@ -14,6 +14,7 @@ from smetric.epp.contracts import EndpointSource, PoolIndex
 from smetric.epp.obs.health import HealthReporter
 from smetric.epp.server.affinity import ResponseAffinity
 from smetric.epp.server.decide import Picker, Saturation
+from smetric.epp.server.outlier import OutlierDetector
 from smetric.epp.server.servicer import ExtProcServicer
 from smetric.epp.server.tier_facts import build_tier_facts
 from smetric.policy import PolicyParams
@@ -36,6 +37,7 @@ def build_picker(
     on_dispatch: Callable[[str], None] | None = None,
     succeeds: Picker | None = None,
     response_affinity_entries: int = 0,
+    outliers: OutlierDetector | None = None,
 ) -> Picker:
     """One :class:`Picker` from the config. Each call makes fresh policy instances (own counters).
     ``is_stale``: the source's own staleness judgement (the datastore's), else the scrape age.
@@ -66,6 +68,7 @@ def build_picker(
             if response_affinity_entries > 0
             else None
         ),
+        outliers=outliers,
     )
     node_facts = uses_node_facts(cfg.policy.name)
     # g needs a global tier; without one only a policy that reads nodes and footprint needs them

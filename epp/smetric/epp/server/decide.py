@@ -37,6 +37,7 @@ from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex, Pro
 from smetric.epp.parse.errors import RequestError
 from smetric.epp.parse.usage import Usage
 from smetric.epp.server.affinity import ResponseAffinity
+from smetric.epp.server.outlier import OutlierDetector, is_error_status
 from smetric.epp.server.tier_facts import TierFacts
 from smetric.policy.base import Decision
 from smetric.policy.framework import NoEndpointError, Router
@@ -44,6 +45,8 @@ from smetric.policy.selective_pd import PdDecider
 from smetric.router import DispatchLedger, PrefillRateEstimator, RouterCore, Saturation
 
 __all__ = ["Pick", "Picker", "Saturation"]
+
+_NONE: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ class Picker:
         pd_decider: PdDecider | None = None,
         on_dispatch: Callable[[str], None] | None = None,
         responses: ResponseAffinity | None = None,
+        outliers: OutlierDetector | None = None,
     ) -> None:
         """``is_stale``: the source's own staleness judgement when it knows more than the scrape
         age (the datastore: a failed last scrape is stale at once); ``None`` = the scrape age.
@@ -95,7 +99,9 @@ class Picker:
         against ``--max-requests-per-scrape``).
         ``pd_decider``: selective P/D (``pdDisaggregation.nonCachedTokens``).
         ``responses``: the Responses follow-up map (:mod:`smetric.epp.server.affinity`); ``None``
-        routes follow-ups by the policy alone."""
+        routes follow-ups by the policy alone.
+        ``outliers``: passive outlier detection (:mod:`smetric.epp.server.outlier`): an ejected or
+        probing endpoint is stale to the decision (left out while another is usable)."""
         self.source = source
         self.responses = responses
         self.on_dispatch = on_dispatch
@@ -114,6 +120,8 @@ class Picker:
         )
         self.clock = clock
         self._source_is_stale = is_stale
+        self.outliers = outliers if outliers is not None and outliers.settings.enabled else None
+        self._is_stale = is_stale if self.outliers is None else self._excluded_or_stale
         # The policy's last decision and the candidates it indexes (the prefill pods in PD mode):
         # references only, read by the decision log right after :meth:`pick` (:meth:`top_scores`).
         self.last_decision: Decision | None = None
@@ -153,10 +161,20 @@ class Picker:
             hits,
             self.source.metrics,
             self.clock(),
-            is_stale=self._source_is_stale,
+            is_stale=self._is_stale,
             global_hit_tokens=global_hit_tokens,
             tier=tier,
         )
+
+    def _excluded_or_stale(self, address: str) -> bool:
+        """Ejected by outlier detection, or stale by the source's judgement (else the scrape age)."""
+        assert self.outliers is not None
+        if self.outliers.excluded(address):
+            return True
+        if self._source_is_stale is not None:
+            return self._source_is_stale(address)
+        m = self.source.metrics(address)
+        return m is None or self.clock() - m.scraped_at_s > self.core.staleness_s
 
     def has_capacity(self, s: EndpointSnapshot) -> bool:
         return self.core.has_capacity(s)
@@ -213,6 +231,10 @@ class Picker:
             request.request_id, pick.ledger_address, pick.uncached_tokens, pick.cost_s, pick.fetch_s
         )
         self.index.on_routed(key, pick.ledger_address)
+        if self.outliers is not None:  # a half-open endpoint's first request is its probe
+            self.outliers.dispatched(pick.destination)
+            if pick.ledger_address != pick.destination:
+                self.outliers.dispatched(pick.ledger_address)
         if self.on_dispatch is not None:
             self.on_dispatch(pick.ledger_address)
             if pick.destination != pick.ledger_address:
@@ -249,6 +271,38 @@ class Picker:
             return rates.speed(pick.ledger_address)
         return None
 
+    def on_response(
+        self, pick: Pick, status: int, served: str = "", attempts: int = 0, retry_after_s: float = 0.0
+    ) -> tuple[str, ...]:
+        """The response's status reached the picker: the endpoints of ``pick``'s list that failed
+        before the one that answered (``served`` when the gateway reports it, else the
+        ``attempts``-th entry) count an error each, the one that answered its status. Returns the
+        endpoints this response ejected (usually none)."""
+        o = self.outliers
+        if o is None or status <= 0:
+            return _NONE
+        dest, fallbacks = pick.destination, pick.fallbacks
+        if served and served != dest and served in fallbacks:
+            n = fallbacks.index(served) + 2
+        elif attempts > 1:
+            n = attempts
+        else:
+            n = 1
+        ejected = _NONE
+        if n > 1:
+            for a in (dest, *fallbacks[: n - 2]):
+                if o.failed(a):
+                    ejected = (*ejected, a)
+        answered = served or (dest if n == 1 else fallbacks[n - 2] if n - 2 < len(fallbacks) else "")
+        if not answered:  # past the picker's list: the gateway's own fallback answered
+            return ejected
+        if is_error_status(status):
+            if o.failed(answered, retry_after_s):
+                ejected = (*ejected, answered)
+        else:
+            o.succeeded(answered)
+        return ejected
+
     def queued_cost_s(self, address: str) -> float:
         return self.core.ledger.queued_cost_s(address)
 
@@ -256,6 +310,8 @@ class Picker:
         self.core.rates.forget(address)
         if self.responses is not None:  # its stored responses went with it
             self.responses.forget_endpoint(address)
+        if self.outliers is not None:
+            self.outliers.forget(address)
 
     def on_response_id(self, response_id: str, served: str) -> None:
         if self.responses is not None:

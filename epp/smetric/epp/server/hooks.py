@@ -6,7 +6,8 @@ only reports events; the picker (:class:`smetric.epp.server.decide.Picker`) owns
 servicer exports as metrics. The servicer never touches the ledger, the rate estimate or the cost
 model itself.
 
-Order per request: :meth:`~ResponseHooks.on_prefill_done` (first response byte; also called,
+Order per request: :meth:`~ResponseHooks.on_response` (the response headers: status and attempts),
+:meth:`~ResponseHooks.on_prefill_done` (first response byte; also called,
 idempotently, when the response ends or the stream goes away without one), then at most one
 :meth:`~ResponseHooks.on_complete` (a 200 streaming response that ended with a first byte).
 """
@@ -31,6 +32,15 @@ class ResponseHooks(Protocol):
         """A 200 streaming response ended: its TTFT (and the engine's reported cached share, when
         ``usage`` has it and ``prompt_known``: the decision saw a body) feeds the endpoint's
         prefill-rate estimate. Returns the endpoint's new speed when the sample was taken."""
+        ...
+
+    def on_response(
+        self, pick: Pick, status: int, served: str = "", attempts: int = 0, retry_after_s: float = 0.0
+    ) -> tuple[str, ...]:
+        """The response's status: an error (5xx, 429) counts against the endpoint that answered,
+        and each endpoint of the picker's list tried before it (``served``: the gateway's reported
+        endpoint, ``attempts``: its attempt count, 0 when not told) counts a failed attempt; a
+        success readmits a probed endpoint. Returns the endpoints ejected by it."""
         ...
 
     def queued_cost_s(self, address: str) -> float:

@@ -30,6 +30,22 @@ from smetric.epp.server.stream import StreamState
 log = logging.getLogger("smetric.epp")
 
 Responses = Sequence[ep.ProcessingResponse]
+# Envoy's attempt count in the response (route ``include_attempt_count_in_response``): attempt n
+# was answered by the n-th entry of the picker's list (override_host and the ORIGINAL_DST composite
+# cluster both walk it in order), so the n - 1 entries before it failed.
+ATTEMPT_COUNT_HEADER = "x-envoy-attempt-count"
+MAX_HEADER_INT = 86_400  # a larger attempt count or Retry-After is read as this
+
+
+def _int_header(value: str) -> int:
+    """A non-negative integer header (delta-seconds ``Retry-After``, an attempt count); 0 when
+    absent or not a plain integer (an HTTP-date ``Retry-After`` is not honoured)."""
+    v = value.strip()
+    if not (v.isascii() and v.isdigit()):
+        return 0
+    return MAX_HEADER_INT if len(v) > 9 else min(int(v), MAX_HEADER_INT)
+
+
 RESPONSE_KINDS = frozenset(("response_headers", "response_body", "response_trailers"))
 
 
@@ -82,18 +98,35 @@ class ResponsePath:
         st.usage = UsageReader(st.resp_sse)
         if st.resp_status == 200 and st.parsed is not None and st.parsed.api == API_RESPONSES:
             st.resp_head = bytearray()  # its response id: a follow-up's previous_response_id
-        if st.pick is not None and st.resp_status != 200:
-            # the endpoint Envoy reports, when it is one the picker named (a label never takes a value
-            # from outside the pool)
-            served = (
-                st.served if st.served in (st.pick.destination, *st.pick.fallbacks) else st.pick.destination
-            )
-            self.metrics.endpoint_error(served, st.resp_status)
+        if st.pick is not None:
+            if st.resp_status != 200:
+                # the endpoint Envoy reports, when it is one the picker named (a label never takes a
+                # value from outside the pool)
+                served = (
+                    st.served if st.served in (st.pick.destination, *st.pick.fallbacks) else st.pick.destination
+                )
+                self.metrics.endpoint_error(served, st.resp_status)
+            self._outcome(st, raw)
         if not st.resp_sse:  # a JSON answer comes after the whole generation: prefill is long done
             self._prefill_done(st)
         if part.end_of_stream:
             self._complete(st)
         return (msgs.CONTINUE_RESPONSE_HEADERS,)
+
+    def _outcome(self, st: StreamState, raw: dict[str, str]) -> None:
+        """The status, the gateway's attempt count and ``Retry-After`` go to the picker's outlier
+        detection (:meth:`~smetric.epp.server.hooks.ResponseHooks.on_response`)."""
+        assert st.pick is not None
+        ejected = self.hooks.on_response(
+            st.pick,
+            st.resp_status,
+            st.served,
+            _int_header(raw.get(ATTEMPT_COUNT_HEADER, "")),
+            _int_header(raw.get("retry-after", "")),
+        )
+        for address in ejected:
+            self.metrics.endpoint_ejections.labels(endpoint=address).inc()
+            log.warning("endpoint %s ejected from routing: errors or failed attempts in a row", address)
 
     def _response_body(self, st: StreamState, part: ep.HttpBody) -> Responses:
         # The first token: the first chunk, or for a stream the first with more than opening events.
