@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import os
 import signal
 import socket
@@ -85,7 +86,15 @@ async def electors(kmock: Leases) -> AsyncIterator[Callable[[str], LeaderElector
         return client.ApiClient(client.Configuration(host=str(kmock.url).rstrip("/")))
 
     def make(identity: str) -> LeaderElector:
-        e = LeaderElector(factory, NS, NAME, identity, **TIMING)
+        e = LeaderElector(
+            factory,
+            NS,
+            NAME,
+            identity,
+            lease_s=TIMING["lease_s"],
+            renew_deadline_s=TIMING["renew_deadline_s"],
+            retry_s=TIMING["retry_s"],
+        )
         made.append(e)
         return e
 
@@ -116,7 +125,7 @@ async def test_one_leader_and_only_the_leader_is_ready(electors: Any, kmock: Lea
             source,
             PickerMetrics(CollectorRegistry()),
             lambda _a: False,
-            is_leader=lambda e=elector: e.is_leader,
+            is_leader=functools.partial(getattr, elector, "is_leader"),
         )
         await health.refresh()
         for service in ("readiness", "", "inference-extension"):
@@ -169,7 +178,7 @@ async def test_an_llm_d_router_leader_keeps_this_picker_standby(electors: Any, k
     """A migration from llm-d-router: its picker leads the pool (holds its Lease, 15 s as
     controller-runtime's default); this picker's replicas stay standby until it releases."""
     assert NAME == UPSTREAM_LEASE
-    lease = {
+    lease: dict[str, Any] = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {"name": UPSTREAM_LEASE, "namespace": NS},
