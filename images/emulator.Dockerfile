@@ -1,5 +1,5 @@
 # GPU-free vLLM emulator (smetric emulate).
-# Build from the repository root:  docker build -f images/emulator.Dockerfile -t smetric/smetric-emulator:dev .
+# Build and tag:  images/build.sh [--registry PREFIX] [--version VERSION] emulator   (docs/deploy.md step 1)
 FROM python:3.11-slim AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./

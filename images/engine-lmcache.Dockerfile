@@ -7,7 +7,7 @@
 # which auditwheel leaves to the system (Mooncake docker/master-cuda13.Dockerfile installs the same
 # packages). Checked without Docker by `python images/check_native_deps.py`
 # (tests/unit/project/test_images_native_deps.py; images/native-needed.json).
-# Build:  docker build -f images/engine-lmcache.Dockerfile -t ghcr.io/<you>/vllm-lmcache:v0.32.0-lmcache0.5.6 .
+# Build and tag:  images/build.sh [--registry PREFIX] [--version VERSION] engine-lmcache   (docs/deploy.md step 1)
 ARG VLLM_IMAGE=vllm/vllm-openai:v0.32.0
 FROM ${VLLM_IMAGE}
 ARG LMCACHE_VERSION=0.5.6

@@ -1,5 +1,5 @@
 # SMetric endpoint picker (Envoy ext_proc on 9002, gRPC health 9003, metrics 9090).
-# Build from the repository root:  docker build -f images/epp.Dockerfile -t smetric/smetric-epp:dev .
+# Build and tag:  images/build.sh [--registry PREFIX] [--version VERSION] epp   (docs/deploy.md step 1)
 FROM python:3.11-slim AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./

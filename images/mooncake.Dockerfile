@@ -6,7 +6,7 @@
 # libcurl.so.4 (libcurl4t64), libstdc++/libgcc/glibc (the base); ibverbs-providers holds the
 # libibverbs device plugins (RDMA) and libmlx5.so.1. Checked without Docker by
 # `python images/check_native_deps.py` (tests/unit/project/test_images_native_deps.py).
-# Build:  docker build -f images/mooncake.Dockerfile -t ghcr.io/<you>/mooncake-master:0.3.13.post1-cuda13 .
+# Build and tag:  images/build.sh [--registry PREFIX] [--version VERSION] mooncake   (docs/deploy.md step 1)
 FROM python:3.12-slim-trixie
 ARG MOONCAKE_VERSION=0.3.13.post1
 RUN apt-get update && apt-get install -y --no-install-recommends \

@@ -1,5 +1,5 @@
 # Kubernetes operator for SMetricPool.
-# Build from the repository root:  docker build -f images/operator.Dockerfile -t smetric/smetric-operator:dev .
+# Build and tag:  images/build.sh [--registry PREFIX] [--version VERSION] operator   (docs/deploy.md step 1)
 FROM python:3.11-slim AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./

@@ -1,6 +1,6 @@
 # smetric simulate on a Dask cluster: the scheduler, the workers and the sweep client share this
 # image (the workers unpickle the client's tasks, so every pod must run the same smetric version).
-# Build from the repository root:  docker build -f images/sim.Dockerfile -t smetric/smetric-sim:dev .
+# Build and tag:  images/build.sh [--registry PREFIX] [--version VERSION] sim   (docs/deploy.md step 1)
 FROM python:3.11-slim AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./

@@ -1,10 +1,14 @@
 """``--ha-enable-leader-election``: one active picker among the replicas, through a Lease.
 
-As upstream (GIE ``pkg/epp/server/controller_manager.go``: controller-runtime leader election on a
-``coordination.k8s.io/v1`` Lease named ``epp-<namespace>-<pool>.gateway-api-inference-extension
-.sigs.k8s.io`` in the pool's namespace, released on shutdown; ``cmd/epp/runner/health.go``: only
-the leader reports ``readiness`` SERVING, ``liveness`` is always SERVING), with client-go's timing
-defaults (lease 15 s, renew deadline 10 s, retry every 2 s).
+As upstream (llm-d-router v0.9.0 and v0.10.0 ``pkg/epp/server/controller_manager.go`` 109-116:
+controller-runtime leader election on a ``coordination.k8s.io/v1`` Lease named
+``epp-<namespace>-<pool>.llm-d.ai`` in the pool's namespace, released on cancel; GIE's
+``cmd/epp/runner/health.go``: only the leader reports ``readiness`` SERVING, ``liveness`` is
+always SERVING), with client-go's timing defaults (lease 15 s, renew deadline 10 s, retry every
+2 s). The same Lease name means an llm-d-router picker and this one never lead one pool at once.
+GIE's own picker names its Lease ``epp-<namespace>-<pool>.gateway-api-inference-extension.sigs
+.k8s.io`` (GIE v1.5.0 controller_manager.go): no shared Lease with it, so a migration from GIE's
+picker stops it first (docs/picker.md, "Leader election").
 
 The algorithm is client-go's ``leaderelection``: every ``retry_s`` a replica reads the Lease. It
 takes the Lease when it is absent, released (no holder) or expired -- no renewal *observed* for
@@ -39,8 +43,9 @@ ClientFactory = Callable[[], Awaitable[client.ApiClient]]
 
 
 def lease_name(namespace: str, pool: str) -> str:
-    """Upstream's Lease name, so an upstream picker and this one never lead the same pool at once."""
-    return f"epp-{namespace}-{pool}.gateway-api-inference-extension.sigs.k8s.io"
+    """llm-d-router's Lease name (v0.10.0 pkg/epp/server/controller_manager.go 113), so its picker
+    and this one never lead the same pool at once."""
+    return f"epp-{namespace}-{pool}.llm-d.ai"
 
 
 def default_identity() -> str:

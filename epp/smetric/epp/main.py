@@ -203,7 +203,7 @@ def config_reloader(
 
 
 def leader_elector(settings: PickerSettings) -> LeaderElector | None:
-    """``--ha-enable-leader-election``: a Lease in the pool's namespace, named as upstream's."""
+    """``--ha-enable-leader-election``: a Lease in the pool's namespace, named as llm-d-router's."""
     if not settings.leader_election:
         return None
     from smetric.epp.discovery.kubernetes import default_api_client

@@ -56,6 +56,24 @@ def configure(settings: kopf.OperatorSettings) -> None:
     )
     settings.posting.level = logging.WARNING  # k8s Events only for warnings and errors
     settings.watching.server_timeout = 300
+    # The children's list/watch requests carry labelSelector=app.kubernetes.io/managed-by=smetric-operator:
+    # the API server sends only this operator's objects. A handler's ``labels=`` filter is applied
+    # by kopf client-side after every object of the kind has been streamed (kopf 1.45
+    # _cogs/clients/watching.py watch_objs and fetching.py list_objs send only
+    # settings.watching.label_selectors); the handlers keep theirs as a second check.
+    settings.watching.label_selectors[is_child_resource] = CHILD_SELECTOR
+
+
+CHILD_SELECTOR = f"{MANAGED_BY_LABEL}={FIELD_MANAGER}"
+_CHILD_RESOURCES = frozenset(
+    (api_version.rpartition("/")[0], api_version.rpartition("/")[2], kind)
+    for api_version, kind in CHILD_KINDS
+)
+
+
+def is_child_resource(resource: kopf.Resource) -> bool:
+    """A kind the operator renders (client.CHILD_KINDS), as kopf discovered it."""
+    return (resource.group, resource.version, resource.kind) in _CHILD_RESOURCES
 
 
 def build_registry(state: OperatorState) -> kopf.OperatorRegistry:

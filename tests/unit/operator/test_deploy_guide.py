@@ -15,6 +15,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.unit.project.test_images_build import built as build_script_tags
+
 ROOT = Path(__file__).resolve().parents[3]
 GUIDE = ROOT / "docs" / "deploy.md"
 K8S_VERSION = "1.33.0"
@@ -102,6 +104,8 @@ def test_the_kind_path_builds_the_images_the_kind_sample_names() -> None:
         if command.startswith("docker build "):
             argv = shlex.split(command)
             built.add(argv[argv.index("-t") + 1])
+        elif command.startswith("images/build.sh "):  # its dry run prints the docker builds it runs
+            built |= set(build_script_tags(*shlex.split(_with_reg(command))[1:]).values())
     (pool,) = _docs(ROOT / "manifests" / "samples" / "kind-emulator.yaml")
     named = {pool["spec"]["model"]["image"], pool["spec"]["router"]["image"]}
     assert named <= built, named - built
@@ -111,6 +115,21 @@ def test_the_kind_path_builds_the_images_the_kind_sample_names() -> None:
         if command.startswith("docker build "):
             dockerfile = shlex.split(command)[shlex.split(command).index("-f") + 1]
             assert (ROOT / dockerfile).is_file(), dockerfile
+
+
+def _with_reg(command: str) -> str:
+    """``$REG`` as the guide sets it."""
+    (reg,) = (c.partition("=")[2] for c in _commands() if c.startswith("REG="))
+    return command.replace("$REG", reg)
+
+
+def test_the_gpu_path_builds_and_pushes_what_the_pool_fields_name() -> None:
+    """The GPU build pushes every image the guide then points the pool at."""
+    (command,) = (c for c in commands_matching(r"^images/build\.sh .*--push") if "$REG" in c)
+    tags = set(build_script_tags(*shlex.split(_with_reg(command))[1:]).values())
+    reg = _with_reg("$REG")
+    pointed = re.findall(r"`[\w.]+: (\$REG/[^`]+)`", GUIDE.read_text().replace("\n", " "))
+    assert len(pointed) == 3 and {p.replace("$REG", reg) for p in pointed} <= tags, (pointed, tags)
 
 
 def test_no_step_needs_a_tool_the_picker_image_lacks() -> None:

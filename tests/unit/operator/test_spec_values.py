@@ -98,7 +98,7 @@ def test_defaults() -> None:
         None,
     )
     assert (g.shm_size, g.resources) == ("16Gi", {})
-    assert (kv.enabled, kv.mooncake_image) == (False, "ghcr.io/smetric/mooncake-master:0.3.13.post1")
+    assert (kv.enabled, kv.mooncake_image) == (False, "ghcr.io/smetric/mooncake-master:0.3.13.post1-cuda13")
     assert (kv.segment_size, kv.local_buffer_size, kv.protocol, kv.device_names) == ("32Gi", "2Gi", "tcp", ())
     master = kv.master
     assert (master.rpc_port, master.metadata_port, master.metrics_port) == (50051, 8080, 9003)
