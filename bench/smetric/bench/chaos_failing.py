@@ -33,7 +33,7 @@ TURNS = 3  # next turns of each pinned session: 36 requests
 NEW = 24  # new sessions: 60 requests in all
 CONCURRENCY = 3
 FIRST_ERRORS = 3  # --outlier-consecutive-errors' default
-NEW_AFTER_FIRST_ERRORS = 2  # new sessions it may draw after its first 3 errors (issue 33)
+NEW_AFTER_FIRST_ERRORS = 2  # new sessions it may draw after its first 3 errors
 EJECTION_S = 10.0  # --outlier-ejection-ms' default: one probe per ejection (a failed one doubles it)
 # The picker's first ejection (--outlier-ejection-ms, 10 s) x 2 (a probe that failed during the
 # run doubles it) + slack: how long the row waits for the recovered engine to serve again.
