@@ -28,7 +28,7 @@ CAUSES = (
     "pacing",
     "tie-break",
     "prefix index",
-    "scrape staleness",
+    "gauges",
     "ledger timing",
     "global hit",
     "unattributed",
@@ -94,10 +94,12 @@ def attribute(pair: Pair, pacing_tolerance_s: float = PACING_TOLERANCE_S) -> str
 
     * ``pacing``: the request was sent at a different model time (the closed loops ran apart:
       earlier TTFTs, client and router time), so the two routers decided on different states;
-    * ``tie-break``: one tool saw every endpoint alike (an idle or uniform pool): its choice was
+    * ``tie-break``: both tools saw every endpoint alike (an idle or uniform pool): each choice was
       the policy's tie-break;
     * ``prefix index``: the endpoints holding the longest local prefix differ;
-    * ``scrape staleness``: the least loaded endpoints by the scraped gauges differ;
+    * ``gauges``: the least loaded endpoints by the scraped gauges (running + waiting) differ: a
+      stale scrape, or the engines really in another state (a request reached the bench's engine
+      later, by the router's and client's time, so it is still running there);
     * ``ledger timing``: the endpoints with the least queued prefill in the ledger differ;
     * ``global hit``: the global-tier hits differ;
     * ``unattributed``: every input above agrees (policy tie-breaks, the learned prefill speed).
@@ -109,7 +111,7 @@ def attribute(pair: Pair, pacing_tolerance_s: float = PACING_TOLERANCE_S) -> str
         return "pacing"
     if not b.views or len(b.views) != len(s.views):
         return "unattributed"
-    if _uniform(b.views) or _uniform(s.views):
+    if _uniform(b.views) and _uniform(s.views):
         return "tie-break"
     tol = HIT_TOLERANCE_TOKENS
     if _argmax([v.local_hit_tokens for v in b.views], tol) != _argmax(
@@ -117,7 +119,7 @@ def attribute(pair: Pair, pacing_tolerance_s: float = PACING_TOLERANCE_S) -> str
     ):
         return "prefix index"
     if _argmin([v.load for v in b.views]) != _argmin([v.load for v in s.views]):
-        return "scrape staleness"
+        return "gauges"
     if _argmin([v.queued_tokens for v in b.views], tol) != _argmin([v.queued_tokens for v in s.views], tol):
         return "ledger timing"
     gb, gs = max(v.global_hit_tokens for v in b.views), max(v.global_hit_tokens for v in s.views)

@@ -16,6 +16,7 @@ The simulator's global tier starts empty, as the emulator's does (``prewarm_glob
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import heapq
 import json
 import math
@@ -124,16 +125,46 @@ class _RecordingRun(_Run):
         raise RuntimeError(f"agent {agent}: no family sends a request")  # pragma: no cover
 
 
+class _OpenLoopRun(_RecordingRun):
+    """The bench's own send times as arrivals (no closed loop): both routers decide at the same
+    model time, so what remains of a divergence is the routers' views."""
+
+    def seed_sends(self, sends: Sequence[tuple[float, int]]) -> None:
+        for t, key in sorted(sends):
+            if t < self.horizon:
+                self.seq += 1
+                self.heap.append((t, self.seq, _ARRIVAL, key, 0))
+        heapq.heapify(self.heap)
+
+    def completed(self, key: int, t: float) -> None:
+        return  # the next send is the bench's
+
+
 def sim_decisions(
-    work: PreparedWorkload, policy: str, rate: float, cfg: SimConfig, loop_delay_s: float = 0.0
-) -> tuple[list[Decision], dict[str, float | int]]:
-    """The simulator's decisions under the bench's request ids, and its run metrics;
-    ``loop_delay_s``: model seconds added to every request's completion for its session's loop."""
-    run = _RecordingRun(work, policy, cfg, loop_delay_s)
-    run.seed_arrivals(rate)
+    work: PreparedWorkload,
+    policy: str,
+    rate: float,
+    cfg: SimConfig,
+    loop_delay_s: float = 0.0,
+    sends: Sequence[tuple[float, str]] | None = None,
+) -> tuple[list[Decision], dict[str, float | int], dict[str, int]]:
+    """The simulator's decisions under the bench's request ids, its run metrics and the request
+    keys by id. ``loop_delay_s``: model seconds added to every request's completion for its
+    session's loop; ``sends``: the bench's ``(send time, request id)`` as open-loop arrivals instead
+    (ids unknown to ``key_of``, a closed-loop run's map, are left out)."""
+    run: _RecordingRun
+    key_of: dict[str, int] = {}
+    if sends is None:
+        run = _RecordingRun(work, policy, cfg, loop_delay_s)
+        run.seed_arrivals(rate)
+    else:
+        _, _, key_of = sim_decisions(work, policy, rate, cfg)
+        run = _OpenLoopRun(work, policy, cfg)
+        run.seed_sends([(t, key_of[rid]) for t, rid in sends if rid in key_of])
     run.run(None)
     metrics = run.metrics()
     refresh = cfg.refresh_s
+    rid_of = {k: r for r, k in key_of.items()}
     out: list[Decision] = []
     for row in run.table.rows:
         seen = run.seen.get(row.key)
@@ -141,9 +172,12 @@ def sim_decisions(
             continue
         t, target, snaps = seen
         clone, i = divmod(row.key, run.n)
-        agent, nth = run.clone_of.get(clone * run.n_fam + work.family_index[i], (-1, -1))
-        v = work.views[i]
-        rid = f"{v.session_id}~a{agent}.{nth}#{v.turn}"
+        rid = rid_of.get(row.key, "")
+        if not rid:
+            agent, nth = run.clone_of.get(clone * run.n_fam + work.family_index[i], (-1, -1))
+            v = work.views[i]
+            rid = f"{v.session_id}~a{agent}.{nth}#{v.turn}"
+            key_of[rid] = row.key
         age = t - math.floor(t / refresh) * refresh  # every engine is scraped at every tick
         views = tuple(
             EndpointView(s.running, s.waiting, s.queued_prefill_tokens, s.local_hit_tokens, s.global_hit_tokens,
@@ -152,14 +186,16 @@ def sim_decisions(
         )  # fmt: skip
         ttft = row.first_token_s - row.send_s
         out.append(Decision(rid, t, target, ttft, views))
-    return out, metrics
+    return out, metrics, key_of
 
 
-def run_bench(out: Path, policies: Sequence[str], rate: float, seed: int, trace: Path) -> None:
+def run_bench(
+    out: Path, policies: Sequence[str], rate: float, seed: int, trace: Path, more: Sequence[str] = ()
+) -> None:
     cmd = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", ",".join(policies),
            "--peer", "none", "--rates", f"{rate:g}", "--seeds", "1", "--seed", str(seed), "--decision-log",
            "--trace", str(trace), "--records", str(out / "records.jsonl"), "--log-dir", str(out / "logs"),
-           "--json", str(out / "bench.json")]  # fmt: skip
+           "--json", str(out / "bench.json"), *more]  # fmt: skip
     print("differential: " + " ".join(cmd[2:]), flush=True)
     subprocess.run(cmd, check=True, timeout=BENCH_TIMEOUT_S)
 
@@ -179,12 +215,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--reuse", action="store_true", help="read a finished bench run in --bench-dir")
     p.add_argument("--json", type=Path, required=True)
+    p.add_argument("--bench-arg", action="append", default=[], metavar="ARG",
+                   help="passed on to smetric bench (repeatable), e.g. --bench-arg=--duration=600")  # fmt: skip
     args = p.parse_args(argv)  # fmt: skip
     policies = [x for x in args.policies.split(",") if x]
     trace_path = find_trace(args.trace)
     args.bench_dir.mkdir(parents=True, exist_ok=True)
     if not args.reuse:
-        run_bench(args.bench_dir, policies, args.rate, args.seed, trace_path)
+        run_bench(args.bench_dir, policies, args.rate, args.seed, trace_path, args.bench_arg)
     bench_doc = json.loads((args.bench_dir / "bench.json").read_text())
     pre = bench_doc["meta"]["preset"]
     ts, k = float(pre["time_scale"]), 1.0 / float(pre["token_scale"])
@@ -220,8 +258,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "bench_loop_delay_model_s": delays,
             "tps_within_slo_bench": bench_tps.get(policy),
         }
-        for variant, delay in (("as is", 0.0), ("bench's loop", delays["total_s"])):
-            sim, metrics = sim_decisions(work, policy, args.rate, cfg, delay)
+        # the bench's mean scrape age is half its effective scrape period (scrapes at a steady period)
+        ages = [v.scrape_age_s for d in bench for v in d.views if math.isfinite(v.scrape_age_s)]
+        period = 2.0 * sum(ages) / len(ages) if ages else refresh_s
+        doc["policies"][policy]["bench_scrape_period_model_s"] = period
+        scraped = dataclasses.replace(cfg, refresh_s=period)
+        sends = [(d.send_s, d.request_id) for d in bench]
+        variants = (("as is", 0.0, cfg, None), ("bench's loop", delays["total_s"], cfg, None),
+                    ("loop+scrape", delays["total_s"], scraped, None), ("bench's sends", 0.0, scraped, sends))  # fmt: skip
+        for variant, delay, vcfg, vsends in variants:
+            sim, metrics, _ = sim_decisions(work, policy, args.rate, vcfg, delay, vsends)
             sim_tps.setdefault(variant, {})[policy] = float(metrics["tps_within_slo"])
             pairs, only_bench, only_sim = match(bench, sim)
             res = agreement(pairs, refresh_s)

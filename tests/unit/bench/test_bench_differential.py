@@ -43,13 +43,13 @@ def test_agreeing_decisions_have_no_cause() -> None:
     ("bench", "sim", "cause"),
     [
         (dec("r", 100.0, 0), dec("r", 0.0, 1), "pacing"),
-        (dec("r", 0.0, 0, IDLE), dec("r", 0.0, 1), "tie-break"),
-        (dec("r", 0.0, 0), dec("r", 0.0, 1, IDLE), "tie-break"),
+        (dec("r", 0.0, 0, IDLE), dec("r", 0.0, 1, IDLE), "tie-break"),
+        (dec("r", 0.0, 0), dec("r", 0.0, 1, IDLE), "prefix index"),  # one side idle: its inputs differ
         # the longest prefix sits elsewhere (approximate vs exact index)
         (dec("r", 0.0, 0, (view(load=3, c=4096), *BUSY[1:])), dec("r", 0.0, 1), "prefix index"),
         # the same prefix, but another engine looks least loaded in the scrape
         (dec("r", 0.0, 2, (view(load=3), view(load=2, c=4096), view(load=0), view(load=2))), dec("r", 0.0, 1),
-         "scrape staleness"),
+         "gauges"),
         (dec("r", 0.0, 2, (view(load=3, q=9e3), view(c=4096, q=9e3), view(load=1), view(load=2, q=9e3))),
          dec("r", 0.0, 1, (view(load=3, q=9e3), view(c=4096), view(load=1, q=9e3), view(load=2, q=9e3))),
          "ledger timing"),
@@ -66,7 +66,7 @@ def test_each_divergence_is_attributed_to_the_first_input_that_differs(
 
 
 def test_a_send_within_the_tolerance_is_the_same_time() -> None:
-    pair = Pair("r", dec("r", 10.0, 0, IDLE), dec("r", 0.0, 1))
+    pair = Pair("r", dec("r", 10.0, 0, IDLE), dec("r", 0.0, 1, IDLE))
     assert attribute(pair, pacing_tolerance_s=25.0) == "tie-break"
     assert attribute(pair, pacing_tolerance_s=5.0) == "pacing"
 
