@@ -32,6 +32,7 @@ CAUSES = (
     "ledger timing",
     "global hit",
     "unattributed",
+    "inherited",
 )
 PACING_TOLERANCE_S = 1.0  # model s: sent "at the same model time" within this
 HIT_TOLERANCE_TOKENS = 256  # model tokens: hits equal within this (16 blocks at 16 tokens)
@@ -163,7 +164,7 @@ def agreement(pairs: Sequence[Pair], pacing_tolerance_s: float = PACING_TOLERANC
     (:func:`attribute` with ``pacing_tolerance_s``), the first divergence and the model-time gaps
     (send time, scrape ages)."""
     n = len(pairs)
-    causes = Counter(attribute(p, pacing_tolerance_s) for p in pairs if not p.agree)
+    causes = Counter(session_causes(pairs, pacing_tolerance_s))
     first = next((p for p in pairs if not p.agree), None)
     dsend = [abs(p.bench.send_s - p.sim.send_s) for p in pairs]
     ages = [v.scrape_age_s for p in pairs for v in p.bench.views if math.isfinite(v.scrape_age_s)]
@@ -179,6 +180,21 @@ def agreement(pairs: Sequence[Pair], pacing_tolerance_s: float = PACING_TOLERANC
         "bench_scrape_age_s_mean": sum(ages) / len(ages) if ages else math.nan,
         "sim_scrape_age_s_mean": sum(sim_ages) / len(sim_ages) if sim_ages else math.nan,
     }  # fmt: skip
+
+
+def session_causes(pairs: Sequence[Pair], pacing_tolerance_s: float = PACING_TOLERANCE_S) -> list[str]:
+    """The cause of each divergent pair (in ``pairs``' order): :func:`attribute` for a session's
+    first divergence, ``inherited`` for its later ones (the session's KV then sits where each tool
+    sent it, so its prefix hits differ as a consequence). The session is the id before ``#``."""
+    diverged: set[str] = set()
+    out: list[str] = []
+    for p in pairs:
+        if p.agree:
+            continue
+        session = p.request_id.rpartition("#")[0]
+        out.append("inherited" if session in diverged else attribute(p, pacing_tolerance_s))
+        diverged.add(session)
+    return out
 
 
 def _share_agree(pairs: Sequence[Pair]) -> dict[str, float]:

@@ -20,6 +20,7 @@ from smetric.bench.differential import (
     loop_delays,
     match,
     read_decisions,
+    session_causes,
 )
 
 
@@ -120,3 +121,14 @@ def test_the_bench_loop_delay_splits_router_and_client_from_the_emulator_clock()
     assert d["router_client_s"] == pytest.approx(25.0)  # 50 wall ms / 0.002
     assert d["emulator_clock_s"] == pytest.approx(25.0)  # 250 ms wall - 100 model s x 0.002
     assert d["total_s"] == pytest.approx(50.0)
+
+
+def test_a_sessions_later_divergences_are_inherited_from_its_first() -> None:
+    pairs = [
+        Pair("s#1", dec("s#1", 0.0, 0), dec("s#1", 0.0, 1)),  # first divergence of s
+        Pair("t#1", dec("t#1", 1.0, 2), dec("t#1", 1.0, 2)),
+        Pair("s#2", dec("s#2", 2.0, 0), dec("s#2", 2.0, 1)),
+        Pair("t#2", dec("t#2", 3.0, 0, IDLE), dec("t#2", 3.0, 1, IDLE)),
+    ]
+    assert session_causes(pairs, 1.0) == ["unattributed", "inherited", "tie-break"]
+    assert agreement(pairs, 1.0)["causes"]["inherited"] == 1
