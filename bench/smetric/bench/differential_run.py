@@ -279,17 +279,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             doc["policies"][policy][variant] = res
             same = res["agreement_same_time"]
             table.add_row(
-                policy, f"{variant} (+{delay:.0f} s)", f"{res['matched']} (+{only_bench}/+{only_sim})",
+                policy, variant, f"{res['matched']} (+{only_bench}/+{only_sim})",
                 f"{res['agreement']:.0%}", f"{same['agreement']:.0%} of {same['n']}",
-                "/".join(str(v) for v in res["causes"].values()), f"{ttft_b:.1f}/{ttft_s:.1f}",
+                _causes_cell(res["causes"]), f"{ttft_b:.1f}/{ttft_s:.1f}",
                 f"{bench_tps.get(policy, math.nan):.1f}/{res['tps_within_slo_sim']:.1f}",
             )  # fmt: skip
     console.print(table)
-    console.print(
-        "causes: "
-        + "/".join(CAUSES)
-        + f" (same time: sent within one scrape interval, {refresh_s:g} model s)"
-    )
+    legend = ", ".join(f"{_ABBR[c]} = {c}" for c in CAUSES[:-1])
+    console.print(f"causes of each session's first divergence: {legend}; inh = inherited (the session's later "
+                  f"divergences). same-time: sent within one scrape interval ({refresh_s:g} model s)")  # fmt: skip
     common = [p for p in policies if p in bench_tps]
     doc["spearman"] = {}
     for variant, tps in sim_tps.items():
@@ -299,6 +297,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"over {len(common)} policies")  # fmt: skip
     args.json.write_text(json.dumps(doc, indent=1, default=str))
     return 0
+
+
+_ABBR = {"pacing": "pace", "tie-break": "tie", "prefix index": "prefix", "gauges": "gauge",
+         "ledger timing": "ledger", "global hit": "g", "unattributed": "?", "inherited": "inh"}  # fmt: skip
+
+
+def _causes_cell(causes: dict[str, int]) -> str:
+    """Non-zero cause counts, abbreviated (the legend is printed under the table)."""
+    return " ".join(f"{n} {_ABBR.get(c, c)}" for c, n in causes.items() if n) or "-"
 
 
 def _p50(xs: Sequence[float]) -> float:
