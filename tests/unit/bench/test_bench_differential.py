@@ -114,8 +114,12 @@ def test_the_decision_log_is_read_in_model_units_and_mapped_to_engine_indices() 
 
 
 def test_the_bench_loop_delay_splits_router_and_client_from_the_emulator_clock() -> None:
-    ok = {"ok": True, "e2e_s": 0.30, "server_e2e_s": 0.25, "engine_e2e_model_s": 100.0}
-    records = [{"outcome": ok}, {"outcome": {"ok": False}}, {"outcome": dict(ok, server_e2e_s=math.nan)}]
+    ok: dict[str, object] = {"ok": True, "e2e_s": 0.30, "server_e2e_s": 0.25, "engine_e2e_model_s": 100.0}
+    records: list[dict[str, object]] = [
+        {"outcome": ok},
+        {"outcome": {"ok": False}},
+        {"outcome": dict(ok, server_e2e_s=math.nan)},
+    ]
     d = loop_delays(records, time_scale=0.002)
     assert d["n"] == 1
     assert d["router_client_s"] == pytest.approx(25.0)  # 50 wall ms / 0.002
