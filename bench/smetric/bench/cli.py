@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--prefix-index", choices=("auto", "precise", "approximate"), default="auto",
                    help="picker rows: the pickers' prefix index (precise reads each engine's KV events)")  # fmt: skip
+    p.add_argument("--decision-log", action="store_true",
+                   help="picker rows: the pickers log one JSON line per decision (request id, endpoint, every "
+                   "candidate's view) to <log-dir>/.../picker.log; smetric.bench.differential reads them")  # fmt: skip
     p.add_argument("--api", choices=APIS, default="chat",
                    help="wire API of the replayed traffic: OpenAI chat completions or Anthropic Messages (/v1/messages)")  # fmt: skip
     p.add_argument("--compare-sim", action="store_true",
@@ -208,7 +211,7 @@ class Bench:
             peers = [p for p in peers if not p.startswith("vllm-router")]
         self.rows = frontends(
             split_names(preset.policies), peers, args.envoy, args.response_path, args.envoy_upstream,
-            replica_counts(args.pickers), args.prefix_index,
+            replica_counts(args.pickers), args.prefix_index, args.decision_log,
         )  # fmt: skip
         if not self.rows:
             raise BenchError("nothing to run: give --policies and/or --peer")

@@ -130,6 +130,7 @@ class PickerFrontend:
     upstream: str = "pool"  # or "original-dst"
     pickers: int = 1  # replicas behind one Envoy ext_proc cluster (round robin per request)
     prefix_index: str = "auto"  # the picker's --prefix-index (precise: each engine's KV events)
+    decision_log: bool = False  # the picker's --decision-log (one JSON line per decision)
 
     @property
     def router(self) -> str:
@@ -165,7 +166,7 @@ class PickerFrontend:
         if not envoy.is_file():
             raise BenchError(f"Envoy binary {envoy} not found")
         config = work_dir / f"picker-{self.policy}.yaml"
-        parameters = picker_parameters(spec.preset, spec.token_cost_scale)
+        parameters = picker_parameters(spec.preset, spec.token_cost_scale, spec.global_tier != "none")
         config.write_text(yaml.safe_dump({"policy": {"name": self.policy, "parameters": parameters}}))
         endpoints = f"--endpoints={','.join(cluster.endpoints)}"
         if self.prefix_index == "precise":  # each engine publishes its KV events on its own port
@@ -184,6 +185,8 @@ class PickerFrontend:
             "--log-level=warning",
             "--secure-serving=false",  # the local Envoy speaks h2c to the picker
         ]
+        if self.decision_log:
+            base.append("--decision-log")
         grpc_ports: list[int] = []
         metrics_port = 0
         for i in range(self.pickers):  # the first one's metrics are the row's (one replica's view)
@@ -212,17 +215,26 @@ class PickerFrontend:
         return FrontendUrls(f"http://{HOST}:{listen_port}", f"http://{HOST}:{metrics_port}/metrics")
 
 
-def picker_parameters(preset_name: str, token_cost_scale: float) -> dict[str, object]:
+def picker_parameters(
+    preset_name: str, token_cost_scale: float, global_tier: bool = False
+) -> dict[str, object]:
     """The picker's policy context for a cost-preserving token scale ``k`` (``{}`` = defaults at
-    ``k = 1``): the preset's cost model, decode step, SLO and global fetch time restated per scaled
-    token. ``cost(n, L) = c_lin n + c_att n (L - n/2)`` of ``k n`` tokens of a ``k L``-token prompt
+    ``k = 1`` without a global tier): the preset's cost model, decode step, SLO and, with a global
+    tier, its fetch time (``globalFetchSPerToken``, as the operator renders it for a pool with a
+    tier: ``render_picker.default_global_fetch_s_per_token``; the simulator's picker gets the same
+    figure) restated per scaled token: a scaled token's KV is ``k`` tokens' bytes.
+    ``cost(n, L) = c_lin n + c_att n (L - n/2)`` of ``k n`` tokens of a ``k L``-token prompt
     is ``(k c_lin) n + (k^2 c_att) n (L - n/2)``; a decode step per scaled output token is ``k`` real
     steps over ``k`` times the context; the TTFT SLO per scaled kilotoken and the TPOT SLO per scaled
     token are ``k`` times the modelled ones."""
     k = token_cost_scale
-    if k == 1.0:
-        return {}
     from smetric.policy import DecodeStepModel
+
+    fetch: dict[str, object] = (
+        {"globalFetchSPerToken": get_preset(preset_name).global_fetch_s_per_token * k} if global_tier else {}
+    )
+    if k == 1.0:
+        return fetch
 
     preset = get_preset(preset_name)
     cost, slo = preset.cost_model.token_scaled(k), preset.slo.token_scaled(k)
@@ -234,6 +246,7 @@ def picker_parameters(preset_name: str, token_cost_scale: float) -> dict[str, ob
         "ttftSloBaseS": slo.ttft_base_s,
         "ttftSloPerKTokS": slo.ttft_per_ktok_s,
         "tpotSloS": slo.tpot_s,
+        **fetch,
     }
 
 
@@ -306,6 +319,7 @@ def frontends(
     upstream: str = "pool",
     pickers: Sequence[int] = (1,),
     prefix_index: str = "auto",
+    decision_log: bool = False,
 ) -> list[Frontend]:
     """Rows in run order: every picker policy (once per replica count), then each peer router's
     policies."""
@@ -321,6 +335,7 @@ def frontends(
             upstream=upstream,
             pickers=n,
             prefix_index=prefix_index,
+            decision_log=decision_log,
         )
         for p in policies
         for n in pickers

@@ -59,3 +59,33 @@ def test_pd_scores_are_the_prefill_decision() -> None:
     top = servicer.picker.top_scores()
     assert top[0]["endpoint"] == pick.prefill
     assert {t["endpoint"] for t in top} <= {"10.0.0.1:8000", "10.0.0.2:8000"}
+
+
+async def test_decision_log_line_has_every_candidates_view(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The differential harness (smetric.bench.differential) reads the picker's view per request
+    from this field: gauges, ledger, hits and scrape age of every candidate."""
+    servicer, *_ = build()
+    stub = await serve(servicer)
+    caplog.set_level(logging.INFO, logger="smetric.epp")
+    set_decision_log(True)
+    try:
+        await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+    finally:
+        set_decision_log(False)
+    (line,) = [r for r in caplog.records if r.name == DECISION_LOGGER]
+    views = line.__dict__["endpoints"]
+    assert [v["endpoint"] for v in views] == [s.name for s in servicer.picker.last_candidates]
+    assert set(line.__dict__["ranked"]) <= {v["endpoint"] for v in views}
+    for v in views:
+        assert {
+            "running",
+            "waiting",
+            "queued_tokens",
+            "local_hit_tokens",
+            "global_hit_tokens",
+            "stale",
+        } <= set(v)
+        age = v["scrape_age_s"]
+        assert age is None or (isinstance(age, float) and age >= 0.0)

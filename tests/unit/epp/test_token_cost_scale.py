@@ -109,3 +109,17 @@ def test_tps_counts_modelled_tokens() -> None:
     scaled = summarise(records, 0, P30.slo, 1.0, [], None, token_cost_scale=K)
     assert scaled.tps_total == pytest.approx(K * plain.tps_total)
     assert scaled.tps_within_slo == pytest.approx(K * plain.tps_within_slo) and plain.tps_within_slo > 0
+
+
+def test_the_picker_knows_the_global_tier_the_simulator_knows() -> None:
+    """With a global tier the bench's picker gets globalFetchSPerToken (per scaled token: K tokens'
+    KV), as the operator renders it and as the simulator's picker has it; without one, none."""
+    from smetric.sim.config import SimConfig
+    from smetric.sim.simulator import policy_params
+
+    sim = policy_params(SimConfig(instances=4, global_tier="full"), P30, 16).global_fetch_s_per_token
+    assert sim is not None
+    for k in (1.0, K):
+        fetch = params_from_mapping(picker_parameters("qwen3-30b-h20", k, True)).global_fetch_s_per_token
+        assert fetch == pytest.approx(k * sim)
+        assert params_from_mapping(picker_parameters("qwen3-30b-h20", k)).global_fetch_s_per_token is None

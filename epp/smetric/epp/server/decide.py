@@ -349,6 +349,29 @@ class Picker:
             )
         return out
 
+    def candidate_views(self, k: int = 16) -> list[dict[str, object]]:
+        """The last decision's first ``k`` candidates in the pool's order, as the policy saw them:
+        gauges (running, waiting), the ledger's queued prefill tokens, the local and global-tier
+        hits, staleness and the age of the endpoint's last scrape (seconds on the picker's clock;
+        ``None`` without a scrape). Allocates; only the decision log calls it."""
+        now = self.clock()
+        out: list[dict[str, object]] = []
+        for s in self.last_candidates[:k]:
+            m = self.source.metrics(s.name)
+            out.append(
+                {
+                    "endpoint": s.name,
+                    "running": s.running,
+                    "waiting": s.waiting,
+                    "queued_tokens": round(s.queued_prefill_tokens, 1),
+                    "local_hit_tokens": s.local_hit_tokens,
+                    "global_hit_tokens": s.global_hit_tokens,
+                    "stale": s.stale,
+                    "scrape_age_s": None if m is None else round(now - m.scraped_at_s, 6),
+                }
+            )
+        return out
+
     def _decided(self, d: Decision, candidates: Sequence[EndpointSnapshot]) -> None:
         self.last_decision, self.last_candidates = d, candidates
 

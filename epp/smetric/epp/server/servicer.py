@@ -442,6 +442,8 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
                     "ranked": [pick.destination, *pick.fallbacks],  # the policy's order (best first)
                     # the policy's top candidates with their scores (the prefill pods in PD mode)
                     "top_scores": self.picker.top_scores(),
+                    # every candidate's view at this decision (gauges, ledger, hits, scrape age)
+                    "endpoints": self.picker.candidate_views(),
                     "cost_s": round(pick.cost_s, 6),
                     "prompt_tokens": view.prompt_tokens,
                     "uncached_tokens": pick.uncached_tokens,
