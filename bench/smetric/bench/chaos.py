@@ -33,6 +33,7 @@ from smetric.bench.chaos_guards import GUARDS as BASE_GUARDS
 from smetric.bench.chaos_guards import NO_GUARD, Guard, by_name
 from smetric.bench.chaos_stack import ChaosSettings, ChaosStack, HostileEngine, chat
 from smetric.bench.procs import BenchError, Supervisor
+from smetric.core.stopping import Interrupted, run_until_signalled
 
 STUCK_AFTER_S = 30.0  # a load request without an answer by then is "stuck"
 
@@ -213,10 +214,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = Path(a.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         try:
-            rows, load = asyncio.run(run(a.quick, work, faults, off, load=not (off or a.only)))
+            rows, load = run_until_signalled(run(a.quick, work, faults, off, load=not (off or a.only)))
         except BenchError as exc:
             print(f"smetric chaos: {exc}", file=sys.stderr)
             return 2
+        except Interrupted as exc:
+            print(f"smetric chaos: {exc}; every started process was stopped", file=sys.stderr)
+            return exc.exit_code
     doc = {
         "rows": [asdict(r) for r in rows],
         "load": load,

@@ -13,9 +13,7 @@ accountings and the SLOs.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -60,6 +58,7 @@ from smetric.bench.sweep import (
     rows_of,
 )
 from smetric.core.presets import get_preset
+from smetric.core.stopping import Interrupted, run_until_signalled
 from smetric.sim.config import ARRIVALS
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 
@@ -393,24 +392,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]smetric bench:[/] {exc}")
         return 2
     bench = Bench(args, preset, console)
-
-    async def guarded() -> list[Row]:
-        loop = asyncio.get_running_loop()
-        me = asyncio.current_task()
-        if me is not None:
-            loop.add_signal_handler(signal.SIGTERM, me.cancel)
-        return await bench.run()
-
     try:
-        rows = asyncio.run(guarded())
+        rows = run_until_signalled(bench.run())
     except BenchError as exc:
         console.print(f"[red]smetric bench:[/] {exc}")
         bench.finish_logs(failed=True)
         return 1
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        console.print("[yellow]smetric bench: interrupted; every started process was stopped[/]")
+    except Interrupted as exc:
+        console.print(f"[yellow]smetric bench: {exc}; every started process was stopped[/]")
         bench.finish_logs(failed=False)
-        return 130
+        return exc.exit_code
     bench.finish_logs(failed=any(r.status not in ("ok",) for r in rows))
     if bench.meta.get("peer_missing"):
         console.print(f"[yellow]note: {bench.meta['peer_missing']}[/]")

@@ -42,6 +42,21 @@ class Interrupted(Exception):
         return 128 + self.signum
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM within :func:`sigterm_raises_interrupt`: a ``KeyboardInterrupt`` (so every handler
+    of Ctrl-C serves it) that tells its signal apart."""
+
+    signum = signal.SIGTERM
+
+    def __init__(self) -> None:
+        super().__init__("stopped by SIGTERM")
+
+
+def interrupt_exit_code(exc: KeyboardInterrupt) -> int:
+    """143 for :class:`Terminated`, else 130 (SIGINT), as a shell reports them."""
+    return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+
+
 def run_until_signalled(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(main)``; the first SIGINT/SIGTERM cancels ``main`` and, once it has unwound,
     raises :class:`Interrupted`. A ``main`` that ends with CancelledError for another reason
@@ -78,7 +93,7 @@ def run_until_signalled(main: Coroutine[Any, Any, T]) -> T:
 
 @contextmanager
 def sigterm_raises_interrupt() -> Iterator[None]:
-    """Within the block SIGTERM raises ``KeyboardInterrupt`` (as SIGINT does); the previous
+    """Within the block SIGTERM raises :class:`Terminated`, a ``KeyboardInterrupt`` (as SIGINT does); the previous
     handler is restored on exit. Main thread only (Python delivers signals there)."""
 
     got: list[int] = []
@@ -86,7 +101,7 @@ def sigterm_raises_interrupt() -> Iterator[None]:
     def on_term(signum: int, frame: FrameType | None) -> None:
         if not got:  # later signals: the cleanup is already under way
             got.append(signum)
-            raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+            raise Terminated
 
     previous = signal.signal(signal.SIGTERM, on_term)
     try:

@@ -106,7 +106,8 @@ def test_missing_envoy_is_a_clear_failure(tmp_path: Path) -> None:
 @pytest.mark.skipif(
     not TRACE.is_file() and not os.environ.get("SMETRIC_TRACES"), reason="agentic trace not found"
 )
-def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_stop_every_process(tmp_path: Path, sig: int) -> None:
     logs = tmp_path / "logs"
     argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", "smetric",
             "--json", str(tmp_path / "b.json"), "--log-dir", str(logs)]  # fmt: skip
@@ -116,12 +117,12 @@ def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
         while time.monotonic() < deadline and not list(logs.glob("*/smetric/envoy.json")):
             time.sleep(0.5)
         time.sleep(3)  # replaying by now
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, out[-2000:]
-    assert "every started process was stopped" in out
+    assert proc.returncode == 128 + sig, out[-2000:]
+    assert f"stopped by {signal.Signals(sig).name}; every started process was stopped" in out
     assert list(logs.glob("**/emulator.log"))
     _assert_all_stopped(logs)
