@@ -124,5 +124,6 @@ def test_ctrl_c_and_sigterm_stop_every_process(tmp_path: Path, sig: int) -> None
             proc.kill()
     assert proc.returncode == 128 + sig, out[-2000:]
     assert f"stopped by {signal.Signals(sig).name}; every started process was stopped" in out
+    assert f"process logs in {logs}" in out
     assert list(logs.glob("**/emulator.log"))
     _assert_all_stopped(logs)
