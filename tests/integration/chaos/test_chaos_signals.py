@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.proctree import kill_all, stopped_cleanly, wait_for_descendant
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # two chaos stacks: ~70 s under load
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

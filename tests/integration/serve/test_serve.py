@@ -99,6 +99,7 @@ def test_sdks_route_through_the_stack_and_sigterm_stops_everything(served: Serve
     served.next_matching(r"stopped by SIGTERM; every process it started was stopped", 5.0)
 
 
+@pytest.mark.slow  # one more stack start (~40 s under load); SIGTERM is checked in the fast tier
 def test_ctrl_c_stops_everything(served: Served) -> None:
     served.proc.send_signal(signal.SIGINT)
     left = stopped_cleanly(served.proc, served.seen, 60.0)
