@@ -19,7 +19,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.support.proctree import kill_all, stopped_cleanly, wait_for_descendant
+from tests.support.proctree import cmdline, descendants, kill_all, stopped_cleanly, wait_for_descendant
 
 pytestmark = pytest.mark.integration
 
@@ -121,3 +121,48 @@ def test_bad_options_are_one_line_before_anything_starts(tmp_path: Path) -> None
         )  # fmt: skip
         assert proc.returncode == 2, proc.stderr
         assert proc.stdout == "" and proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow  # an emulator and a stack (~40 s under load)
+def test_engine_urls_route_over_running_servers(tmp_path: Path) -> None:
+    """``--engine URL``: no emulator of its own; the picker and Envoy in front of servers already
+    running (here a separate ``smetric emulate``, as a vLLM server would be), the model read from
+    their /v1/models."""
+    from smetric.emulator.ports import free_port_block
+
+    port = free_port_block(2)
+    emu = subprocess.Popen(
+        [sys.executable, "-m", "smetric.core.cli", "emulate", "--instances", "2", "--port", str(port),
+         "--time-scale", "0.05", "--model", "emu/outside"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    argv = [sys.executable, "-m", "smetric.bench.serve", "--port", "0", "--log-dir", str(tmp_path / "logs"),
+            "--engine", f"http://127.0.0.1:{port}", "--engine", f"localhost:{port + 1}"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+    seen: set[int] = set()
+    try:
+        seen = wait_for_descendant(proc, "--disable-hot-restart", STARTUP_S)
+        s = Served(proc, "", lines, seen)
+        ready = s.next_matching(r"ready at http://", STARTUP_S)
+        assert "2 vLLM server(s)" in ready
+        m = re.search(r"ready at (http://[\d.]+:\d+)", ready)
+        assert m is not None
+        s.next_matching(r"model='emu/outside'")  # the printed SDK command names the served model
+        gpt = openai.OpenAI(base_url=m.group(1) + "/v1", api_key="unused", max_retries=0, timeout=60)
+        gpt.chat.completions.create(
+            model="emu/outside", max_tokens=4, messages=[{"role": "user", "content": "x"}]
+        )
+        line = s.next_matching(r"-> 127\.0\.0\.1:\d+")
+        assert f"127.0.0.1:{port}" in line or f"127.0.0.1:{port + 1}" in line
+        assert not any(" emulate " in cmdline(p) for p in descendants(proc.pid))  # no emulator of its own
+        proc.send_signal(signal.SIGTERM)
+        assert stopped_cleanly(proc, seen, 60.0) == {}
+        assert emu.poll() is None  # the servers it was pointed at are not its to stop
+    finally:
+        for p in (proc, emu):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        kill_all(seen)
