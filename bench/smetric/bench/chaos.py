@@ -179,7 +179,9 @@ def table(rows: Sequence[Row]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="smetric chaos", description=__doc__.split("\n\n")[0])
-    p.add_argument("--json", default="", help="write rows and load figures here (required unless --list-guards)")
+    p.add_argument(
+        "--json", default="", help="write rows and load figures here (required unless --list-guards)"
+    )
     p.add_argument("--quick", action="store_true", help="CI size: fewer sessions, 15 s load")
     p.add_argument("--work-dir", default="", help="logs and state (default: a temporary directory)")
     p.add_argument(
