@@ -46,7 +46,7 @@ from smetric.bench.replay import RequestRecord, SendSpec
 from smetric.bench.report import PolicyResult, record_line
 from smetric.bench.rowreport import plot_rows, render_rows, summary_markdown, write_rows_json
 from smetric.bench.runner import RunSettings, run_row
-from smetric.bench.stacks import ClusterSpec, Frontend, frontends, replica_counts
+from smetric.bench.stacks import ClusterSpec, Frontend, envoy_path, frontends, replica_counts
 from smetric.bench.sweep import (
     KNEE_ATTAINMENT,
     Cell,
@@ -387,6 +387,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # every argument, output path and the trace are checked before any process starts
         preset = resolve(args)
         check_outputs(args)
+        if split_names(preset.policies):  # picker rows run behind Envoy
+            envoy_path(args.envoy)
         trace_path = find_trace(args.trace)
         trace = load_trace(trace_path, args.preset)
     except BenchError as exc:

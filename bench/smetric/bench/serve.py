@@ -29,7 +29,15 @@ import yaml
 
 from smetric.bench.procs import BenchError, Supervisor, check_writable, free_port, require_free, wait_http_ok
 from smetric.bench.serve_log import follow_decisions
-from smetric.bench.stacks import HOST, Cluster, ClusterSpec, smetric_argv, start_cluster, wait_grpc_serving
+from smetric.bench.stacks import (
+    HOST,
+    Cluster,
+    ClusterSpec,
+    envoy_path,
+    smetric_argv,
+    start_cluster,
+    wait_grpc_serving,
+)
 from smetric.core.presets import PRESETS, get_preset
 from smetric.core.stopping import Interrupted, run_until_signalled
 
@@ -104,7 +112,7 @@ def options(args: argparse.Namespace) -> ServeOptions:
         raise BenchError(f"--host {args.host}: not an IPv4 address or resolvable name") from None
     if args.port:
         require_free([args.port], "--port", args.host)
-    envoy = resolve_envoy(args.envoy)
+    envoy = envoy_path(args.envoy)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="smetric-serve-"))
     check_writable("--log-dir", log_dir / "serve.log")
     return ServeOptions(
@@ -125,18 +133,6 @@ def engine_address(url: str) -> str:
     except (OSError, ValueError) as exc:
         raise BenchError(f"--engine {url}: {exc}") from None
     return f"{infos[0][4][0]}:{port}"
-
-
-def resolve_envoy(explicit: str) -> str:
-    from smetric.epp.envoy import EnvoyError, envoy_binary
-
-    try:
-        path = Path(explicit) if explicit else envoy_binary()
-    except EnvoyError as exc:
-        raise BenchError(str(exc)) from None
-    if not path.is_file():
-        raise BenchError(f"Envoy binary {path} not found")
-    return str(path)
 
 
 async def external_cluster(opts: ServeOptions, sup: Supervisor) -> tuple[Cluster, str]:

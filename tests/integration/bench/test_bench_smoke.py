@@ -97,9 +97,9 @@ def test_missing_envoy_is_a_clear_failure(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", "round-robin", "--peer", "none",
             "--rates", "1", "--seeds", "1", "--duration", "20", "--envoy", "/nonexistent/envoy", "--json", str(out), "--log-dir", str(tmp_path)]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
-    row = json.loads(out.read_text())["results"][0]
-    assert row["status"] == "failed" and "/nonexistent/envoy" in row["note"]
+    assert proc.returncode == 2  # before any process starts
+    assert proc.stdout.strip() == "smetric bench: Envoy binary /nonexistent/envoy not found", proc.stdout
+    assert not out.exists()
     assert _running_with(str(tmp_path)) == []
 
 
