@@ -176,7 +176,6 @@ def test_e2e_envoy_config_is_valid_for_envoy(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.slow
 def test_sessions_stick_to_their_engine(gateway: str) -> None:
     sessions, turns = 12, 5
     upstreams: dict[int, list[str]] = {}

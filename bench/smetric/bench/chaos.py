@@ -32,7 +32,8 @@ from smetric.bench.chaos_faults import Fault, Row
 from smetric.bench.chaos_guards import GUARDS as BASE_GUARDS
 from smetric.bench.chaos_guards import NO_GUARD, Guard, by_name
 from smetric.bench.chaos_stack import ChaosSettings, ChaosStack, HostileEngine, chat
-from smetric.bench.procs import BenchError, Supervisor
+from smetric.bench.procs import BenchError, Supervisor, check_writable
+from smetric.core.stopping import Interrupted, run_until_signalled
 
 STUCK_AFTER_S = 30.0  # a load request without an answer by then is "stuck"
 
@@ -216,15 +217,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"smetric chaos: {exc}", file=sys.stderr)
         return 2
+    out = Path(a.json)
+    try:  # before the stack starts: a run's results must have somewhere to go
+        check_writable("--json", out)
+        if a.work_dir:
+            Path(a.work_dir).mkdir(parents=True, exist_ok=True)
+    except (BenchError, OSError) as exc:
+        print(f"smetric chaos: {exc}", file=sys.stderr)
+        return 2
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="smetric-chaos-") as tmp:
         work = Path(a.work_dir or tmp)
-        work.mkdir(parents=True, exist_ok=True)
         try:
-            rows, load = asyncio.run(run(a.quick, work, faults, off, load=not (off or a.only)))
+            rows, load = run_until_signalled(run(a.quick, work, faults, off, load=not (off or a.only)))
         except BenchError as exc:
             print(f"smetric chaos: {exc}", file=sys.stderr)
             return 2
+        except Interrupted as exc:
+            print(f"smetric chaos: {exc}; every started process was stopped", file=sys.stderr)
+            return exc.exit_code
     doc = {
         "rows": [asdict(r) for r in rows],
         "load": load,
@@ -232,8 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "wall_s": round(time.monotonic() - t0, 1),
         "guards_off": [g.name for g in off],
     }
-    Path(a.json).write_text(json.dumps(doc, indent=2))
-    print(table(rows))
+    print(table(rows))  # printed before the file is written: a failed write loses nothing
+    try:
+        out.write_text(json.dumps(doc, indent=2))
+    except OSError as exc:
+        print(f"smetric chaos: --json {out}: cannot write there ({exc.strerror or exc})", file=sys.stderr)
+        return 2
     if off:
         problems = unguarded_failures(rows, off)
         for name, lines in problems.items():

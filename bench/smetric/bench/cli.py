@@ -13,9 +13,6 @@ accountings and the SLOs.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -51,7 +48,7 @@ from smetric.bench.replay import RequestRecord, SendSpec
 from smetric.bench.report import PolicyResult, record_line
 from smetric.bench.rowreport import plot_rows, render_rows, summary_markdown, write_rows_json
 from smetric.bench.runner import RunSettings, run_row
-from smetric.bench.stacks import ClusterSpec, Frontend, frontends, replica_counts
+from smetric.bench.stacks import ClusterSpec, Frontend, envoy_path, frontends, replica_counts
 from smetric.bench.sweep import (
     KNEE_ATTAINMENT,
     Cell,
@@ -62,8 +59,10 @@ from smetric.bench.sweep import (
     rows_of,
 )
 from smetric.core.presets import get_preset
+from smetric.core.stopping import Interrupted, run_until_signalled
 from smetric.sim.config import ARRIVALS
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
+from smetric.trace.model import Trace
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-sim", action="store_true",
                    help="also run `smetric simulate` (same families, instances, policies) and compare rankings")  # fmt: skip
     p.add_argument("--log-dir", type=Path,
-                   help="keep the process logs here (default: a temporary folder, removed on exit unless a row failed)")  # fmt: skip
+                   help="keep the process logs here (default: a new temporary folder, kept; its path is printed)")  # fmt: skip
     p.add_argument("--json", type=Path, required=True, help="write results here")
     p.add_argument("--plot", type=Path, help="write a PNG figure here")
     p.add_argument("--markdown", type=Path, help="write the summary table here (Markdown)")
@@ -177,8 +176,11 @@ TIME_ACCOUNTING = {
 class Bench:
     """One bench invocation: runs (rate, seed) cells of every front end, the knee search, the output."""
 
-    def __init__(self, args: argparse.Namespace, preset: Preset, console: Console) -> None:
+    def __init__(
+        self, args: argparse.Namespace, preset: Preset, console: Console, trace_path: Path, trace: Trace
+    ) -> None:
         self.args, self.preset, self.console = args, preset, console
+        self.trace_path, self.trace = trace_path, trace
         self.cells: list[Cell] = []
         self.meta: dict[str, Any] = {}
         self.knee: float | None = None
@@ -186,8 +188,7 @@ class Bench:
 
     async def run(self) -> list[Row]:
         args, preset, console = self.args, self.preset, self.console
-        trace_path = find_trace(args.trace)
-        trace = load_trace(trace_path, args.preset)
+        trace_path = self.trace_path
         inst = get_preset(args.preset)
         cluster = ClusterSpec(
             instances=preset.instances, preset=args.preset, time_scale=preset.time_scale,
@@ -217,7 +218,7 @@ class Bench:
             raise BenchError("nothing to run: give --policies and/or --peer")
         self.labels = [fe.label for fe in self.rows]
         self.log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="smetric-bench-"))
-        self.trace, self.count = trace, token_counter()
+        self.count = token_counter()
         seeds = [args.seed + i for i in range(preset.seeds)]
         rates = preset.rates
         self.meta = {
@@ -367,14 +368,11 @@ class Bench:
         return result
 
     def finish_logs(self, failed: bool) -> None:
-        """Remove the temporary log folder; keep it (and say where) when something failed."""
+        """Say where the process logs are: the folder named in the header is kept (``--log-dir`` or
+        a temporary folder the bench made), so the path printed there still holds them."""
         log_dir = getattr(self, "log_dir", None)
-        if log_dir is None or self.args.log_dir is not None:
-            return
-        if failed:
-            self.console.print(f"process logs kept in {log_dir} (a row failed)")
-        else:
-            shutil.rmtree(log_dir, ignore_errors=True)
+        if log_dir is not None:
+            self.console.print(f"process logs in {log_dir}" + (" (a row failed)" if failed else ""))
 
     def _rows(self) -> list[Row]:
         agents = {run["rate"]: run["agents"] for run in self.meta.get("runs", ()) if "agents" in run}
@@ -404,31 +402,27 @@ class Bench:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     console = Console() if sys.stdout.isatty() else Console(width=170)
-    try:
+    try:  # every argument, output path and the trace are checked before any process starts
         preset = resolve(args)
         check_outputs(args)
+        if split_names(preset.policies):  # picker rows run behind Envoy
+            envoy_path(args.envoy)
+        trace_path = find_trace(args.trace)
+        trace = load_trace(trace_path, args.preset)
     except BenchError as exc:
         console.print(f"[red]smetric bench:[/] {exc}")
         return 2
-    bench = Bench(args, preset, console)
-
-    async def guarded() -> list[Row]:
-        loop = asyncio.get_running_loop()
-        me = asyncio.current_task()
-        if me is not None:
-            loop.add_signal_handler(signal.SIGTERM, me.cancel)
-        return await bench.run()
-
+    bench = Bench(args, preset, console, trace_path, trace)
     try:
-        rows = asyncio.run(guarded())
+        rows = run_until_signalled(bench.run())
     except BenchError as exc:
         console.print(f"[red]smetric bench:[/] {exc}")
         bench.finish_logs(failed=True)
         return 1
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        console.print("[yellow]smetric bench: interrupted; every started process was stopped[/]")
+    except Interrupted as exc:
+        console.print(f"[yellow]smetric bench: {exc}; every started process was stopped[/]")
         bench.finish_logs(failed=False)
-        return 130
+        return exc.exit_code
     bench.finish_logs(failed=any(r.status not in ("ok",) for r in rows))
     if bench.meta.get("peer_missing"):
         console.print(f"[yellow]note: {bench.meta['peer_missing']}[/]")

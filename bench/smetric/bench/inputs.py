@@ -13,7 +13,7 @@ from pathlib import Path
 
 from smetric.bench.plan import AgentPlan, ReplayPlan, agent_plan, build_plan, stationary_plan
 from smetric.bench.presets import Preset, preset_for
-from smetric.bench.procs import BenchError
+from smetric.bench.procs import BenchError, check_writable
 from smetric.bench.stacks import check_peer
 from smetric.bench.sweep import rung
 from smetric.bench.synth import TokenCount
@@ -28,17 +28,8 @@ def check_outputs(args: argparse.Namespace) -> None:
     """Fail before any work when an output cannot be written (or the figure cannot be drawn)."""
     for flag, path in (("--json", args.json), ("--plot", args.plot), ("--markdown", args.markdown),
                        ("--records", args.records)):  # fmt: skip
-        if path is None:
-            continue
-        existed = path.exists()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("ab"):
-                pass
-        except OSError as exc:
-            raise BenchError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
-        if not existed:
-            path.unlink(missing_ok=True)
+        if path is not None:
+            check_writable(flag, path)
     if args.plot is not None:
         if args.plot.suffix.lower() != ".png":
             raise BenchError(f"--plot {args.plot}: the figure is a PNG; name the file *.png")
@@ -72,14 +63,23 @@ def find_trace(explicit: Path | None) -> Path:
 
 
 def load_trace(trace_path: Path, preset_name: str) -> Trace:
+    """The agentic trace; a malformed or unreadable file is a :class:`BenchError` (one line)."""
     from smetric.trace import load_agentic
 
     # A prompt must fit one instance's KV cache (vLLM refuses a max_model_len above it): requests over
     # it are dropped by the loader (their sessions continue), as the simulator does.
     inst = get_preset(preset_name)
-    return load_agentic(
-        trace_path, max_context_tokens=min(inst.model.max_context_tokens, inst.kv_capacity_tokens)
-    )
+    try:
+        return load_agentic(
+            trace_path, max_context_tokens=min(inst.model.max_context_tokens, inst.kv_capacity_tokens)
+        )
+    except ValueError as exc:  # TraceFormatError is one: the file, the line and what is wrong
+        where = "" if str(trace_path) in str(exc) else f"{trace_path}: "
+        raise BenchError(f"trace {where}{exc}") from None
+    except (OSError, EOFError) as exc:  # unreadable, or a gzip file cut short
+        raise BenchError(
+            f"trace {trace_path}: cannot read it ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
 
 
 def families_for(n_families: int, preset: Preset, rate: float) -> int:

@@ -131,6 +131,20 @@ async def _stop_group(child: Child, timeout_s: float) -> None:
         os.killpg(child.pid, signal.SIGKILL)
 
 
+def check_writable(flag: str, path: Path) -> None:
+    """:class:`BenchError` naming ``flag`` when ``path`` cannot be written (its folder is made;
+    a file that did not exist is not left behind)."""
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab"):
+            pass
+    except OSError as exc:
+        raise BenchError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:

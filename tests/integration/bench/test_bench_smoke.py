@@ -101,16 +101,17 @@ def test_missing_envoy_is_a_clear_failure(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", "round-robin", "--peer", "none",
             "--rates", "1", "--seeds", "1", "--duration", "20", "--envoy", "/nonexistent/envoy", "--json", str(out), "--log-dir", str(tmp_path)]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
-    row = json.loads(out.read_text())["results"][0]
-    assert row["status"] == "failed" and "/nonexistent/envoy" in row["note"]
+    assert proc.returncode == 2  # before any process starts
+    assert proc.stdout.strip() == "smetric bench: Envoy binary /nonexistent/envoy not found", proc.stdout
+    assert not out.exists()
     assert _running_with(str(tmp_path)) == []
 
 
 @pytest.mark.skipif(
     not TRACE.is_file() and not os.environ.get("SMETRIC_TRACES"), reason="agentic trace not found"
 )
-def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_stop_every_process(tmp_path: Path, sig: int) -> None:
     logs = tmp_path / "logs"
     argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", "smetric",
             "--json", str(tmp_path / "b.json"), "--log-dir", str(logs)]  # fmt: skip
@@ -120,12 +121,13 @@ def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
         while time.monotonic() < deadline and not list(logs.glob("*/smetric/envoy.json")):
             time.sleep(0.5)
         time.sleep(3)  # replaying by now
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, out[-2000:]
-    assert "every started process was stopped" in out
+    assert proc.returncode == 128 + sig, out[-2000:]
+    assert f"stopped by {signal.Signals(sig).name}; every started process was stopped" in out
+    assert f"process logs in {logs}" in out
     assert list(logs.glob("**/emulator.log"))
     _assert_all_stopped(logs)

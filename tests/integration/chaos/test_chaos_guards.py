@@ -16,7 +16,7 @@ from smetric.bench import chaos_guards
 from smetric.bench.chaos import FAULTS, GUARDS, faults_checking, run, unguarded_failures
 from smetric.bench.chaos_guards import CUT_STREAM, FROZEN_AVOIDED, by_name
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 
 def test_every_guard_names_known_faults_and_a_way_to_switch_it_off() -> None:

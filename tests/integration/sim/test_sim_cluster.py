@@ -7,13 +7,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from smetric.sim.cli import main
 from smetric.sim.stream import sidecar_path
+from tests.support.proctree import descendants, kill_all, stopped_cleanly
 from tests.support.sim_synth import write_agentic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -111,3 +116,40 @@ def test_regime_map_on_the_cluster_matches_local(tmp_path: Path) -> None:
     assert main([*a, "--cluster", "local:2", "--json", str(remote)]) == 0
     assert remote.read_bytes() == local.read_bytes()
     assert {c["regime"] for c in json.loads(remote.read_text())["regime_map"]} == {"default", "kv-fp8"}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_local_cluster_and_keeps_the_streamed_runs(tmp_path: Path, sig: int) -> None:
+    """SIGTERM (``timeout``, CI, a pod stop) and SIGINT end ``--cluster local:N`` with its workers,
+    after the first runs were streamed (they stay for --resume)."""
+    _engine_or_skip()
+    trace = tmp_path / "bigger.jsonl.gz"
+    write_agentic(trace, families=80)
+    out = tmp_path / "cluster.json"
+    argv = [sys.executable, "-m", "smetric.sim.cli", "--trace", str(trace), "--instances", "4",
+            "--policies", "smetric,dynamo,round-robin,lmetric", "--rates", "1,2,3,4,5,6", "--base-rate", "0.2",
+            "--warmup-s", "300", "--measure-s", "3600", "--seeds", "0,1,2,3", "--cluster", "local:2",
+            "--json", str(out)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 180
+        side = sidecar_path(out)
+        while time.monotonic() < deadline:  # workers up and the first runs streamed
+            assert proc.poll() is None, proc.communicate()[0][-2000:]
+            seen |= descendants(proc.pid)
+            if len(seen) >= 2 and side.exists() and len(side.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.3)
+        proc.send_signal(sig)
+        left = stopped_cleanly(proc, seen, 90.0)
+        text = proc.communicate()[0]
+        assert left == {}, left
+        assert proc.returncode == 128 + sig, text[-2000:]
+        assert f"stopped by {signal.Signals(sig).name}" in text and "--resume" in text
+        assert len(side.read_text().splitlines()) >= 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_all(seen)

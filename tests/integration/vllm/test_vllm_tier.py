@@ -46,7 +46,7 @@ from smetric.epp.scrape.scraper import ScrapeManager
 from smetric.policy.framework import Router
 from smetric.policy.registry import make_policy
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 HERE = Path(__file__).parent
 VENV = Path(os.environ.get("SMETRIC_VLLM_VENV", HERE.parents[2] / ".venv-vllm"))

@@ -21,8 +21,32 @@ def test_missing_trace_is_a_clear_error(capsys: pytest.CaptureFixture[str], tmp_
     code = cli.main(
         ["--quick", "--trace", str(tmp_path / "none.jsonl.gz"), "--json", str(tmp_path / "x.json")]
     )
-    assert code == 1
+    assert code == 2  # before any process starts
     assert "not found" in capsys.readouterr().out
+
+
+def test_malformed_trace_is_one_line_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"not": "a trace record"}\nnot json at all\n')
+    code = cli.main(["--quick", "--trace", str(bad), "--json", str(tmp_path / "x.json")])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert out.startswith(f"smetric bench: trace {bad}:1:") and "Traceback" not in out, out
+    assert len(out.strip().splitlines()) == 1 or len(out) < 400, out  # one line (rich may wrap it)
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_the_printed_log_folder_is_kept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The header names the log folder; it is still there after a run that went well."""
+    args = cli.build_parser().parse_args(["--quick", "--json", str(tmp_path / "x.json")])
+    bench = cli.Bench(args, cli.resolve(args), cli.Console(width=200), tmp_path / "t", None)  # type: ignore[arg-type]
+    bench.log_dir = tmp_path / "logs"
+    bench.log_dir.mkdir()
+    bench.finish_logs(failed=False)
+    assert bench.log_dir.is_dir()
+    assert f"process logs in {bench.log_dir}" in capsys.readouterr().out
 
 
 def test_quick_preset_and_overrides() -> None:

@@ -16,6 +16,19 @@ def test_every_subsystem_command_is_registered() -> None:
     assert {"simulate", "trace", "emulate", "bench", "chaos", "epp"} <= set(cli.commands())
 
 
+def test_every_command_in_pyproject_names_a_main() -> None:
+    """The entry points as written (an install registers them: ``pip install -e .``), each a
+    module with a ``main`` and a docstring summary for ``smetric --help``."""
+    import importlib
+    import tomllib
+
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][cli.GROUP]
+    assert {"simulate", "trace", "emulate", "bench", "chaos", "serve", "epp"} <= set(table)
+    for name, target in table.items():
+        module, _, func = target.partition(":")
+        assert func == "main" and callable(importlib.import_module(module).main), name
+
+
 def test_the_core_cli_imports_no_subsystem() -> None:
     tree = ast.parse((ROOT / "core/smetric/core/cli.py").read_text())
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
