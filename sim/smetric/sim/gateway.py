@@ -3,8 +3,8 @@
 :class:`SimGateway` runs :mod:`smetric.policy.flowcontrol` (the picker's code) in front of the
 simulated router: a request for which no instance has capacity (:class:`FlowGate`) waits in the
 bounded fair queue (flows = agent families: one agent's sessions are one flow), is dispatched
-when an instance can take it (checked when an engine emits a first token or finishes, and at
-every scrape tick while something waits), and is shed with 429 + ``Retry-After`` when the queue
+when an instance can take it (checked at every scrape tick while something waits, on the
+gauges and ledger of that moment, as the picker does), and is shed with 429 + ``Retry-After`` when the queue
 is full or it waited past its TTL / TTFT deadline.
 
 The client (an agent's HTTP client) honours ``Retry-After``: it resends the same request after

@@ -51,7 +51,7 @@ from smetric.sim.workload import PreparedWorkload
 from smetric.trace import SteadyAgents, agents_for_rate
 
 _ARRIVAL, _INSTANCE, _RETRY, _FLOW = 0, 1, 2, 3
-# queued requests probed per gateway drain before it gives up until the next capacity change
+# queued requests probed per gateway drain (every scrape tick while any wait) before it gives up
 _DRAIN_PROBES = 4
 
 
@@ -303,12 +303,9 @@ class _Run:
             if kind == _INSTANCE:
                 if b != version[a]:
                     continue  # superseded
-                evs = cluster[a].advance(t)
-                self.engine_events(evs)
+                self.engine_events(cluster[a].advance(t))
                 self.track(a, t)
                 self.push_instance(a)
-                if evs and self.gateway is not None and len(self.gateway.queue):
-                    self.drain(t)
             elif kind == _ARRIVAL:
                 self.arrival(a, t, b)
             elif kind == _RETRY:
