@@ -98,6 +98,10 @@ class FlowGate:
         self._cfg = cfg
         self._params = params
 
+    @property
+    def config(self) -> FlowControlConfig:
+        return self._cfg
+
     def deadline_s(self, request: RequestView) -> float:
         """The request's TTFT SLO in seconds (its ``x-slo-ttft-ms`` override applied)."""
         return request_slo(request, self._params).ttft_slo_s(prompt_tokens(request))

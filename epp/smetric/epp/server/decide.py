@@ -36,8 +36,10 @@ from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex, PromptKey
 from smetric.epp.parse.errors import RequestError
 from smetric.epp.parse.usage import Usage
+from smetric.epp.server.flow import Held
 from smetric.epp.server.tier_facts import TierFacts
 from smetric.policy.base import Decision
+from smetric.policy.flowcontrol import FlowGate
 from smetric.policy.framework import NoEndpointError, Router
 from smetric.policy.selective_pd import PdDecider
 from smetric.router import DispatchLedger, PrefillRateEstimator, RouterCore, Saturation
@@ -86,6 +88,7 @@ class Picker:
         is_stale: Callable[[str], bool] | None = None,
         pd_decider: PdDecider | None = None,
         on_dispatch: Callable[[str], None] | None = None,
+        flow_gate: FlowGate | None = None,
     ) -> None:
         """``is_stale``: the source's own staleness judgement when it knows more than the scrape
         age (the datastore: a failed last scrape is stale at once); ``None`` = the scrape age.
@@ -94,6 +97,7 @@ class Picker:
         ``pd_decider``: selective P/D (``pdDisaggregation.nonCachedTokens``)."""
         self.source = source
         self.on_dispatch = on_dispatch
+        self.flow_gate = flow_gate  # flow control on: no endpoint with capacity -> Held
         self.tier_facts = tier_facts  # g, nodes and footprint for smetric(-tiered) (None otherwise)
         self.index = index
         self.router = router
@@ -163,10 +167,13 @@ class Picker:
         token_ids: Sequence[int] = (),
         subset_ips: frozenset[str] | None = None,
         key: PromptKey | None = None,
+        waited_s: float | None = None,
     ) -> Pick:
         """Choose endpoints and record the dispatch in the ledger. Raises :class:`RequestError`
         (503 no endpoint, 429 shed). ``key``: the prompt's index key when the caller computed it
-        already (the servicer does, off the event loop, for large bodies)."""
+        already (the servicer does, off the event loop, for large bodies). ``waited_s``: with flow
+        control on, how long the request has waited in its queue; raises :class:`Held` when no
+        endpoint has capacity (``None``: no gate)."""
         pool: Sequence[EndpointInfo] = self.source.ready_endpoints()
         endpoints = pool
         if subset_ips is not None:
@@ -194,6 +201,9 @@ class Picker:
             snaps = self.snapshots(endpoints, hits, tier.global_hit(key), facts)
         if self.core.shed(request, snaps):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
+        gate = self.flow_gate
+        if gate is not None and waited_s is not None and not gate.has_capacity(request, snaps, waited_s):
+            raise Held(request, gate.deadline_s(request))
         if self.pd_router is not None:
             pick = self._pick_pd(request, endpoints, snaps)
         else:
