@@ -67,10 +67,13 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
             segment = default_global_segment_tokens(spec)
         if segment is not None:
             parameters["globalSegmentTokens"] = segment
-    return {
+    out: dict[str, Any] = {
         "policy": {"name": spec.routing_policy, "parameters": parameters},
         "pdDisaggregation": {"enabled": spec.topology.mode == "disaggregated"},
     }
+    if spec.router.flow_control.enabled:  # the picker config's flowControl, same camelCase keys
+        out["flowControl"] = spec.router.flow_control.model_dump(by_alias=True)
+    return out
 
 
 def _pool_preset(spec: SMetricPoolSpec) -> InstancePreset | None:

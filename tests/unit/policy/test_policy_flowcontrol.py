@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from smetric.core.views import EndpointSnapshot, RequestView
@@ -12,15 +14,15 @@ PARAMS = PolicyParams()
 REQ = RequestView("r", 8_000, turn=0)  # TTFT SLO 1 + 0.0625 * 8 = 1.5 s
 
 
-def ep(name: str = "a", **kw: float) -> EndpointSnapshot:
-    return EndpointSnapshot(name, **kw)  # type: ignore[arg-type]
+def ep(name: str = "a", **kw: Any) -> EndpointSnapshot:
+    return EndpointSnapshot(name, **kw)
 
 
 def gate(**kw: object) -> FlowGate:
     return FlowGate(FlowControlConfig(enabled=True, **kw), PARAMS)  # type: ignore[arg-type]
 
 
-def busy(seconds: float, **kw: float) -> EndpointSnapshot:
+def busy(seconds: float, **kw: Any) -> EndpointSnapshot:
     """An endpoint whose ledger holds ``seconds`` of queued prefill (cost-model seconds)."""
     return ep(queued_prefill_cost=seconds, queued_prefill_tokens=1_000.0, **kw)
 
@@ -51,7 +53,7 @@ def test_gate_refuses_an_engine_with_a_queue_or_no_kv_room_even_when_the_estimat
 
 
 def test_gate_ignores_stale_endpoints() -> None:
-    assert not gate().has_capacity(REQ, [ep(stale=True)])  # type: ignore[arg-type]
+    assert not gate().has_capacity(REQ, [ep(stale=True)])
 
 
 def test_config_rejects_bad_values_with_a_clear_error() -> None:
