@@ -236,12 +236,12 @@ class FairQueue(Generic[T]):
         return out
 
     def heads(self) -> Iterator[tuple[T, Hashable, int, float]]:
-        """``(item, flow, priority, enqueued_s)`` of each flow's head, in service order."""
-        for priority, band in list(self._bands.items()):
-            for flow, fifo in list(band.items()):
-                if fifo:
-                    e = fifo[0]
-                    yield e.item, flow, priority, e.enqueued_s
+        """``(item, flow, priority, enqueued_s)`` of each flow's head, in service order; lazy
+        (O(1) per head taken), so stop iterating once the queue is changed (``pop``, ``push``)."""
+        for priority, band in self._bands.items():
+            for flow, fifo in band.items():
+                e = fifo[0]
+                yield e.item, flow, priority, e.enqueued_s
 
     def pop(self, flow: Hashable, priority: int) -> T:
         """Take ``flow``'s head in band ``priority``; the flow goes to the back of its band."""
