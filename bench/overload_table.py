@@ -3,7 +3,10 @@ their `.runs.jsonl` sidecars, read while a sweep runs): per (policy, rate) and f
 on, the mean over seeds of TPS within SLO (colocated) or prefill tokens/s within SLO (P/D), the
 shed share, the agents' family completion time and slowdown, and the share of families done.
 
-    python bench/overload_table.py off.json on.json
+    python bench/overload_table.py off.json "fc ttl 2 s=on.json"
+
+Each argument is a file, optionally prefixed by ``LABEL=`` (the flow-control column shows the
+label, else on / off).
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ def mean(xs: list[float]) -> float:
 
 
 def main(argv: list[str]) -> int:
-    groups: dict[tuple[str, float, bool], list[dict[str, object]]] = defaultdict(list)
-    for name in argv:
+    groups: dict[tuple[str, float, str], list[dict[str, object]]] = defaultdict(list)
+    for arg in argv:
+        label, sep, name = arg.rpartition("=")
         for r in rows(Path(name)):
-            fc = "fc_shed_share" in r
+            fc = label if sep else ("on" if "fc_shed_share" in r else "off")
             groups[(str(r["policy"]), float(r["rate_multiplier"]), fc)].append(r)  # type: ignore[arg-type]
     print(
         "| policy | load | flow control | seeds | TPS@SLO (prefill ktok/s P/D) | shed share | failed | family completion s | slowdown | families done |"
@@ -49,10 +53,11 @@ def main(argv: list[str]) -> int:
         def get(k: str, rs: list[dict[str, object]] = rs) -> float:
             return mean([float(r[k]) if r.get(k) is not None else math.nan for r in rs])  # type: ignore[arg-type]
 
-        shed = f"{100 * get('fc_shed_share'):.1f} %" if fc else "-"
-        failed = f"{100 * get('fc_failed_share'):.1f} %" if fc else "-"
+        on = "fc_shed_share" in rs[0]
+        shed = f"{100 * get('fc_shed_share'):.1f} %" if on else "-"
+        failed = f"{100 * get('fc_failed_share'):.1f} %" if on else "-"
         print(
-            f"| {policy} | {rate:g}x | {'on' if fc else 'off'} | {len(rs)} | {mean(tps):.0f} "
+            f"| {policy} | {rate:g}x | {fc} | {len(rs)} | {mean(tps):.0f} "
             f"({', '.join(f'{x:.0f}' for x in tps)}) | {shed} | {failed} | {get('family_completion_mean_s'):.0f} | "
             f"{get('family_slowdown_mean'):.2f} | {100 * get('families_done_share'):.0f} % |"
         )
