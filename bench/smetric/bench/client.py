@@ -13,6 +13,7 @@ that final event (``smetric_server_timing``), kept in the :class:`Outcome`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from smetric.emulator.protocol import SERVER_TIMING_FIELD
 SESSION_HEADER = "x-session-token"  # llm-d's session-affinity header: carries the true session id
 SERVED_HEADERS = ("x-gateway-destination-endpoint-served", "x-served-by", "x-smetric-instance")
 ANTHROPIC_VERSION = "2023-06-01"  # the ``anthropic-version`` header the Messages API requires
+MAX_RETRY_AFTER_S = 60.0  # the longest a client waits on one Retry-After
 Api = Literal["chat", "anthropic"]
 APIS: tuple[str, ...] = ("chat", "anthropic")
 
@@ -56,6 +58,7 @@ class ChatClient:
             self._session = None
 
     extra_headers: tuple[tuple[str, str], ...] = ()
+    max_retries_429 = 8  # resends of a request refused with 429, then its outcome is the 429
 
     def body(self, spec: SendSpec) -> dict[str, Any]:
         return {
@@ -81,8 +84,16 @@ class ChatClient:
         start = time.perf_counter()
         self.in_flight[spec.request_id] = "sent, no response headers"
         outcome = await self._send(spec, payload, headers, start)  # a cancelled one stays listed
+        retries = 0
+        # 429 (the picker's flow control): resend after Retry-After, as an agent's client does;
+        # TTFT and end-to-end time keep counting from the first send
+        while outcome.status == 429 and retries < self.max_retries_429:
+            retries += 1
+            self.in_flight[spec.request_id] = f"429, retry {retries} after {outcome.retry_after_s:g} s"
+            await asyncio.sleep(min(max(outcome.retry_after_s, 0.0), MAX_RETRY_AFTER_S))
+            outcome = await self._send(spec, payload, headers, start)
         self.in_flight.pop(spec.request_id, None)
-        return outcome
+        return dataclasses.replace(outcome, retries_429=retries) if retries else outcome
 
     async def _send(self, spec: SendSpec, payload: bytes, headers: dict[str, str], start: float) -> Outcome:
         assert self._session is not None
@@ -92,7 +103,13 @@ class ChatClient:
                 served = next((resp.headers[h] for h in SERVED_HEADERS if h in resp.headers), "")
                 if resp.status != 200:
                     text = (await resp.text())[:300]
-                    return Outcome(ok=False, status=resp.status, error=text.strip(), served_by=served)
+                    return Outcome(
+                        ok=False,
+                        status=resp.status,
+                        error=text.strip(),
+                        served_by=served,
+                        retry_after_s=_retry_after_s(resp.headers.get("retry-after", "")),
+                    )
                 return await self.read(resp, start, served, spec.request_id)
         except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as exc:
             return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
@@ -274,6 +291,14 @@ def _streamed(
         engine_ttft_model_s=_seconds(timing.get("engine_ttft_s")),
         engine_e2e_model_s=_seconds(timing.get("engine_e2e_s")),
     )
+
+
+def _retry_after_s(value: str) -> float:
+    """A Retry-After header in seconds (RFC 9110 10.2.3 delay-seconds; a date or garbage: 1 s)."""
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 1.0
 
 
 def _seconds(value: Any) -> float:

@@ -85,9 +85,9 @@ class _RecordingRun(_Run):
         """The session's next turn leaves ``loop_delay_s`` later (the bench's time outside the engine)."""
         super().completed(key, t + self.loop_delay_s)
 
-    def arrival(self, key: int, t: float) -> None:
+    def arrival(self, key: int, t: float, fk: int, retry: bool = False) -> None:
         self.key, self.now = key, t
-        super().arrival(key, t)
+        super().arrival(key, t, fk, retry)
 
     def start_family(
         self,

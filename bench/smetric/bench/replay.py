@@ -52,6 +52,8 @@ class Outcome:
     cached_tokens: int = -1  # usage.prompt_tokens_details.cached_tokens (-1 when not reported)
     text: str = ""
     served_by: str = ""  # endpoint that served it, when the server says so
+    retry_after_s: float = 1.0  # a refusal's Retry-After (seconds)
+    retries_429: int = 0  # resends after 429 (flow control) before this outcome
     # The server's own first/last-token times since it received the request (wall s; NaN when the
     # server does not report them, e.g. a real vLLM): the part of ttft_s / e2e_s spent in the engine.
     server_ttft_s: float = float("nan")

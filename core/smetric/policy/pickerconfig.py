@@ -14,6 +14,15 @@ Shape (the operator renders exactly the ``policy`` block)::
       queueDepthThreshold: 5      # GIE saturation detector defaults
       kvCacheUtilThreshold: 0.8
     servedModels: []              # empty = accept any model (the engine answers 404 itself)
+    flowControl:                  # SLO-aware gateway queue (smetric.policy.flowcontrol, docs/overload.md)
+      enabled: false
+      maxQueued: 1024             # requests held, all flows; a full queue answers 429 at once
+      ttlS: 60                    # the longest a request waits, then 429
+      shedOnDeadline: true        # 429 once the request's TTFT SLO has passed while it waits
+      retryAfterS: 5              # Retry-After of a 429
+      slack: 1.0                  # an endpoint meets when its estimate <= slack x the SLO time left
+      maxEngineWaiting: 0         # an endpoint whose engine has more waiting takes none
+      kvHeadroom: true            # the request's uncached tokens must fit the endpoint's free KV
 
 It lives in the core because two subsystems read it: the picker (``smetric-epp --config``,
 :mod:`smetric.epp.config`, which also accepts the upstream ``EndpointPickerConfig`` and
@@ -33,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from smetric.policy.base import PolicyParams
 from smetric.policy.config import params_from_mapping
+from smetric.policy.flowcontrol import FlowControlConfig
 from smetric.policy.registry import DEFAULT_POLICY_WITHOUT_GLOBAL_TIER, POLICY_NAMES, default_policy
 
 # The upstream EndpointPickerConfig's markers (inference.networking.x-k8s.io/v1alpha1): the
@@ -87,11 +97,37 @@ class SaturationSection(_Strict):
     kvCacheUtilThreshold: float = Field(default=0.8, ge=0.0, le=1.0)
 
 
+class FlowControlSection(_Strict):
+    """:class:`smetric.policy.flowcontrol.FlowControlConfig` in the config's camelCase."""
+
+    enabled: bool = False
+    maxQueued: int = Field(default=1024, ge=1, le=1_000_000)
+    ttlS: float = Field(default=60.0, gt=0, le=3600)
+    shedOnDeadline: bool = True
+    retryAfterS: float = Field(default=5.0, ge=0, le=3600)
+    slack: float = Field(default=1.0, gt=0, le=100)
+    maxEngineWaiting: int = Field(default=0, ge=0)
+    kvHeadroom: bool = True
+
+    def config(self) -> FlowControlConfig:
+        return FlowControlConfig(
+            enabled=self.enabled,
+            max_queued=self.maxQueued,
+            ttl_s=self.ttlS,
+            shed_on_deadline=self.shedOnDeadline,
+            retry_after_s=self.retryAfterS,
+            slack=self.slack,
+            max_engine_waiting=self.maxEngineWaiting,
+            kv_headroom=self.kvHeadroom,
+        )
+
+
 class PickerConfig(_Strict):
     policy: PolicySection = Field(default_factory=PolicySection)
     pdDisaggregation: PdSection = Field(default_factory=PdSection)
     saturation: SaturationSection = Field(default_factory=SaturationSection)
     servedModels: tuple[str, ...] = ()
+    flowControl: FlowControlSection = Field(default_factory=FlowControlSection)
 
 
 def describe(exc: ValidationError) -> str:

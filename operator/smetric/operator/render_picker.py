@@ -79,6 +79,8 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
     served = served_models(spec)
     if served:
         config["servedModels"] = list(served)
+    if spec.router.flow_control.enabled:  # the picker config's flowControl, same camelCase keys
+        config["flowControl"] = spec.router.flow_control.model_dump(by_alias=True)
     return config
 
 

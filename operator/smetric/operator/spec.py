@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from smetric.operator.spec_flow import FlowControlSpec
 from smetric.operator.spec_gateway import ClientLimitsSpec
 from smetric.operator.spec_params import PolicyParameters
 from smetric.operator.spec_params import SpecModel as _Spec
@@ -324,6 +325,11 @@ class RouterSpec(_Spec):
         "choose which.",
     )
     pod: PodOverrides = Field(default=PodOverrides(), description="Pod overrides for the picker.")
+    flow_control: FlowControlSpec = Field(
+        default=FlowControlSpec(),
+        description="SLO-aware flow control in the picker: a bounded, fair gateway queue and 429 + "
+        "Retry-After past saturation (docs/overload.md).",
+    )
 
 
 class EngineSpec(_Spec):

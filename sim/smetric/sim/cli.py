@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from smetric.core.names import MODES
@@ -252,6 +253,21 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         "publishes no removals), or from the simulated tier's exact content (exact: an oracle, ablations)",
     )
     p.add_argument(
+        "--flow-control",
+        action="store_true",
+        help="SLO-aware flow control at the gateway for every policy: hold a request no instance "
+        "can serve within its SLO in a bounded fair queue, shed with 429 + Retry-After what can "
+        "no longer make it; clients retry (docs/overload.md)",
+    )
+    p.add_argument(
+        "--fc",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a flow-control setting (max_queued, ttl_s, shed_on_deadline, retry_after_s, slack, "
+        "idle_queued_tokens; clients: max_retries, jitter), repeatable; implies --flow-control",
+    )
+    p.add_argument(
         "--legacy-ledger",
         action="store_true",
         help="reproduce the pre-fix ledger charge cost(L - local hit) even when the global tier supplies "
@@ -353,6 +369,19 @@ def policy_parameters(a: argparse.Namespace) -> tuple[str | None, str, list[str]
     return name, json.dumps(given, sort_keys=True), notes
 
 
+def flow_control_json(enabled: bool, pairs: list[str]) -> str:
+    """``SimConfig.flow_control`` from ``--flow-control`` and ``--fc KEY=VALUE`` (YAML scalars)."""
+    if not enabled and not pairs:
+        return ""
+    mapping: dict[str, object] = {"enabled": True}
+    for text in pairs:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--fc {text!r}: expected KEY=VALUE (e.g. ttl_s=30)")
+        mapping[key.strip()] = yaml.safe_load(value)
+    return json.dumps(mapping, sort_keys=True)
+
+
 def _spec(a: argparse.Namespace, notes: list[str] | None = None) -> SweepSpec:
     quick = a.quick
     known: tuple[str, ...] = a.known_policies
@@ -406,6 +435,7 @@ def _spec(a: argparse.Namespace, notes: list[str] | None = None) -> SweepSpec:
         measure_s=a.measure_s if a.measure_s is not None else measure_default,
         seed=seeds[0],
         arrivals=a.arrivals,
+        flow_control=flow_control_json(a.flow_control, a.fc),
     )
     subsample = a.subsample if a.subsample is not None else (QUICK_SUBSAMPLE if quick else None)
     if a.base_rate <= 0 or not math.isfinite(a.base_rate):

@@ -10,7 +10,9 @@ from dataclasses import dataclass, replace
 from smetric.core.presets import InstancePreset, get_preset, variant_name
 from smetric.engine.global_tier import GlobalPath
 from smetric.policy.config import CONTEXT_KEYS, params_from_mapping
+from smetric.policy.flowcontrol import FlowControlConfig
 from smetric.policy.params import ParamsModel
+from smetric.sim.gateway import ClientRetry
 from smetric.sim.view import ROUTER_VIEWS
 
 ARRIVALS = ("agents", "stationary", "cold")
@@ -88,6 +90,10 @@ class SimConfig:
     # without removals (LMCache's CacheStoreEvent), bounded by the tier's capacity; "exact" = the
     # simulated tier's content (an oracle: ablations only)
     tier_hits: str = "estimate"
+    # flow control at the simulated gateway (smetric.policy.flowcontrol, sim/gateway.py): canonical
+    # JSON of FlowControlConfig fields (snake_case) plus the clients' "max_retries" and
+    # "jitter"; "" = off (every request is dispatched at once, as before)
+    flow_control: str = ""
 
     def __post_init__(self) -> None:
         if self.router_view not in ROUTER_VIEWS:
@@ -109,6 +115,7 @@ class SimConfig:
         get_preset(self.preset_name)
         self.global_path  # noqa: B018 -- validates the global-path fields
         self.own_params  # noqa: B018 -- validates policy_parameters
+        self.flow_control_config  # noqa: B018 -- validates flow_control
 
     def with_params(self, **keys: object) -> SimConfig:
         """This config with ``keys`` (YAML keys, e.g. ``slack=2.0`` or ``tiered={...}``) set in
@@ -131,6 +138,29 @@ class SimConfig:
                 f"policy_parameters holds context keys {context}: the simulated cluster sets them"
             )
         return params_from_mapping(mapping).own
+
+    @property
+    def flow_control_config(self) -> tuple[FlowControlConfig, ClientRetry] | None:
+        """The gateway's flow control and its clients' retry behaviour; ``None`` when off."""
+        if not self.flow_control:
+            return None
+        try:
+            mapping = json.loads(self.flow_control)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"flow_control is not JSON: {exc}") from None
+        if not isinstance(mapping, dict):
+            raise ValueError("flow_control must be a JSON object")
+        client_keys = {"max_retries", "jitter"}
+        fc_keys = set(FlowControlConfig.__dataclass_fields__)
+        unknown = sorted(set(mapping) - client_keys - fc_keys)
+        if unknown:
+            raise ValueError(f"flow_control: unknown keys {unknown}; known: {sorted(client_keys | fc_keys)}")
+        try:
+            fc = FlowControlConfig(**{k: v for k, v in mapping.items() if k in fc_keys})
+            client = ClientRetry(**{k: v for k, v in mapping.items() if k in client_keys})
+        except TypeError as exc:
+            raise ValueError(f"flow_control: {exc}") from None
+        return (fc, client) if fc.enabled else None
 
     @property
     def agent_entry_window_s(self) -> float:

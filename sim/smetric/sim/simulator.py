@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from smetric.core.presets import InstancePreset, get_preset
+from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
 from smetric.engine.global_tier import instances_per_node
 from smetric.engine.prefix_cache import count_blocks, slice_blocks
@@ -42,6 +43,7 @@ from smetric.policy.registry import uses_node_facts, uses_tier_view
 from smetric.policy.tiered_params import SMetricTieredParams
 from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.config import SimConfig
+from smetric.sim.gateway import OverloadProbe, SimGateway
 from smetric.sim.metrics import LoadTracker, summarise
 from smetric.sim.requests import RequestRecord, RequestTable
 from smetric.sim.tier_view import TierView
@@ -49,7 +51,9 @@ from smetric.sim.view import make_router_view
 from smetric.sim.workload import PreparedWorkload
 from smetric.trace import SteadyAgents, agents_for_rate
 
-_ARRIVAL, _INSTANCE = 0, 1
+_ARRIVAL, _INSTANCE, _RETRY, _FLOW = 0, 1, 2, 3
+# queued requests probed per gateway drain (every scrape tick while any wait) before it gives up
+_DRAIN_PROBES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +133,12 @@ class _Run:
         "colocated",
         "events",
         "fam_agent",
+        "fam_done",
         "fam_left",
         "fam_start",
         "fam_uses",
+        "flow_armed",
+        "gateway",
         "heap",
         "horizon",
         "loads",
@@ -139,6 +146,7 @@ class _Run:
         "n_agents",
         "n_fam",
         "preset",
+        "probe",
         "reasons",
         "router",
         "seq",
@@ -192,6 +200,11 @@ class _Run:
         self.fam_left: dict[int, int] = {}  # clone * F + family -> its sessions not yet ended
         self.fam_uses = [0] * work.n_families  # starts so far per family (the next clone id)
         self.n_agents = 0
+        self.fam_done: dict[int, float] = {}  # clone * F + family -> when its last session ended
+        fc = cfg.flow_control_config
+        self.gateway = None if fc is None else SimGateway(fc[0], params, fc[1], cfg.seed)
+        self.flow_armed = False  # a _FLOW tick is scheduled
+        self.probe: OverloadProbe | None = None
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.version = [0] * len(cluster)
@@ -302,20 +315,40 @@ class _Run:
                 self.engine_events(cluster[a].advance(t))
                 self.track(a, t)
                 self.push_instance(a)
+            elif kind == _ARRIVAL:
+                self.arrival(a, t, b)
+            elif kind == _RETRY:
+                self.arrival(a, t, b, retry=True)
             else:
-                self.arrival(a, t)
+                self.flow_armed = False
+                self.drain(t)
         if progress is not None:
             progress(1.0)
 
-    def arrival(self, key: int, t: float) -> None:
-        """Send request ``key``: route it and hand it to the chosen instance."""
+    def arrival(self, key: int, t: float, fk: int, retry: bool = False) -> None:
+        """Send request ``key`` (of family ``fk``; ``retry``: the client resends it after a 429):
+        route it and hand it to the chosen instance, or, with flow control, hold or shed it."""
         work = self.work
-        clone, i = divmod(key, self.n)
-        row = self.table.add(key, t)
+        i = key % self.n
+        if not retry:
+            self.table.add(key, t)
         if work.dropped[i]:
             self.completed(key, t)
             return
-        base = work.engine_request(i, clone)
+        req, rview = self.request(key)
+        snaps = self.snapshots(req, rview, t)
+        gw = self.gateway
+        if gw is not None and not gw.admits(rview, snaps):
+            if gw.hold(key, fk, rview, t):
+                self.drain(t)
+            else:
+                self.shed(key, fk, "capacity", t)
+            return
+        self.dispatch(key, req, rview, snaps, t)
+
+    def request(self, key: int) -> tuple[EngineRequest, RequestView]:
+        clone, i = divmod(key, self.n)
+        base = self.work.engine_request(i, clone)
         req = EngineRequest(
             base.request_id,
             base.prompt_tokens,
@@ -324,16 +357,75 @@ class _Run:
             base.output_pieces,
             index=key,
         )
-        rview = work.view(i, clone)
+        return req, self.work.view(i, clone)
+
+    def snapshots(self, req: EngineRequest, rview: RequestView, t: float) -> list[EndpointSnapshot]:
         _, snaps = self.view.snapshots(req, rview)
+        if self.tier_view is not None:
+            snaps = self.tier_view.enrich(snaps, req, t)
+        return snaps
+
+    def drain(self, t: float) -> None:
+        """Flow control: shed what expired, then dispatch queued requests, fairly, while some
+        instance can take them (at most :data:`_DRAIN_PROBES` refusals per call); keep a scrape
+        tick armed while anything waits."""
+        gw = self.gateway
+        if gw is None:
+            return
+        for key, reason, _ in gw.queue.expire(t):
+            self.shed(key, gw.flow_of.pop(key), reason, t)
+        misses = 0
+        while len(gw.queue) and misses < _DRAIN_PROBES:
+            for key, flow, priority, enqueued_s in gw.queue.heads():
+                req, rview = self.request(key)
+                snaps = self.snapshots(req, rview, t)
+                if gw.gate.has_capacity(rview, snaps, t - enqueued_s):
+                    gw.queue.pop(flow, priority)
+                    gw.flow_of.pop(key, None)
+                    gw.waits.append(t - enqueued_s)
+                    self.dispatch(key, req, rview, snaps, t)
+                    break  # the instances changed: start again from the new fair order
+                misses += 1
+                if misses >= _DRAIN_PROBES:
+                    break
+            else:
+                break
+        if t > self.horizon + 2 * gw.cfg.ttl_s:  # past the drain allowance: nothing may wait on
+            for key, reason, _ in gw.queue.expire(math.inf):
+                self.shed(key, gw.flow_of.pop(key), reason, t)
+        if len(gw.queue) and not self.flow_armed:
+            self.flow_armed = True
+            self.seq += 1
+            # the next scrape tick, or the next expiry if sooner and still ahead
+            t_next = t + self.cfg.refresh_s
+            expiry = gw.queue.next_expiry_s()
+            if t < expiry < t_next:
+                t_next = expiry
+            heapq.heappush(self.heap, (t_next, self.seq, _FLOW, 0, 0))
+
+    def shed(self, key: int, fk: int, reason: str, t: float) -> None:
+        """A 429: the client resends after Retry-After, or gives up (the session moves on)."""
+        assert self.gateway is not None
+        resend = self.gateway.shed(key, reason, t)
+        if resend is None:
+            self.completed(key, t)
+        elif resend < self.horizon:
+            self.seq += 1
+            heapq.heappush(self.heap, (resend, self.seq, _RETRY, key, fk))
+
+    def dispatch(
+        self, key: int, req: EngineRequest, rview: RequestView, snaps: list[EndpointSnapshot], t: float
+    ) -> None:
+        """Route ``key`` now: the policy picks, the ledger is charged, the instance gets it."""
+        row = self.table.by_key[key]
         tier_view = self.tier_view
-        if tier_view is not None:
-            snaps = tier_view.enrich(snaps, req, t)
         decision = self.router.pick(rview, snaps)
         k = decision.target
         row.instance = k
         self.reasons[decision.reason] = self.reasons.get(decision.reason, 0) + 1
         self.view.dispatched(key, k, rview, snaps[k], t)
+        if self.probe is not None:
+            self.probe.dispatched(key, t, rview, snaps, k)
         if tier_view is not None:
             tier_view.dispatched(snaps[k], rview, t, req.prompt_pieces, req.prompt_tokens)
         inst = self.cluster[k]
@@ -377,6 +469,7 @@ class _Run:
         left = self.fam_left[fk] - 1
         self.fam_left[fk] = left
         if left == 0:
+            self.fam_done[fk] = t
             agent = self.fam_agent.pop(fk)
             self.start_family(agent, self.agents.next_family(agent), t)
 
@@ -402,6 +495,8 @@ class _Run:
         inst = self.cluster[k]
         load = inst.num_running if self.colocated else inst.num_running + inst.num_waiting
         self.loads.update(k, t, load)
+        if self.probe is not None:
+            self.probe.engine(k, t, inst)
 
     # -- result -----------------------------------------------------------------------------------
 
@@ -414,7 +509,7 @@ class _Run:
         finish = table.column("finish_s", np.float64)
         done = finish if self.colocated else first
         end_s = float(np.nanmax(done)) if np.isfinite(done).any() else self.horizon
-        return summarise(
+        out = summarise(
             mode=cfg.mode,
             slo=self.preset.slo,
             prompt=prompt,
@@ -431,6 +526,33 @@ class _Run:
             lo_s=cfg.warmup_s,
             hi_s=self.horizon,
         )
+        out.update(self.session_metrics())
+        if self.gateway is not None:
+            lo, hi = cfg.warmup_s, self.horizon
+            out.update(self.gateway.metrics({r.key for r in table.rows if lo <= r.send_s < hi}))
+            out["fc_enabled"] = 1
+        return out
+
+    def session_metrics(self) -> dict[str, float | int]:
+        """The agents' view: how long a family (an agent's task: its sessions) took from its start
+        to its last answer, over the families started in the first half of the window (the
+        second half's may not end before the horizon), and the share of those that ended."""
+        lo = self.cfg.warmup_s
+        hi = lo + self.cfg.measure_s / 2
+        started = [fk for fk, s in self.fam_start.items() if lo <= s < hi]
+        done = [self.fam_done[fk] - self.fam_start[fk] for fk in started if fk in self.fam_done]
+        rec = [
+            (self.fam_done[fk] - self.fam_start[fk])
+            / max(1e-9, float(self.work.family_duration_s[fk % self.n_fam]))
+            for fk in started
+            if fk in self.fam_done
+        ]
+        return {
+            "families_started": len(started),
+            "families_done_share": len(done) / len(started) if started else math.nan,
+            "family_completion_mean_s": float(np.mean(done)) if done else math.nan,
+            "family_slowdown_mean": float(np.mean(rec)) if rec else math.nan,
+        }
 
     def records(self) -> tuple[RequestRecord, ...]:
         dropped = self.work.dropped
@@ -458,11 +580,14 @@ def simulate(
     rate_multiplier: float = 1.0,
     progress: Callable[[float], None] | None = None,
     keep_records: bool = False,
+    probe: Callable[[_Run], OverloadProbe] | None = None,
 ) -> RunResult:
     """Run one policy at one family arrival rate; ``progress(fraction of horizon)`` is called
     about every simulated minute."""
     wall0 = time.perf_counter()
     run = _Run(work, policy, cfg)
+    if probe is not None:
+        run.probe = probe(run)
     run.seed_arrivals(families_per_s)
     run.run(progress)
     metrics = run.metrics()

@@ -18,6 +18,7 @@ from smetric.epp.server.outlier import OutlierDetector
 from smetric.epp.server.servicer import ExtProcServicer
 from smetric.epp.server.tier_facts import build_tier_facts
 from smetric.policy import PolicyParams
+from smetric.policy.flowcontrol import FlowGate
 from smetric.policy.framework import Router
 from smetric.policy.registry import make_policy, uses_node_facts, uses_tier_view
 from smetric.policy.selective_pd import PdDecider
@@ -69,6 +70,7 @@ def build_picker(
             else None
         ),
         outliers=outliers,
+        flow_gate=FlowGate(cfg.flowControl.config(), params) if cfg.flowControl.enabled else None,
     )
     node_facts = uses_node_facts(cfg.policy.name)
     # g needs a global tier; without one only a policy that reads nodes and footprint needs them

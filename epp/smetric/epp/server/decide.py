@@ -37,9 +37,11 @@ from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex, Pro
 from smetric.epp.parse.errors import RequestError
 from smetric.epp.parse.usage import Usage
 from smetric.epp.server.affinity import ResponseAffinity
+from smetric.epp.server.flow import Held
 from smetric.epp.server.outlier import OutlierDetector, is_error_status
 from smetric.epp.server.tier_facts import TierFacts
 from smetric.policy.base import Decision
+from smetric.policy.flowcontrol import FlowGate
 from smetric.policy.framework import NoEndpointError, Router
 from smetric.policy.selective_pd import PdDecider
 from smetric.router import DispatchLedger, PrefillRateEstimator, RouterCore, Saturation
@@ -92,6 +94,7 @@ class Picker:
         on_dispatch: Callable[[str], None] | None = None,
         responses: ResponseAffinity | None = None,
         outliers: OutlierDetector | None = None,
+        flow_gate: FlowGate | None = None,
     ) -> None:
         """``is_stale``: the source's own staleness judgement when it knows more than the scrape
         age (the datastore: a failed last scrape is stale at once); ``None`` = the scrape age.
@@ -105,6 +108,7 @@ class Picker:
         self.source = source
         self.responses = responses
         self.on_dispatch = on_dispatch
+        self.flow_gate = flow_gate  # flow control on: no endpoint with capacity -> Held
         self.tier_facts = tier_facts  # g, nodes and footprint for smetric(-tiered) (None otherwise)
         self.index = index
         self.router = router
@@ -187,13 +191,16 @@ class Picker:
         subset_ips: frozenset[str] | None = None,
         key: PromptKey | None = None,
         previous_response_id: str = "",
+        waited_s: float | None = None,
     ) -> Pick:
         """Choose endpoints and record the dispatch in the ledger. Raises :class:`RequestError`
         (503 no endpoint, 429 shed). ``key``: the prompt's index key when the caller computed it
         already (the servicer does, off the event loop, for large bodies).
         ``previous_response_id``: a Responses follow-up goes to the endpoint that served that
         response when it is a ready, fresh candidate (colocated pools), ahead of the policy's
-        choice, which becomes its first fallback."""
+        choice, which becomes its first fallback. ``waited_s``: with flow control on, how long the
+        request has waited in its queue; raises :class:`Held` when no endpoint has capacity
+        (``None``: no gate)."""
         pool: Sequence[EndpointInfo] = self.source.ready_endpoints()
         endpoints = pool
         if subset_ips is not None:
@@ -221,6 +228,9 @@ class Picker:
             snaps = self.snapshots(endpoints, hits, tier.global_hit(key), facts)
         if self.core.shed(request, snaps):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
+        gate = self.flow_gate
+        if gate is not None and waited_s is not None and not gate.has_capacity(request, snaps, waited_s):
+            raise Held(request, gate.deadline_s(request))
         if self.pd_router is not None:
             pick = self._pick_pd(request, endpoints, snaps)
         else:

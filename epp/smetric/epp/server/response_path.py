@@ -23,6 +23,7 @@ from smetric.epp.parse.body import API_RESPONSES
 from smetric.epp.parse.usage import UsageReader, carries_output
 from smetric.epp.server import messages as msgs
 from smetric.epp.server.affinity import HEAD_BYTES, response_id_in
+from smetric.epp.server.flow import FlowQueue
 from smetric.epp.server.hooks import ResponseHooks
 from smetric.epp.server.observer import ObserverMatcher
 from smetric.epp.server.stream import StreamState
@@ -65,6 +66,7 @@ class ResponsePath:
     observers: ObserverMatcher
     clock: Callable[[], float]
     settings: ObserverSettings
+    flow: FlowQueue | None  # flow control: told when capacity frees
 
     def _response(self, st: StreamState, m: ep.ProcessingRequest, kind: str) -> Responses:
         """Response path: never refuse; on a bug log it and pass the data through unchanged."""
@@ -158,6 +160,8 @@ class ResponsePath:
         if st.pick is None:
             return
         left_s = self.hooks.on_prefill_done(st.pick, st.request_id)
+        if self.flow is not None:
+            self.flow.kick()
         if left_s is not None:
             self.metrics.endpoint_queued_prefill.labels(endpoint=st.pick.ledger_address).set(left_s)
 
@@ -200,6 +204,8 @@ class ResponsePath:
             tpot_s = (self.clock() - st.first_byte_at) / (usage.completion_tokens - 1)
             self.metrics.tpot.observe(tpot_s)
         speed = self.hooks.on_complete(pick, ttft_s, usage, prompt_known=st.parsed is not None)
+        if self.flow is not None:
+            self.flow.kick()
         if speed is not None:
             self.metrics.endpoint_prefill_speed.labels(endpoint=pick.ledger_address).set(speed)
 

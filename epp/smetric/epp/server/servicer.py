@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -38,6 +39,7 @@ from smetric.epp.parse.errors import RequestError
 from smetric.epp.parse.headers import HDR_REQUEST_ID, RequestHeaders, parse_headers
 from smetric.epp.server import messages as msgs
 from smetric.epp.server.decide import Pick, Picker
+from smetric.epp.server.flow import FlowMetrics, FlowQueue, FlowShed, Held
 from smetric.epp.server.guard import (
     INFERENCE_PATHS,
     PICKER_ID_HEADER,
@@ -138,6 +140,10 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         self.settings = settings if settings is not None else ServicerSettings()
         self.clock = clock
         self.observers = ObserverMatcher(metrics)  # --response-path=observer
+        gate = getattr(picker, "flow_gate", None)
+        self.flow: FlowQueue | None = (
+            None if gate is None else FlowQueue(gate.config, FlowMetrics(metrics.registry), clock)
+        )
         # one body at the size limit per connection; large bodies share 3/4 of the budget
         self.budget = BodyBudget(
             self.settings.body_budget_bytes, client_large_bytes=self.settings.max_body_bytes
@@ -169,9 +175,14 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
                     if message.observability_mode:  # a response observer: it gets no replies
                         await self._observe(message, messages)
                         return
-                    out = self.handle(st, message)
+                    try:
+                        out = self.handle(st, message)
+                    except Held as held:  # flow control: wait, bounded, for an endpoint with capacity
+                        out = await self._hold(st, held)
                 except StopAsyncIteration:
                     return
+                except FlowShed as exc:
+                    out, closed = (self._flow_shed(st, exc),), True
                 except Shed as exc:
                     out, closed = (self._shed(st, exc),), True
                 except RequestError as exc:
@@ -222,6 +233,25 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         finally:
             st.waiting = False
         return message
+
+    async def _hold(self, st: StreamState, held: Held) -> Responses:
+        """Park the stream in the flow-control queue until its decision goes through; the
+        decision budget no longer applies (the queue's TTL bounds the wait)."""
+        assert self.flow is not None and st.resume is not None
+        self._leave(st)
+        st.held_since = self.clock()
+        h = st.headers
+        flow = (h.session_token if h is not None and h.session_token else None) or st.ledger_id
+        priority = -1 if h is not None and h.sheddable else 0
+        out: Responses = await self.flow.hold(flow, priority, held.deadline_s, st.resume)
+        return out
+
+    def _flow_shed(self, st: StreamState, exc: FlowShed) -> ep.ProcessingResponse:
+        assert self.flow is not None
+        self.metrics.immediate_responses.labels(code="429").inc()
+        log.info("flow control refused request %s: %s", st.request_id, exc)
+        # Retry-After is whole seconds (RFC 9110 10.2.3)
+        return msgs.immediate(429, str(exc), retry_after_s=math.ceil(self.flow.cfg.retry_after_s))
 
     def _leave(self, st: StreamState) -> None:
         """The request's undecided phase is over (routed, refused or gone)."""
@@ -341,8 +371,8 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         if m.request_headers.end_of_stream or st.req_mode not in (msgs.MODE_FULL_DUPLEX, msgs.MODE_BUFFERED):
             # No body will reach the picker (GET, or a body mode it does not take): route on headers.
             self._admit(st)
-            pick = self._decide(st, None)
-            return (self._route(st, pick, None),)
+            st.resume = lambda: (self._route(st, self._decide(st, None), None),)
+            return st.resume()
         if st.req_mode == msgs.MODE_BUFFERED:
             return (msgs.CONTINUE_REQUEST_HEADERS,)
         return _NOTHING  # FULL_DUPLEX_STREAMED: the headers reply waits for the whole body
@@ -354,10 +384,8 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
             return (msgs.CONTINUE_REQUEST_BODY,)
         self._absorb(st, b.body)
         if st.req_mode == msgs.MODE_BUFFERED:  # the one buffered message is the whole body
-            pick = self._decide(st, st.body)
-            reply = self._route(st, pick, len(st.body), buffered=True)
-            self._drop_body(st)
-            return (reply,)
+            st.resume = lambda: self._route_buffered(st)
+            return st.resume()
         if not b.end_of_stream:
             return _NOTHING
         return self._release(st, end_of_stream=True)
@@ -367,8 +395,16 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
             return (msgs.CONTINUE_REQUEST_TRAILERS,)
         return (*self._release(st, end_of_stream=False), msgs.CONTINUE_REQUEST_TRAILERS)
 
+    def _route_buffered(self, st: StreamState) -> Responses:
+        pick = self._decide(st, st.body)
+        reply = self._route(st, pick, len(st.body), buffered=True)
+        self._drop_body(st)
+        return (reply,)
+
     def _release(self, st: StreamState, end_of_stream: bool) -> Responses:
-        """FULL_DUPLEX_STREAMED: decide, then the headers reply and the echoed body."""
+        """FULL_DUPLEX_STREAMED: decide, then the headers reply and the echoed body (re-run by
+        flow control until the decision goes through)."""
+        st.resume = lambda: self._release(st, end_of_stream)
         pick = self._decide(st, st.body)
         out = [self._route(st, pick, len(st.body))]
         out.extend(msgs.streamed_chunks(st.body, end_of_stream))
@@ -409,6 +445,9 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
             text, key = st.pretext, st.prekey
         else:
             text, key = (self._prompt_text(parsed) if parsed is not None else ""), None
+        waited_s = None
+        if self.flow is not None:
+            waited_s = 0.0 if st.held_since is None else self.clock() - st.held_since
         pick = self.picker.pick(
             view,
             text,
@@ -416,6 +455,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
             st.subset,
             key=key,
             previous_response_id=parsed.previous_response_id if parsed else "",
+            waited_s=waited_s,
         )
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
         self._leave(st)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from smetric.epp.contracts import PromptKey
 from smetric.epp.parse.body import ParsedBody
@@ -25,6 +27,7 @@ class StreamState:
         "first_byte_at",
         "generated_id",
         "headers",
+        "held_since",
         "ledger_id",
         "observer_attached",
         "observer_timer",
@@ -39,6 +42,7 @@ class StreamState:
         "resp_mode",
         "resp_sse",
         "resp_status",
+        "resume",
         "served",
         "subset",
         "usage",
@@ -47,6 +51,9 @@ class StreamState:
 
     def __init__(self) -> None:
         self.headers: RequestHeaders | None = None
+        # flow control: when the request entered the queue, and the decision to re-run from it
+        self.held_since: float | None = None
+        self.resume: Callable[[], Sequence[Any]] | None = None
         self.admitted_at: float | None = None  # headers arrived, no decision yet (decision budget)
         self.counted = False  # body complete, counted by admission control until decided
         self.deadline: asyncio.TimerHandle | None = None  # ... the end of its decision budget

@@ -1,0 +1,270 @@
+"""SLO-aware flow control: a bounded, fair gateway queue in front of any policy.
+
+Past the knee every endpoint's queue grows: a router that always dispatches hands each request
+to an engine where it waits past its TTFT SLO, and every request misses. Flow control holds a
+request at the gateway while **no endpoint can meet its SLO**, dispatches it when capacity
+frees, and sheds what can no longer make it (the client gets 429 + ``Retry-After``). The
+simulator and the picker both run this module; it wraps the routing decision, so every policy
+(SMetric and the baselines alike) can run behind it.
+
+* **Gate** (:meth:`FlowGate.has_capacity`): an endpoint can take the request now when it is
+  fresh, its engine has at most ``max_engine_waiting`` requests waiting (scraped
+  ``num_requests_waiting``), the request's uncached tokens fit its free KV (``(1 - kv_usage) x
+  capacity`` minus the ledger's tokens dispatched to it and not yet started; skipped when the
+  capacity is unknown), and either its TTFT estimate -- the ledger's queued work plus this
+  request's own, the estimate SMetric's ``meets`` uses
+  (:func:`smetric.policy.estimates.tier_times_s`) -- fits within ``slack x`` the time left of the
+  request's TTFT SLO (the SLO minus what it already waited at the gateway), or nothing is queued
+  there (``queued_prefill_tokens <= idle_queued_tokens``): a request no idle engine could serve
+  in time is still served, never starved. The estimate alone is not enough: past the knee the
+  engines' own queues (KV full: requests wait for a running one to finish) are what the ledger
+  does not see (docs/overload.md).
+* **Queue** (:class:`FairQueue`): bounded by ``max_queued`` requests; bands by priority
+  (higher first); within a band one FIFO per flow (session / agent) served round-robin, so one
+  agent's burst cannot starve the others (GIE's flow control: priority bands, per-flow queues,
+  a fairness policy between flows, a capacity bound, a TTL).
+* **Shedding**: a request is shed on arrival when the queue is full (``reason=capacity``) and
+  while queued when it has waited ``ttl_s`` or its TTFT deadline passed (``reason=ttl`` /
+  ``deadline``; ``shed_on_deadline``): it can no longer make its SLO, and the capacity goes to
+  one that can. The answer is 429 with ``Retry-After: retry_after_s``.
+
+Pure logic, no I/O and no clock: callers pass ``now_s``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
+
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy.base import PolicyParams
+from smetric.policy.estimates import prompt_tokens, request_slo, tier_times_s
+
+ShedReason = Literal["capacity", "ttl", "deadline"]
+SHED_REASONS: tuple[ShedReason, ...] = ("capacity", "ttl", "deadline")
+
+
+@dataclass(frozen=True, slots=True)
+class FlowControlConfig:
+    """Flow-control settings of one pool (the picker config's ``flowControl``, the CRD's
+    ``router.flowControl``, ``smetric simulate --flow-control``)."""
+
+    enabled: bool = False
+    max_queued: int = 1024  # requests held at the gateway (all flows, all bands)
+    ttl_s: float = 60.0  # the longest a request waits at the gateway
+    shed_on_deadline: bool = True  # shed a queued request once its TTFT deadline has passed
+    retry_after_s: float = 5.0  # Retry-After of a 429
+    slack: float = 1.0  # an endpoint meets when its estimate <= slack x the SLO time left
+    idle_queued_tokens: float = 0.0  # an endpoint with at most this queued (ledger) takes any request
+    max_engine_waiting: int = 0  # an endpoint whose engine has more requests waiting takes none
+    kv_headroom: bool = True  # the request's uncached tokens must fit the endpoint's free KV
+
+    def __post_init__(self) -> None:
+        problems = [
+            msg
+            for ok, msg in (
+                (self.max_queued >= 1, f"max_queued must be >= 1, got {self.max_queued}"),
+                (math.isfinite(self.ttl_s) and self.ttl_s > 0, f"ttl_s must be > 0, got {self.ttl_s}"),
+                (
+                    math.isfinite(self.retry_after_s) and self.retry_after_s >= 0,
+                    f"retry_after_s must be >= 0, got {self.retry_after_s}",
+                ),
+                (math.isfinite(self.slack) and self.slack > 0, f"slack must be > 0, got {self.slack}"),
+                (
+                    math.isfinite(self.idle_queued_tokens) and self.idle_queued_tokens >= 0,
+                    f"idle_queued_tokens must be >= 0, got {self.idle_queued_tokens}",
+                ),
+                (
+                    self.max_engine_waiting >= 0,
+                    f"max_engine_waiting must be >= 0, got {self.max_engine_waiting}",
+                ),
+            )
+            if not ok
+        ]
+        if problems:
+            raise ValueError("invalid flow control: " + "; ".join(problems))
+
+
+class FlowGate:
+    """Whether some endpoint can take a request now (see the module docstring, "Gate")."""
+
+    __slots__ = ("_cfg", "_params")
+
+    def __init__(self, cfg: FlowControlConfig, params: PolicyParams) -> None:
+        self._cfg = cfg
+        self._params = params
+
+    @property
+    def config(self) -> FlowControlConfig:
+        return self._cfg
+
+    def deadline_s(self, request: RequestView) -> float:
+        """The request's TTFT SLO in seconds (its ``x-slo-ttft-ms`` override applied)."""
+        return request_slo(request, self._params).ttft_slo_s(prompt_tokens(request))
+
+    def meets(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float = 0.0
+    ) -> bool:
+        """Some fresh endpoint's TTFT estimate fits ``slack x`` the SLO time left (the estimate
+        alone, as a policy's ``meets``; :meth:`has_capacity` adds the engine gauges)."""
+        return any(self._meets_each(request, endpoints, waited_s))
+
+    def _meets_each(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float
+    ) -> list[bool]:
+        left = self._cfg.slack * (self.deadline_s(request) - max(0.0, waited_s))
+        if left <= 0:
+            return [False] * len(endpoints)
+        p = self._params
+        times = tier_times_s(request, endpoints, p.cost_model, p.global_fetch_s_per_token)
+        return [t <= left and not ep.stale for t, ep in zip(times, endpoints, strict=True)]
+
+    def admissible(self, request: RequestView, ep: EndpointSnapshot) -> bool:
+        """The engine gauges allow one more request: fresh, few enough waiting, KV room."""
+        cfg = self._cfg
+        if ep.stale or ep.waiting > cfg.max_engine_waiting:
+            return False
+        if not cfg.kv_headroom or ep.kv_capacity_tokens <= 0:
+            return True
+        used = min(1.0, max(0.0, ep.kv_usage))
+        free = (1.0 - used) * ep.kv_capacity_tokens - max(0.0, ep.queued_prefill_tokens)
+        n = prompt_tokens(request)
+        return n - min(max(0, ep.local_hit_tokens), n) <= free
+
+    def has_capacity(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float = 0.0
+    ) -> bool:
+        """Some endpoint is :meth:`admissible` and meets the SLO time left or is idle."""
+        ok = [self.admissible(request, ep) for ep in endpoints]
+        if not any(ok):
+            return False
+        bound = self._cfg.idle_queued_tokens
+        if any(o and ep.queued_prefill_tokens <= bound for o, ep in zip(ok, endpoints, strict=True)):
+            return True
+        meets = self._meets_each(request, endpoints, waited_s)
+        return any(o and m for o, m in zip(ok, meets, strict=True))
+
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True, eq=False)
+class _Entry(Generic[T]):
+    item: T
+    flow: Hashable
+    priority: int
+    enqueued_s: float
+    expires_s: float
+    reason: ShedReason
+    seq: int
+    live: bool = True
+
+
+class FairQueue(Generic[T]):
+    """Bounded priority bands of per-flow FIFOs served round-robin (module docstring, "Queue").
+
+    ``push`` refuses when full; ``expire(now)`` removes what has waited past its expiry;
+    ``heads()`` lists the head of every flow in service order (highest band first, round-robin
+    within it from the flow after the last one served); ``pop(flow, priority)`` takes a flow's
+    head and moves the round-robin cursor past it. O(log n) per push/expiry, O(flows) per
+    ``heads``."""
+
+    __slots__ = ("_bands", "_expiry", "_len", "_max", "_seq")
+
+    def __init__(self, max_queued: int) -> None:
+        if max_queued < 1:
+            raise ValueError(f"max_queued must be >= 1, got {max_queued}")
+        self._max = max_queued
+        # priority -> flow -> FIFO; dict order is the round-robin order (a served flow moves last)
+        self._bands: dict[int, dict[Hashable, deque[_Entry[T]]]] = {}
+        self._expiry: list[tuple[float, int, _Entry[T]]] = []
+        self._len = 0
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def capacity(self) -> int:
+        return self._max
+
+    def push(
+        self,
+        item: T,
+        flow: Hashable,
+        priority: int,
+        now_s: float,
+        expires_s: float,
+        reason: ShedReason = "ttl",
+    ) -> bool:
+        """Queue ``item``; ``False`` (nothing queued) when the queue is full."""
+        if self._len >= self._max:
+            return False
+        self._seq += 1
+        e = _Entry(item, flow, priority, now_s, expires_s, reason, self._seq)
+        band = self._bands.get(priority)
+        if band is None:
+            band = self._bands[priority] = {}
+            self._bands = dict(sorted(self._bands.items(), key=lambda kv: -kv[0]))
+        band.setdefault(flow, deque()).append(e)
+        heapq.heappush(self._expiry, (expires_s, e.seq, e))
+        self._len += 1
+        return True
+
+    def next_expiry_s(self) -> float:
+        """When the next queued item expires (``inf`` when empty)."""
+        exp = self._expiry
+        while exp and not exp[0][2].live:
+            heapq.heappop(exp)
+        return exp[0][0] if exp else math.inf
+
+    def expire(self, now_s: float) -> list[tuple[T, ShedReason, float]]:
+        """Remove every item whose expiry is ``<= now_s``: ``(item, reason, waited_s)``, oldest
+        expiry first."""
+        out: list[tuple[T, ShedReason, float]] = []
+        exp = self._expiry
+        while exp and exp[0][0] <= now_s:
+            _, _, e = heapq.heappop(exp)
+            if not e.live:
+                continue
+            self._remove(e)
+            out.append((e.item, e.reason, now_s - e.enqueued_s))
+        return out
+
+    def heads(self) -> Iterator[tuple[T, Hashable, int, float]]:
+        """``(item, flow, priority, enqueued_s)`` of each flow's head, in service order; lazy
+        (O(1) per head taken), so stop iterating once the queue is changed (``pop``, ``push``)."""
+        for priority, band in self._bands.items():
+            for flow, fifo in band.items():
+                e = fifo[0]
+                yield e.item, flow, priority, e.enqueued_s
+
+    def pop(self, flow: Hashable, priority: int) -> T:
+        """Take ``flow``'s head in band ``priority``; the flow goes to the back of its band."""
+        band = self._bands[priority]
+        fifo = band.pop(flow)
+        e = fifo.popleft()
+        if fifo:
+            band[flow] = fifo  # re-inserted last: round-robin
+        e.live = False
+        self._len -= 1
+        self._prune(priority)
+        return e.item
+
+    def _remove(self, e: _Entry[T]) -> None:
+        band = self._bands[e.priority]
+        fifo = band[e.flow]
+        fifo.remove(e)  # expiring entries sit near a FIFO's head
+        if not fifo:
+            del band[e.flow]
+        e.live = False
+        self._len -= 1
+        self._prune(e.priority)
+
+    def _prune(self, priority: int) -> None:
+        if not self._bands[priority]:
+            del self._bands[priority]

@@ -1,0 +1,176 @@
+"""The picker's flow control: requests no endpoint can serve within their SLO wait, bounded.
+
+The decision (:meth:`smetric.epp.server.decide.Picker.pick`) raises :class:`Held` when flow
+control is on and :class:`smetric.policy.flowcontrol.FlowGate` finds no endpoint with capacity.
+The servicer then parks the ext_proc stream in :class:`FlowQueue` (the stream simply waits: Envoy
+holds the client's request) with a closure that re-runs the decision. A dispatcher task, alive
+only while something waits, retries the queued requests in fair order (priority bands,
+round-robin across flows: :class:`smetric.policy.flowcontrol.FairQueue`) every ``tick_s`` (the
+scrape interval) and whenever :meth:`FlowQueue.kick` reports freed capacity (a first token, a
+completed response); at most :data:`PROBES_PER_CYCLE` refusals per cycle. A request the queue
+cannot hold, or that waited past its TTL or its TTFT deadline, gets :class:`FlowShed`, which
+the servicer answers with 429 and ``Retry-After``.
+
+Metrics (GIE's flow-control names, pkg/epp/metrics/metrics.go of
+kubernetes-sigs/gateway-api-inference-extension, where they exist):
+``inference_extension_flow_control_queue_size`` (gauge),
+``inference_extension_flow_control_request_queue_duration_seconds`` (histogram, labels
+``priority`` and ``outcome``: ``dispatched`` / ``shed``), and the picker's own
+``smetric_epp_flow_control_shed_total{reason}`` (``capacity``, ``ttl``, ``deadline``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from smetric.core.views import RequestView
+from smetric.policy.flowcontrol import FairQueue, FlowControlConfig, ShedReason
+
+PROBES_PER_CYCLE = 8  # queued requests re-decided per dispatch cycle before it waits for capacity
+_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+
+
+class Held(Exception):
+    """No endpoint has capacity for ``request`` now; ``deadline_s``: its TTFT SLO."""
+
+    def __init__(self, request: RequestView, deadline_s: float) -> None:
+        super().__init__(f"no endpoint can serve request {request.request_id!r} within its SLO now")
+        self.request = request
+        self.deadline_s = deadline_s
+
+
+class FlowShed(Exception):
+    """The request is refused by flow control (429 + Retry-After)."""
+
+    def __init__(self, reason: ShedReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class FlowMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.queue_size = Gauge(
+            "inference_extension_flow_control_queue_size",
+            "Requests held by flow control, waiting for an endpoint with capacity",
+            registry=registry,
+        )
+        self.queue_duration = Histogram(
+            "inference_extension_flow_control_request_queue_duration_seconds",
+            "Time a request spent in the flow-control queue",
+            ["priority", "outcome"],
+            buckets=_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.shed = Counter(
+            "smetric_epp_flow_control_shed",
+            "Requests refused by flow control with 429, by reason (capacity, ttl, deadline)",
+            ["reason"],
+            registry=registry,
+        )
+
+
+@dataclass(eq=False)
+class _Waiter:
+    attempt: Callable[[], Any]
+    future: asyncio.Future[Any]
+    priority: int
+    enqueued_s: float = field(default=0.0)
+
+
+class FlowQueue:
+    """Bounded fair queue of held ext_proc streams and its dispatcher (module docstring)."""
+
+    def __init__(
+        self,
+        cfg: FlowControlConfig,
+        metrics: FlowMetrics,
+        clock: Callable[[], float],
+        tick_s: float = 0.05,
+    ) -> None:
+        if not (tick_s > 0 and math.isfinite(tick_s)):
+            raise ValueError(f"tick_s must be > 0, got {tick_s}")
+        self.cfg = cfg
+        self.metrics = metrics
+        self.clock = clock
+        self.tick_s = tick_s
+        self.queue: FairQueue[_Waiter] = FairQueue(cfg.max_queued)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    async def hold(self, flow: str, priority: int, deadline_s: float, attempt: Callable[[], Any]) -> Any:
+        """Wait until ``attempt()`` (the decision, re-run) returns; :class:`FlowShed` when the
+        queue is full or the wait expires. ``attempt`` raises :class:`Held` while no endpoint
+        has capacity; any other exception it raises is this call's."""
+        now = self.clock()
+        cfg = self.cfg
+        limit = min(cfg.ttl_s, deadline_s) if cfg.shed_on_deadline else cfg.ttl_s
+        reason: ShedReason = "deadline" if cfg.shed_on_deadline and deadline_s < cfg.ttl_s else "ttl"
+        w = _Waiter(attempt, asyncio.get_running_loop().create_future(), priority, now)
+        if not self.queue.push(w, flow, priority, now, now + limit, reason):
+            self.metrics.shed.labels(reason="capacity").inc()
+            raise FlowShed("capacity", f"flow-control queue full ({cfg.max_queued} requests held)")
+        self.metrics.queue_size.set(len(self.queue))
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return await w.future  # cancelled (stream gone): the waiter is skipped and dropped
+
+    def kick(self) -> None:
+        """Capacity may have freed (a first token, a completion): run a dispatch cycle now."""
+        if len(self.queue):
+            self._wake.set()
+
+    async def _run(self) -> None:
+        """Dispatch cycles while anything waits: every ``tick_s`` or on :meth:`kick`."""
+        while len(self.queue):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.tick_s)
+            self._wake.clear()
+            self.dispatch()
+
+    def dispatch(self) -> None:
+        """One cycle: refuse what expired, then re-decide queued requests in fair order."""
+        now = self.clock()
+        m = self.metrics
+        for w, reason, waited in self.queue.expire(now):
+            if not w.future.done():
+                m.shed.labels(reason=reason).inc()
+                m.queue_duration.labels(priority=str(w.priority), outcome="shed").observe(waited)
+                w.future.set_exception(
+                    FlowShed(reason, f"no endpoint could serve the request within its {reason}")
+                )
+        misses = 0
+        while len(self.queue) and misses < PROBES_PER_CYCLE:
+            for w, flow, priority, enqueued_s in self.queue.heads():
+                if w.future.done():  # the stream went away while it waited
+                    self.queue.pop(flow, priority)
+                    break
+                try:
+                    out = w.attempt()
+                except Held:
+                    misses += 1
+                    if misses >= PROBES_PER_CYCLE:
+                        break
+                    continue
+                except Exception as exc:  # the decision failed otherwise: the stream answers it
+                    self.queue.pop(flow, priority)
+                    w.future.set_exception(exc)
+                    break
+                self.queue.pop(flow, priority)
+                m.queue_duration.labels(priority=str(priority), outcome="dispatched").observe(
+                    now - enqueued_s
+                )
+                w.future.set_result(out)
+                break
+            else:
+                break
+        m.queue_size.set(len(self.queue))

@@ -1,0 +1,42 @@
+"""``spec.router.flowControl``: the picker's SLO-aware flow control (the picker config's
+``flowControl``, :class:`smetric.policy.pickerconfig.FlowControlSection`; docs/overload.md)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from smetric.operator.spec_params import SpecModel
+
+
+class FlowControlSpec(SpecModel):
+    enabled: bool = Field(
+        default=False,
+        description="Hold a request no engine can serve within its TTFT SLO in a bounded gateway queue "
+        "(fair across sessions, sheddable requests last) instead of sending it to an overloaded engine; "
+        "refuse with 429 + Retry-After what can no longer make it.",
+    )
+    max_queued: int = Field(
+        default=1024,
+        ge=1,
+        le=1_000_000,
+        description="Requests held at once; a full queue answers 429 at once.",
+    )
+    ttl_s: float = Field(default=60.0, gt=0, le=3600, description="The longest a request waits before 429.")
+    shed_on_deadline: bool = Field(
+        default=True, description="Answer 429 once a held request's TTFT SLO has passed."
+    )
+    retry_after_s: float = Field(default=5.0, ge=0, le=3600, description="Retry-After of a 429, seconds.")
+    slack: float = Field(
+        default=1.0,
+        gt=0,
+        le=100,
+        description="An engine meets when its TTFT estimate <= slack x the SLO time left.",
+    )
+    max_engine_waiting: int = Field(
+        default=0,
+        ge=0,
+        description="An engine with more requests waiting (vLLM num_requests_waiting) takes none.",
+    )
+    kv_headroom: bool = Field(
+        default=True, description="A request's uncached tokens must fit the engine's free KV cache."
+    )

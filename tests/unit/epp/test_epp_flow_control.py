@@ -1,0 +1,126 @@
+"""Flow control in the picker (epp/server/flow.py): a request no endpoint can serve within its SLO
+waits in a bounded queue (the ext_proc stream is held), is routed when capacity frees, and gets
+429 + Retry-After when the queue is full or it waited past its TTL. Real gRPC, fake index."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import orjson
+
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.epp.server.servicer import ExtProcServicer
+from smetric.policy.base import PolicyParams
+from smetric.policy.flowcontrol import FlowControlConfig, FlowGate
+from smetric.policy.pickerconfig import validate_config
+from tests.support.epp_harness import BASE_HEADERS, body_msgs, build, chat, headers_msg
+
+
+class SwitchGate(FlowGate):
+    """The real gate's config and deadline, capacity switched by the test."""
+
+    def __init__(self, cfg: FlowControlConfig) -> None:
+        super().__init__(cfg, PolicyParams())
+        self.open = False
+
+    def has_capacity(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float = 0.0
+    ) -> bool:
+        return self.open
+
+
+def with_flow(**kw: object) -> tuple[ExtProcServicer, SwitchGate]:
+    servicer0, *_ = build()
+    gate = SwitchGate(FlowControlConfig(enabled=True, **kw))  # type: ignore[arg-type]
+    servicer0.picker.flow_gate = gate
+    servicer = ExtProcServicer(servicer0.picker, servicer0.metrics, servicer0.settings)
+    return servicer, gate
+
+
+def sample(servicer: ExtProcServicer, name: str, labels: dict[str, str] | None = None) -> float:
+    return servicer.metrics.registry.get_sample_value(name, labels or {}) or 0.0
+
+
+async def send(stub: object, rid: str) -> object:
+    call = stub.Process()  # type: ignore[attr-defined]
+    await call.write(headers_msg({**BASE_HEADERS, "x-request-id": rid}))
+    for m in body_msgs(chat()):
+        await call.write(m)
+    return call
+
+
+async def test_held_request_is_routed_when_capacity_frees(serve: object) -> None:
+    servicer, gate = with_flow(ttl_s=30.0)
+    stub = await serve(servicer)  # type: ignore[operator]
+    call = await send(stub, "r1")
+    read = asyncio.ensure_future(call.read())  # type: ignore[attr-defined]
+    await asyncio.sleep(0.3)
+    assert not read.done()  # held: no answer while no endpoint has capacity
+    assert sample(servicer, "inference_extension_flow_control_queue_size") == 1
+    gate.open = True
+    assert servicer.flow is not None
+    servicer.flow.kick()
+    resp = await asyncio.wait_for(read, 5.0)
+    assert resp.HasField("request_headers")  # routed
+    assert len(servicer.picker.ledger) == 1
+    assert sample(servicer, "inference_extension_flow_control_queue_size") == 0
+    assert (
+        sample(
+            servicer,
+            "inference_extension_flow_control_request_queue_duration_seconds_count",
+            {"priority": "0", "outcome": "dispatched"},
+        )
+        == 1
+    )
+    call.cancel()  # type: ignore[attr-defined]
+
+
+async def test_a_request_waiting_past_its_ttl_gets_429_with_retry_after(serve: object) -> None:
+    servicer, _ = with_flow(ttl_s=0.3, retry_after_s=1.5)
+    stub = await serve(servicer)  # type: ignore[operator]
+    call = await send(stub, "r1")
+    resp = await asyncio.wait_for(call.read(), 5.0)  # type: ignore[attr-defined]  # guard off: no answer
+    imm = resp.immediate_response
+    assert imm.status.code == 429
+    hdrs = {h.header.key: h.header.raw_value.decode() for h in imm.headers.set_headers}
+    assert hdrs.get("retry-after") == "2"
+    assert b"ttl" in orjson.loads(imm.body)["error"]["message"].encode()
+    assert sample(servicer, "smetric_epp_flow_control_shed_total", {"reason": "ttl"}) == 1
+    assert len(servicer.picker.ledger) == 0
+    assert servicer.flow is not None and len(servicer.flow) == 0
+
+
+async def test_a_full_queue_refuses_at_once(serve: object) -> None:
+    servicer, _ = with_flow(ttl_s=30.0, max_queued=1)
+    stub = await serve(servicer)  # type: ignore[operator]
+    first = await send(stub, "r1")
+    await asyncio.sleep(0.2)
+    second = await send(stub, "r2")
+    resp = await asyncio.wait_for(second.read(), 5.0)  # type: ignore[attr-defined]
+    assert resp.immediate_response.status.code == 429
+    assert sample(servicer, "smetric_epp_flow_control_shed_total", {"reason": "capacity"}) == 1
+    first.cancel()  # type: ignore[attr-defined]
+
+
+async def test_flow_control_off_routes_as_before(serve: object) -> None:
+    servicer, *_ = build()
+    assert servicer.flow is None
+    stub = await serve(servicer)  # type: ignore[operator]
+    call = await send(stub, "r1")
+    resp = await asyncio.wait_for(call.read(), 5.0)  # type: ignore[attr-defined]
+    assert resp.HasField("request_headers")
+    call.cancel()  # type: ignore[attr-defined]
+
+
+def test_config_section_parses_and_validates() -> None:
+    cfg = validate_config({"flowControl": {"enabled": True, "maxQueued": 64, "ttlS": 10}})
+    fc = cfg.flowControl.config()
+    assert fc.enabled and fc.max_queued == 64 and fc.ttl_s == 10
+    assert not validate_config({}).flowControl.enabled
+    try:
+        validate_config({"flowControl": {"maxQueued": 0}})
+    except ValueError as exc:
+        assert "maxQueued" in str(exc)
+    else:  # pragma: no cover
+        raise AssertionError("maxQueued 0 accepted")

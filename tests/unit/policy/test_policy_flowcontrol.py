@@ -1,0 +1,121 @@
+"""Flow control (smetric.policy.flowcontrol): the gate, the fair bounded queue, shedding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy.base import PolicyParams
+from smetric.policy.flowcontrol import FairQueue, FlowControlConfig, FlowGate
+
+PARAMS = PolicyParams()
+REQ = RequestView("r", 8_000, turn=0)  # TTFT SLO 1 + 0.0625 * 8 = 1.5 s
+
+
+def ep(name: str = "a", **kw: Any) -> EndpointSnapshot:
+    return EndpointSnapshot(name, **kw)
+
+
+def gate(**kw: object) -> FlowGate:
+    return FlowGate(FlowControlConfig(enabled=True, **kw), PARAMS)  # type: ignore[arg-type]
+
+
+def busy(seconds: float, **kw: Any) -> EndpointSnapshot:
+    """An endpoint whose ledger holds ``seconds`` of queued prefill (cost-model seconds)."""
+    return ep(queued_prefill_cost=seconds, queued_prefill_tokens=1_000.0, **kw)
+
+
+def test_gate_admits_an_idle_endpoint_and_refuses_when_every_estimate_misses() -> None:
+    g = gate()
+    assert g.has_capacity(REQ, [ep()])
+    assert not g.has_capacity(REQ, [busy(30.0), busy(40.0)])
+    assert g.has_capacity(REQ, [busy(30.0), busy(0.01)])
+
+
+def test_gate_counts_the_time_already_waited() -> None:
+    g = gate()
+    fresh = [busy(0.01)]  # estimate: 0.01 s queued + 1.41 s own prefill, SLO 1.5 s
+    assert g.has_capacity(REQ, fresh, waited_s=0.0)
+    assert not g.has_capacity(REQ, fresh, waited_s=0.5)
+
+
+def test_gate_refuses_an_engine_with_a_queue_or_no_kv_room_even_when_the_estimate_meets() -> None:
+    """The estimate sees only the router's ledger; past the knee the engine's own queue (KV full)
+    is what makes requests miss (docs/overload.md)."""
+    g = gate()
+    assert not g.has_capacity(REQ, [ep(waiting=3)])
+    assert not g.has_capacity(REQ, [ep(kv_usage=0.99, kv_capacity_tokens=200_000)])
+    assert g.has_capacity(REQ, [ep(kv_usage=0.5, kv_capacity_tokens=200_000)])
+    assert gate(max_engine_waiting=5).has_capacity(REQ, [ep(waiting=3)])
+    assert gate(kv_headroom=False).has_capacity(REQ, [ep(kv_usage=0.99, kv_capacity_tokens=200_000)])
+
+
+def test_gate_ignores_stale_endpoints() -> None:
+    assert not gate().has_capacity(REQ, [ep(stale=True)])
+
+
+def test_config_rejects_bad_values_with_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="max_queued"):
+        FlowControlConfig(max_queued=0)
+    with pytest.raises(ValueError, match="ttl_s"):
+        FlowControlConfig(ttl_s=float("nan"))
+    with pytest.raises(ValueError, match="slack"):
+        FlowControlConfig(slack=0)
+
+
+def test_queue_is_bounded() -> None:
+    q: FairQueue[int] = FairQueue(2)
+    assert q.push(1, "a", 0, 0.0, 10.0)
+    assert q.push(2, "a", 0, 0.0, 10.0)
+    assert not q.push(3, "b", 0, 0.0, 10.0)
+    assert len(q) == 2
+
+
+def test_queue_serves_flows_round_robin_not_one_agents_burst_first() -> None:
+    q: FairQueue[str] = FairQueue(100)
+    for i in range(5):
+        q.push(f"a{i}", "agent-a", 0, float(i), 100.0)
+    q.push("b0", "agent-b", 0, 5.0, 100.0)
+    q.push("c0", "agent-c", 0, 6.0, 100.0)
+    served = []
+    while len(q):
+        item, flow, prio, _ = next(q.heads())
+        assert q.pop(flow, prio) == item
+        served.append(item)
+    assert served[:3] == ["a0", "b0", "c0"]
+    assert served[3:] == ["a1", "a2", "a3", "a4"]
+
+
+def test_queue_serves_higher_priority_first() -> None:
+    q: FairQueue[str] = FairQueue(10)
+    q.push("low", "x", -1, 0.0, 100.0)
+    q.push("normal", "y", 0, 1.0, 100.0)
+    q.push("high", "z", 5, 2.0, 100.0)
+    assert [h[0] for h in q.heads()] == ["high", "normal", "low"]
+
+
+def test_queue_expires_what_waited_too_long_and_reports_why() -> None:
+    q: FairQueue[str] = FairQueue(10)
+    q.push("old", "a", 0, 0.0, 5.0, "deadline")
+    q.push("young", "a", 0, 3.0, 33.0, "ttl")
+    assert q.next_expiry_s() == 5.0
+    assert q.expire(4.9) == []
+    assert q.expire(5.0) == [("old", "deadline", 5.0)]
+    assert len(q) == 1
+    assert [h[0] for h in q.heads()] == ["young"]
+    assert q.next_expiry_s() == 33.0
+
+
+def test_expired_and_popped_items_are_gone_from_both_indexes() -> None:
+    q: FairQueue[int] = FairQueue(10)
+    for i in range(4):
+        q.push(i, i % 2, 0, 0.0, 10.0 + i)
+    item, flow, prio, _ = next(q.heads())
+    q.pop(flow, prio)
+    out = q.expire(100.0)
+    assert sorted(x for x, _, _ in out) == [x for x in range(4) if x != item]
+    assert len(q) == 0
+    assert q.next_expiry_s() == float("inf")
+    assert list(q.heads()) == []
