@@ -9,7 +9,7 @@ A block is the text between ``<!-- generated: NAME -->`` and the next ``<!-- end
 in the file :data:`BLOCKS` names for it; only that text changes. Sources:
 
 - ``policy-context``, ``policy-parameters`` (docs/policies.md): the policy context's schema
-  (``smetric.policy.config.CONTEXT_MODEL``, defaults from ``PolicyParams()``) and every
+  (``smetric.policy.params_mapping.CONTEXT_MODEL``, defaults from ``PolicyParams()``) and every
   registered policy's ``Params`` model (``smetric.policy.registry.REGISTRY``);
 - ``picker-metrics``, ``upstream-metrics`` (docs/picker.md): the series
   ``smetric.epp.obs.metrics.PickerMetrics`` registers;
@@ -36,7 +36,7 @@ from pydantic_core import PydanticUndefined
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.operator.gencrd import spec_schema
 from smetric.policy.base import PolicyParams
-from smetric.policy.config import CONTEXT_MODEL
+from smetric.policy.params_mapping import CONTEXT_MODEL
 from smetric.policy.registry import REGISTRY, Registry
 
 DOCS = Path(__file__).resolve().parent

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from smetric.core.validation import describe
 from smetric.policy.base import PolicyParams
-from smetric.policy.config import params_from_mapping
+from smetric.policy.params_mapping import params_from_mapping
 from smetric.policy.registry import DEFAULT_POLICY_WITHOUT_GLOBAL_TIER, POLICY_NAMES, default_policy
 
 # The upstream EndpointPickerConfig's markers (inference.networking.x-k8s.io/v1alpha1): the
