@@ -76,12 +76,12 @@ MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "router.work": (
         "core/smetric/router/work.py",
         ("tests/unit/policy/test_ledger_values.py",),
-        ("tests/unit/policy/test_router_core.py",),
+        ("tests/unit/policy/test_router_state.py",),
     ),
     "router.ledger": (
         "core/smetric/router/ledger.py",
         ("tests/unit/policy/test_ledger_values.py",),
-        ("tests/unit/epp/test_epp_ledger.py", "tests/unit/policy/test_router_core.py"),
+        ("tests/unit/epp/test_epp_ledger.py", "tests/unit/policy/test_router_state.py"),
     ),
     "policy.sessioncentric": (
         "core/smetric/policy/sessioncentric.py",

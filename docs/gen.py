@@ -9,8 +9,9 @@ A block is the text between ``<!-- generated: NAME -->`` and the next ``<!-- end
 in the file :data:`BLOCKS` names for it; only that text changes. Sources:
 
 - ``policy-context``, ``policy-parameters`` (docs/policies.md): the policy context's schema
-  (``smetric.policy.config.CONTEXT_MODEL``, defaults from ``PolicyParams()``) and every
+  (``smetric.policy.params_mapping.CONTEXT_MODEL``, defaults from ``PolicyParams()``) and every
   registered policy's ``Params`` model (``smetric.policy.registry.REGISTRY``);
+- ``picker-flags`` (docs/picker.md): the picker's flag table ``smetric.core.pickerflags.FLAGS``;
 - ``picker-metrics``, ``upstream-metrics`` (docs/picker.md): the series
   ``smetric.epp.obs.metrics.PickerMetrics`` registers;
 - ``crd-fields``, ``crd-validations`` (docs/crd-reference.md): the CRD's ``.spec`` schema as
@@ -33,10 +34,11 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from smetric.core.pickerflags import FLAGS
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.operator.gencrd import spec_schema
 from smetric.policy.base import PolicyParams
-from smetric.policy.config import CONTEXT_MODEL
+from smetric.policy.params_mapping import CONTEXT_MODEL
 from smetric.policy.registry import REGISTRY, Registry
 
 DOCS = Path(__file__).resolve().parent
@@ -205,6 +207,26 @@ def _series(upstream: bool) -> list[list[object]]:
     return out
 
 
+# defaults pickerflags reads from the environment at import (default_bind_address, $NAMESPACE):
+# their meaning says what they are, so the generated table does not depend on where it runs
+_ENV_DEFAULT_FLAGS = frozenset({"bind-address", "pool-namespace"})
+
+
+def picker_flags() -> str:
+    """The picker's own flags (``smetric.core.pickerflags.FLAGS``): the one place each default and
+    each set of allowed values is written; prose names the flag and refers here."""
+    rows = [
+        [
+            ", ".join(f"`--{n}`" for n in (f.name, *f.aliases)),
+            "see meaning" if f.name in _ENV_DEFAULT_FLAGS else _value(f.default),
+            ", ".join(f"`{c}`" for c in f.choices),
+            f.help,
+        ]
+        for f in FLAGS
+    ]
+    return _table(("flag", "default", "choices", "meaning"), rows)
+
+
 def picker_metrics() -> str:
     return _table(("series", "type", "labels", "meaning"), _series(upstream=False))
 
@@ -290,6 +312,7 @@ def crd_validations() -> str:
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "policy-context": ("policies.md", policy_context),
     "policy-parameters": ("policies.md", policy_parameters),
+    "picker-flags": ("picker.md", picker_flags),
     "picker-metrics": ("picker.md", picker_metrics),
     "upstream-metrics": ("picker.md", upstream_metrics),
     "crd-fields": ("crd-reference.md", crd_fields),

@@ -195,7 +195,7 @@ GUARDS: tuple[Guard, ...] = (
     ),
     Guard(
         REQUEST_CAP,
-        "an endpoint sent --max-requests-per-scrape (32) requests since its last successful scrape is "
+        "an endpoint sent --max-requests-per-scrape requests since its last successful scrape is "
         "stale until a newer one answers (datastore.Datastore.dispatched / is_stale)",
         ("endpoint_stop_burst",),
         picker_flags=("--max-requests-per-scrape=0",),

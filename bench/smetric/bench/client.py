@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
@@ -166,52 +167,88 @@ async def _sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[bytes
                 yield name, payload
 
 
+@dataclass(slots=True)
+class _Stream:
+    """What a streamed reply has delivered so far, whatever the API."""
+
+    start: float
+    served: str
+    progress: dict[str, str]
+    request_id: str
+    ttft: float = float("nan")
+    chunks: int = 0
+    parts: list[str] = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, Any] = field(default_factory=dict)
+    done: bool = False
+
+    def content(self, text: str) -> None:
+        """One content chunk: the first sets TTFT; each shows on the progress line."""
+        if self.chunks == 0:
+            self.ttft = time.perf_counter() - self.start
+        self.chunks += 1
+        self.progress[self.request_id] = f"streaming, {self.chunks} content chunks"
+        self.parts.append(text)
+
+    def failed(self, error: str) -> Outcome:
+        return Outcome(ok=False, status=200, error=error, served_by=self.served)
+
+    def finish(self, counts: Callable[[_Stream], tuple[int, int, int]]) -> Outcome:
+        """The outcome once the stream ended: ``counts`` gives (output, prompt, cached) tokens from
+        the API's usage fields (cached -1: not reported)."""
+        e2e = time.perf_counter() - self.start
+        if not self.done and self.chunks == 0:
+            return self.failed("stream ended without data")
+        output, prompt, cached = counts(self)
+        return _streamed(
+            self.ttft if self.chunks else e2e,
+            e2e,
+            output,
+            prompt,
+            cached,
+            self.parts,
+            self.served,
+            self.timing,
+        )
+
+
 async def _read_anthropic_stream(
     resp: aiohttp.ClientResponse, start: float, served: str, progress: dict[str, str], request_id: str
 ) -> Outcome:
-    ttft = float("nan")
-    parts: list[str] = []
-    chunks = 0
-    usage: dict[str, Any] = {}
-    timing: dict[str, Any] = {}
-    done = False
+    s = _Stream(start, served, progress, request_id)
     async for _, value in _sse_events(resp):
         try:
             obj = orjson.loads(value)
         except orjson.JSONDecodeError:
-            return Outcome(ok=False, status=200, error=f"bad SSE data: {value[:80]!r}", served_by=served)
+            return s.failed(f"bad SSE data: {value[:80]!r}")
         if not isinstance(obj, dict):
             continue
         kind = obj.get("type")
         if kind == "error":
             err = obj.get("error")
             message = err.get("message", "") if isinstance(err, dict) else ""
-            return Outcome(ok=False, status=200, error=f"stream error: {message}"[:300], served_by=served)
+            return s.failed(f"stream error: {message}"[:300])
         if kind == "message_start" and isinstance(obj.get("message"), dict):
-            usage.update(obj["message"].get("usage") or {})
+            s.usage.update(obj["message"].get("usage") or {})
         elif kind == "message_delta" and isinstance(obj.get("usage"), dict):
-            usage.update(obj["usage"])
+            s.usage.update(obj["usage"])
             if isinstance(obj.get(SERVER_TIMING_FIELD), dict):
-                timing = obj[SERVER_TIMING_FIELD]
+                s.timing = obj[SERVER_TIMING_FIELD]
         elif kind == "message_stop":
-            done = True
+            s.done = True
         elif kind == "content_block_delta":
             text = (obj.get("delta") or {}).get("text")
             if text:
-                if chunks == 0:
-                    ttft = time.perf_counter() - start
-                chunks += 1
-                progress[request_id] = f"streaming, {chunks} content chunks"
-                parts.append(text)
-    e2e = time.perf_counter() - start
-    if not done and chunks == 0:
-        return Outcome(ok=False, status=200, error="stream ended without data", served_by=served)
+                s.content(text)
+    return s.finish(_anthropic_counts)
+
+
+def _anthropic_counts(s: _Stream) -> tuple[int, int, int]:
+    usage = s.usage
     read = _count(usage.get("cache_read_input_tokens"))
     prompt = _count(usage.get("input_tokens")) + read + _count(usage.get("cache_creation_input_tokens"))
-    return _streamed(
-        ttft if chunks else e2e, e2e, _count(usage.get("output_tokens")) or chunks, prompt,
-        read if "cache_read_input_tokens" in usage else -1, parts, served, timing,
-    )  # fmt: skip
+    cached = read if "cache_read_input_tokens" in usage else -1
+    return _count(usage.get("output_tokens")) or s.chunks, prompt, cached
 
 
 def _count(value: Any) -> int:
@@ -222,13 +259,8 @@ def _count(value: Any) -> int:
 async def _read_stream(
     resp: aiohttp.ClientResponse, start: float, served: str, progress: dict[str, str], request_id: str
 ) -> Outcome:
-    ttft = float("nan")
-    parts: list[str] = []
-    chunks = 0
-    usage: dict[str, Any] = {}
-    timing: dict[str, Any] = {}
+    s = _Stream(start, served, progress, request_id)
     buf = b""
-    done = False
     async for data in resp.content.iter_any():
         buf += data
         while b"\n\n" in buf:
@@ -238,36 +270,31 @@ async def _read_stream(
                     continue
                 value = line[5:].strip()
                 if value == b"[DONE]":
-                    done = True
+                    s.done = True
                     continue
                 try:
                     obj = orjson.loads(value)
                 except orjson.JSONDecodeError:
-                    return Outcome(
-                        ok=False, status=200, error=f"bad SSE data: {value[:80]!r}", served_by=served
-                    )
+                    return s.failed(f"bad SSE data: {value[:80]!r}")
                 if isinstance(obj.get("usage"), dict):
-                    usage = obj["usage"]
+                    s.usage = obj["usage"]
                 if isinstance(obj.get(SERVER_TIMING_FIELD), dict):
-                    timing = obj[SERVER_TIMING_FIELD]
+                    s.timing = obj[SERVER_TIMING_FIELD]
                 for choice in obj.get("choices") or ():
                     content = (choice.get("delta") or {}).get("content")
                     if content:
-                        if chunks == 0:
-                            ttft = time.perf_counter() - start
-                        chunks += 1
-                        progress[request_id] = f"streaming, {chunks} content chunks"
-                        parts.append(content)
-    e2e = time.perf_counter() - start
-    if not done and chunks == 0:
-        return Outcome(ok=False, status=200, error="stream ended without data", served_by=served)
-    details = usage.get("prompt_tokens_details") or {}
+                        s.content(content)
+    return s.finish(_openai_counts)
+
+
+def _openai_counts(s: _Stream) -> tuple[int, int, int]:
+    details = s.usage.get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return _streamed(
-        ttft if chunks else e2e, e2e, int(usage.get("completion_tokens") or chunks),
-        int(usage.get("prompt_tokens") or 0), int(cached) if isinstance(cached, int) else -1,
-        parts, served, timing,
-    )  # fmt: skip
+    return (
+        int(s.usage.get("completion_tokens") or s.chunks),
+        int(s.usage.get("prompt_tokens") or 0),
+        int(cached) if isinstance(cached, int) else -1,
+    )
 
 
 def _streamed(

@@ -176,6 +176,77 @@ def load_imbalance(samples: Sequence[LoadSample], window_s: float) -> tuple[floa
     return float(np.mean(ratios)), float(np.max(ratios))
 
 
+def in_window(
+    records: Sequence[RequestRecord], time_scale: float, measured_s: tuple[float, float] | None
+) -> tuple[Sequence[RequestRecord], tuple[float, float, float, bool]]:
+    """The records sent in the measurement window (all without one) and their arrival drift
+    (:func:`smetric.sim.metrics.arrival_drift`; NaN and not ok without a window)."""
+    if measured_s is None:
+        return records, (math.nan, math.nan, math.nan, False)
+    lo, hi = measured_s
+    kept = [r for r in records if r.sent_s / time_scale >= lo]
+    return kept, arrival_drift([r.sent_s / time_scale for r in kept], lo, hi)
+
+
+def model_duration_s(records: Sequence[RequestRecord], time_scale: float) -> float:
+    """Model seconds from the first request sent to the last one finished (NaN without records)."""
+    if not records:
+        return float("nan")
+    start = min(r.sent_s for r in records)
+    end = max(r.sent_s + (r.outcome.e2e_s if r.outcome.ok else 0.0) for r in records)
+    return max(end - start, 1e-9) / time_scale
+
+
+def within_slo(
+    records: Sequence[RequestRecord],
+    scaled_slo: SloConfig,
+    time_scale: float,
+    accounting: Accounting,
+    token_cost_scale: float,
+    model_s: float,
+) -> tuple[list[tuple[bool, bool]], float, float]:
+    """Per record (TTFT met, TPOT met) under ``accounting``; the output tokens per model second of
+    the records that met both; the fraction that met both (NaN without records)."""
+    n = len(records)
+    if not n:
+        return [], float("nan"), float("nan")
+    flags = [meets_slo(r, scaled_slo, time_scale, accounting) for r in records]
+    met = [r for r, (a, b) in zip(records, flags, strict=True) if a and b]
+    tokens = token_cost_scale * sum(r.outcome.output_tokens for r in met)
+    return flags, tokens / model_s, len(met) / n
+
+
+def usage_hit_ratio(ok: Sequence[RequestRecord]) -> float:
+    """Cached prompt tokens / prompt tokens over the requests whose usage reports a cache count."""
+    with_usage = [r for r in ok if r.outcome.cached_tokens >= 0 and r.prompt_tokens > 0]
+    if not with_usage:
+        return float("nan")
+    return sum(r.outcome.cached_tokens for r in with_usage) / sum(r.prompt_tokens for r in with_usage)
+
+
+def router_overhead(
+    ok: Sequence[RequestRecord], timed: Sequence[RequestRecord], counters: CounterDelta | None
+) -> tuple[float, float]:
+    """(mean client TTFT minus server TTFT in ms, its share of the mean E2E): per request where the
+    server reports timing fields (``timed``), else from the server's TTFT counters; NaN without."""
+    if timed:
+        overhead = float(np.mean([max(r.outcome.ttft_s - r.outcome.server_ttft_s, 0.0) for r in timed]))
+        return overhead * 1000.0, overhead / float(np.mean([r.outcome.e2e_s for r in timed]))
+    if counters is not None and ok and counters.ttft_count > 0:  # a server without timing fields
+        overhead = float(np.mean([r.outcome.ttft_s for r in ok])) - counters.mean_server_ttft_s
+        return overhead * 1000.0, overhead / float(np.mean([r.outcome.e2e_s for r in ok]))
+    return float("nan"), float("nan")
+
+
+def emulator_overhead_ms(modelled: Sequence[RequestRecord], time_scale: float) -> float:
+    """Mean server TTFT beyond the modelled engine TTFT (wall ms): the emulator's own time."""
+    if not modelled:
+        return float("nan")
+    return 1000.0 * float(
+        np.mean([r.outcome.server_ttft_s - r.outcome.engine_ttft_model_s * time_scale for r in modelled])
+    )
+
+
 def summarise(
     records: Sequence[RequestRecord],
     not_sent: int,
@@ -191,62 +262,26 @@ def summarise(
     """Summary of ``records`` (those sent before ``measured_s[0]``, the warm-up, are left out); the
     arrival drift is measured over ``measured_s`` (model seconds since the replay's start; None: no
     drift, NaN)."""
-    drift: tuple[float, float, float, bool] = (math.nan, math.nan, math.nan, False)
-    if measured_s is not None:
-        lo, hi = measured_s
-        records = [r for r in records if r.sent_s / time_scale >= lo]
-        drift = arrival_drift([r.sent_s / time_scale for r in records], lo, hi)
+    records, drift = in_window(records, time_scale, measured_s)
     k = token_cost_scale
-    scaled_slo = slo.token_scaled(k)
     ok = [r for r in records if r.outcome.ok]
-    if records:
-        start = min(r.sent_s for r in records)
-        end = max(r.sent_s + (r.outcome.e2e_s if r.outcome.ok else 0.0) for r in records)
-        model_s = max(end - start, 1e-9) / time_scale
-    else:
-        model_s = float("nan")
+    model_s = model_duration_s(records, time_scale)
     n = len(records)
 
     def frac(k: int) -> float:
         return k / n if n else float("nan")
 
-    def within(accounting: Accounting) -> tuple[list[tuple[bool, bool]], float, float]:
-        flags = [meets_slo(r, scaled_slo, time_scale, accounting) for r in records]
-        tokens = k * sum(r.outcome.output_tokens for r, (a, b) in zip(records, flags, strict=True) if a and b)
-        return flags, tokens / model_s if n else float("nan"), frac(sum(1 for a, b in flags if a and b))
-
-    flags, tps_split, att_split = within("split")
-    _, tps_all, att_all = within("all_scaled")
+    scaled_slo = slo.token_scaled(k)
+    flags, tps_split, att_split = within_slo(records, scaled_slo, time_scale, "split", k, model_s)
+    _, tps_all, att_all = within_slo(records, scaled_slo, time_scale, "all_scaled", k, model_s)
     lat = [model_latency(r, time_scale, "split") for r in ok]
     ttft_all = [r.outcome.ttft_s / time_scale for r in ok]
     ttft_model = [t for t, _, _ in lat]
     tpot_model = [p / k for (_, p, _), r in zip(lat, ok, strict=True) if r.outcome.output_tokens >= 2]
     e2e_model = [e for _, _, e in lat]
-    with_usage = [r for r in ok if r.outcome.cached_tokens >= 0 and r.prompt_tokens > 0]
-    usage_hit = (
-        sum(r.outcome.cached_tokens for r in with_usage) / sum(r.prompt_tokens for r in with_usage)
-        if with_usage
-        else float("nan")
-    )
     timed = [r for r in ok if not math.isnan(r.outcome.server_ttft_s)]
-    overhead_ms = share = float("nan")
-    if timed:
-        overhead = float(np.mean([max(r.outcome.ttft_s - r.outcome.server_ttft_s, 0.0) for r in timed]))
-        overhead_ms = overhead * 1000.0
-        share = overhead / float(np.mean([r.outcome.e2e_s for r in timed]))
-    elif counters is not None and ok and counters.ttft_count > 0:  # a server without timing fields
-        overhead = float(np.mean([r.outcome.ttft_s for r in ok])) - counters.mean_server_ttft_s
-        overhead_ms = overhead * 1000.0
-        share = overhead / float(np.mean([r.outcome.e2e_s for r in ok]))
+    overhead_ms, share = router_overhead(ok, timed, counters)
     modelled = [r for r in timed if not math.isnan(r.outcome.engine_ttft_model_s)]
-    emu_ms = (
-        1000.0
-        * float(
-            np.mean([r.outcome.server_ttft_s - r.outcome.engine_ttft_model_s * time_scale for r in modelled])
-        )
-        if modelled
-        else float("nan")
-    )
     imb_mean, imb_max = load_imbalance(samples, window_model_s * time_scale)
     return Summary(
         n_sent=n,
@@ -267,7 +302,7 @@ def summarise(
         e2e_p50_s=percentile(e2e_model, 50),
         e2e_p90_s=percentile(e2e_model, 90),
         local_hit_ratio=counters.local_hit_ratio if counters is not None else float("nan"),
-        usage_hit_ratio=usage_hit,
+        usage_hit_ratio=usage_hit_ratio(ok),
         imbalance_mean=imb_mean,
         imbalance_max=imb_max,
         engine_ttft_mean_s=float(np.mean([r.outcome.engine_ttft_model_s for r in modelled]))
@@ -281,7 +316,7 @@ def summarise(
         ttft_p50_all_scaled_s=percentile(ttft_all, 50),
         ttft_p90_all_scaled_s=percentile(ttft_all, 90),
         n_server_timed=len(timed),
-        emulator_overhead_ms=emu_ms,
+        emulator_overhead_ms=emulator_overhead_ms(modelled, time_scale),
         arrival_rate_start_per_s=drift[0],
         arrival_rate_end_per_s=drift[1],
         arrival_drift=drift[2],

@@ -39,6 +39,8 @@ POOL_GAUGE_INTERVAL_S = 1.0
 # --drain-timeout unset: how long open ext_proc streams get after SIGTERM (the operator's pod
 # terminationGracePeriodSeconds, 130, covers it).
 DRAIN_TIMEOUT_S = 10.0
+REFRESH_INTERVAL_MS = 50  # --refresh-interval-ms
+MAX_REQUESTS_PER_SCRAPE = 32  # --max-requests-per-scrape
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,15 +100,16 @@ FLAGS: tuple[Flag, ...] = (
         4 * 1024 * 1024,
         "a larger KV-event message is dropped (a gap: that endpoint resynchronises); 0 = no limit",
     ),
-    Flag("refresh-interval-ms", int, 50, "metrics scrape interval per endpoint"),
+    Flag("refresh-interval-ms", int, REFRESH_INTERVAL_MS, "metrics scrape interval per endpoint"),
     Flag("staleness-threshold-ms", int, 2000, "metrics older than this mark an endpoint stale (saturated)"),
     Flag(
         "max-requests-per-scrape",
         int,
-        32,
+        MAX_REQUESTS_PER_SCRAPE,
         "an endpoint sent this many requests since its last successful metrics scrape counts as stale "
         "until a newer scrape answers: bounds what a frozen engine receives before its scrapes time out "
-        "(32 = 640 req/s per engine at the 50 ms scrape interval); 0 = no bound",
+        f"(the default is {MAX_REQUESTS_PER_SCRAPE * 1000 // REFRESH_INTERVAL_MS} req/s per engine at the "
+        "default --refresh-interval-ms); 0 = no bound",
     ),
     Flag(
         "outlier-consecutive-errors",

@@ -5,8 +5,8 @@ with :func:`make_policy` / :func:`params_from_mapping`.
 """
 
 from smetric.policy.base import Decision, DecodeStepModel, Policy, PolicyParams
-from smetric.policy.config import fetch_s_per_token, params_from_mapping
 from smetric.policy.framework import InvalidDecisionError, NoEndpointError, PolicyError, Router
+from smetric.policy.params_mapping import fetch_s_per_token, params_from_mapping
 from smetric.policy.registry import known_policies, make_policy
 
 __all__ = [

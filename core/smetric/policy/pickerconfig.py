@@ -40,9 +40,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from smetric.core.validation import describe
 from smetric.policy.base import PolicyParams
-from smetric.policy.config import params_from_mapping
 from smetric.policy.flowcontrol import FlowControlConfig
+from smetric.policy.params_mapping import params_from_mapping
 from smetric.policy.registry import DEFAULT_POLICY_WITHOUT_GLOBAL_TIER, POLICY_NAMES, default_policy
 
 # The upstream EndpointPickerConfig's markers (inference.networking.x-k8s.io/v1alpha1): the
@@ -128,15 +129,6 @@ class PickerConfig(_Strict):
     saturation: SaturationSection = Field(default_factory=SaturationSection)
     servedModels: tuple[str, ...] = ()
     flowControl: FlowControlSection = Field(default_factory=FlowControlSection)
-
-
-def describe(exc: ValidationError) -> str:
-    """``where: message; ...`` for each of a validation error's problems."""
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
 
 
 def validate_config(doc: object, source: str = "<config>") -> PickerConfig:

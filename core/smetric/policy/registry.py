@@ -2,7 +2,7 @@
 
 Every list of policy names (the picker's config check, the operator's spec check and CRD enum,
 ``smetric simulate --policies``, the bench) and every policy parameter key (the config parser
-:func:`smetric.policy.config.params_from_mapping`, the generated CRD schema
+:func:`smetric.policy.params_mapping.params_from_mapping`, the generated CRD schema
 ``router.parameters``) is derived from :data:`REGISTRY`. Adding a policy = its module (class
 + ``Params`` model) and one line in :data:`BUILTIN` (docs/architecture.md, "Add a policy").
 

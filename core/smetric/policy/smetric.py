@@ -55,6 +55,8 @@ from smetric.policy.sessioncentric import SessionCentric
 class SMetric(SessionCentric):
     name = "smetric"
     params_model = SMetricParams
+    # whether ``nobody_meets: least-loaded`` applies (the ablation SMetricSloTokens keeps stick)
+    least_loaded_fallback = True
 
     def __init__(self, params: PolicyParams) -> None:
         super().__init__(params)
@@ -62,7 +64,7 @@ class SMetric(SessionCentric):
         self._slack = own.slack
         self._meets = own.meets_estimate
         self._nobody_argmin = own.nobody_meets == "argmin"
-        self._nobody_least_loaded = own.nobody_meets == "least-loaded"
+        self._nobody_least_loaded = self.least_loaded_fallback and own.nobody_meets == "least-loaded"
 
     def eligible(
         self,

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.policy.base import PolicyParams
 from smetric.policy.estimates import (
     prefill_time_tokens_s,
     prompt_tokens,
@@ -24,21 +23,17 @@ from smetric.policy.estimates import (
     ttft_tokens_with_global_tier_s,
 )
 from smetric.policy.params import SMetricParams
-from smetric.policy.sessioncentric import SessionCentric
+from smetric.policy.smetric import SMetric
 
 
-class SMetricSloTokens(SessionCentric):
+class SMetricSloTokens(SMetric):
+    """SMetric's parameters and balance branch; its own ``eligible`` (token counts as cost)."""
+
     name = "smetric-slo-tokens"
     params_model = SMetricParams
-
-    def __init__(self, params: PolicyParams) -> None:
-        super().__init__(params)
-        own = params.get(SMetricParams)
-        self._slack = own.slack
-        self._meets = own.meets_estimate
-        self._nobody_argmin = own.nobody_meets == "argmin"
-        # least-loaded (smetric's default) is not applied here: the ablation keeps the paper's
-        # fallback (stick) with it, as when its tables were measured (docs/policies.md)
+    # least-loaded (smetric's default) is not applied here: the ablation keeps the paper's
+    # fallback (stick) with it, as when its tables were measured (docs/policies.md)
+    least_loaded_fallback = False
 
     def eligible(
         self,

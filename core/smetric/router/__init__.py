@@ -5,9 +5,9 @@
 * :class:`RouterCore` -- dispatch ledger, staleness, online prefill-rate learning, saturation.
 """
 
-from smetric.router.core import DEFAULT_STALENESS_S, Gauges, RouterCore, Saturation, ScrapedGauges
 from smetric.router.ledger import DispatchLedger, LedgerEntry
 from smetric.router.prefill_rate import PrefillRateEstimator
+from smetric.router.state import DEFAULT_STALENESS_S, Gauges, RouterCore, Saturation, ScrapedGauges
 from smetric.router.work import DispatchWork, dispatch_work, estimated_global_hit
 
 __all__ = [

@@ -46,7 +46,8 @@ def _drain(it: Iterable[object]) -> None:
 
 
 class KeyLru:
-    """An LRU of prefix-chained keys (each key stands for its whole prefix)."""
+    """An LRU of prefix-chained keys (each key stands for its whole prefix): the global tier's known
+    set here and each endpoint's blocks in the picker's prefix index (``smetric.epp.index.approximate``)."""
 
     __slots__ = ("keys",)
 

@@ -12,7 +12,7 @@ retrieve) and computes only ``L - max(c, g)``. The dispatch ledger must be charg
 
 Charging ``cost(L - c, L)`` instead, as if the global tier supplied nothing, would book a
 100k-token session moved to another endpoint ~88 s of prefill instead of ~2 s of fetch plus its new
-tokens (phantom queued work): ``tests/unit/policy/test_router_core.py`` checks the split.
+tokens (phantom queued work): ``tests/unit/policy/test_router_state.py`` checks the split.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from smetric.core.validation import describe
 from smetric.epp.upstream.epc import EndpointPickerConfig, is_upstream
 from smetric.epp.upstream.translate import TranslateError, translate
 from smetric.policy.pickerconfig import (
@@ -26,7 +27,6 @@ from smetric.policy.pickerconfig import (
     PickerConfig,
     PolicySection,
     SaturationSection,
-    describe,
     policy_params,
     read_yaml,
     validate_config,

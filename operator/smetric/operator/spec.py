@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from smetric.core.validation import describe
 from smetric.operator.spec_flow import FlowControlSpec
 from smetric.operator.spec_gateway import ClientLimitsSpec
 from smetric.operator.spec_params import PolicyParameters
@@ -495,13 +496,4 @@ def parse_spec(raw: object) -> SMetricPoolSpec:
     try:
         return SMetricPoolSpec.model_validate(raw)
     except ValidationError as exc:
-        raise InvalidSpecError(_describe(exc)) from None
-
-
-def _describe(exc: ValidationError) -> str:
-    parts: list[str] = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(parts)
+        raise InvalidSpecError(describe(exc, top_level=None, strip_value_error=True)) from None

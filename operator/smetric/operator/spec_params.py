@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from smetric.policy.config import params_from_mapping, policy_keys
+from smetric.policy.params_mapping import params_from_mapping, policy_keys
 
 
 class SpecModel(BaseModel):

@@ -135,6 +135,114 @@ def parent_state(obj: Manifest | None, gateway_name: str | None = None) -> Paren
     return ParentState(reported, accepted, resolved, rejected, "; ".join(messages))
 
 
+@dataclass(frozen=True, slots=True)
+class DeploymentsState:
+    """The rendered Deployments against their live objects."""
+
+    replicas: dict[str, dict[str, int]]  # role (or component) -> ready / desired
+    ready_models: int
+    desired_models: int
+    waiting: list[str]  # "NAME ready/needed" of those not ready yet
+    failures: list[str]  # what _failed reports of the live objects
+
+
+def deployments_state(
+    rendered: Sequence[Manifest], observed: Mapping[str, Manifest | None], leader_elected: Sequence[str]
+) -> DeploymentsState:
+    replicas: dict[str, dict[str, int]] = {}
+    ready_models = desired_models = 0
+    waiting: list[str] = []
+    failures: list[str] = []
+    for child in rendered:
+        if child["kind"] != "Deployment":
+            continue
+        name = child["metadata"]["name"]
+        labels = child["metadata"]["labels"]
+        key = labels.get(ROLE_LABEL) or labels[COMPONENT_LABEL]
+        desired = int(child["spec"]["replicas"])
+        live = observed.get(name)
+        ready = int((live or {}).get("status", {}).get("readyReplicas") or 0)
+        replicas[key] = {"ready": ready, "desired": desired}
+        if labels[COMPONENT_LABEL] == MODEL_SERVER:
+            ready_models += ready
+            desired_models += desired
+        elected = name in leader_elected
+        needed = min(desired, 1) if elected else desired
+        if ready < needed:
+            waiting.append(f"{name} {ready}/{needed}" + (" (leader)" if elected else ""))
+        failure = _failed(live, standbys_expected=elected and ready >= needed) if live else None
+        if failure:
+            failures.append(failure)
+    return DeploymentsState(replicas, ready_models, desired_models, waiting, failures)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayState:
+    """Whether the gateway accepted the pool's HTTPRoute and InferencePool."""
+
+    status: dict[str, Any]  # status.gateway
+    ok: bool  # both accepted with resolved references
+    message: str  # why not, per kind
+    waiting: list[str]
+    failures: list[str]  # explicit rejections
+
+
+def gateway_state(gateway: Mapping[str, Manifest | None], gateway_name: str | None) -> GatewayState:
+    route = parent_state(gateway.get("HTTPRoute"), gateway_name)
+    pool = parent_state(gateway.get("InferencePool"))
+    kinds = (("HTTPRoute", route), ("InferencePool", pool))
+    ok = route.accepted and route.resolved_refs and pool.accepted and pool.resolved_refs
+    message = ""
+    waiting: list[str] = []
+    if not ok:
+        message = "; ".join(
+            f"{kind}: {state.message or ('not accepted yet' if not state.reported else 'not ready')}"
+            for kind, state in kinds
+            if not (state.accepted and state.resolved_refs)
+        )
+        waiting.append("gateway (" + message + ")")
+    failures = [f"{kind} rejected by the gateway: {state.message}" for kind, state in kinds if state.rejected]
+    status = {"httpRoute": route.as_status(), "inferencePool": pool.as_status()}
+    return GatewayState(status, ok, message, waiting, failures)
+
+
+def pool_conditions(
+    all_ready: bool,
+    waiting: Sequence[str],
+    failures: Sequence[str],
+    apply_failures: Sequence[str],
+    route_conflicts: Sequence[str],
+    not_owned: Sequence[str],
+    gw: GatewayState | None,
+) -> list[Condition]:
+    conditions = [
+        Condition("InvalidSpec", False, "Valid", ""),
+        Condition(
+            "Ready",
+            all_ready,
+            "AllReplicasReady" if all_ready else "ReplicasNotReady",
+            "all deployments ready" if all_ready else "waiting for " + ", ".join(waiting),
+        ),
+        Condition("Progressing", not all_ready, "Rollout" if not all_ready else "Stable", ", ".join(waiting)),
+        Condition(
+            "Degraded",
+            bool(failures),
+            _degraded_reason(failures, apply_failures, route_conflicts, not_owned),
+            "; ".join(failures),
+        ),
+    ]
+    if gw is not None:
+        conditions.append(
+            Condition(
+                "GatewayAccepted",
+                gw.ok,
+                "Accepted" if gw.ok else "WaitingForGateway",
+                gw.message or "HTTPRoute and InferencePool accepted with resolved references",
+            )
+        )
+    return conditions
+
+
 def pool_status(
     pool_name: str,
     rendered: Sequence[Manifest],
@@ -161,49 +269,11 @@ def pool_status(
     ``InferencePool`` and ``HTTPRoute`` (by kind) when the pool has a route: Ready then also needs
     the gateway to have accepted both (``status.parents`` Accepted and ResolvedRefs True).
     """
-    replicas: dict[str, dict[str, int]] = {}
-    ready_models = desired_models = 0
-    waiting: list[str] = []
-    failures: list[str] = []
-    for child in rendered:
-        if child["kind"] != "Deployment":
-            continue
-        name = child["metadata"]["name"]
-        labels = child["metadata"]["labels"]
-        key = labels.get(ROLE_LABEL) or labels[COMPONENT_LABEL]
-        desired = int(child["spec"]["replicas"])
-        live = observed.get(name)
-        ready = int((live or {}).get("status", {}).get("readyReplicas") or 0)
-        replicas[key] = {"ready": ready, "desired": desired}
-        if labels[COMPONENT_LABEL] == MODEL_SERVER:
-            ready_models += ready
-            desired_models += desired
-        elected = name in leader_elected
-        needed = min(desired, 1) if elected else desired
-        if ready < needed:
-            waiting.append(f"{name} {ready}/{needed}" + (" (leader)" if elected else ""))
-        failure = _failed(live, standbys_expected=elected and ready >= needed) if live else None
-        if failure:
-            failures.append(failure)
-    failures = [*not_owned, *failures, *(f"apply failed: {f}" for f in apply_failures)]
-    failures += list(route_conflicts)
-    gateway_status: dict[str, Any] = {}
-    gateway_ok, gateway_message = True, ""
-    if gateway is not None:
-        route = parent_state(gateway.get("HTTPRoute"), gateway_name)
-        pool = parent_state(gateway.get("InferencePool"))
-        gateway_status = {"httpRoute": route.as_status(), "inferencePool": pool.as_status()}
-        gateway_ok = route.accepted and route.resolved_refs and pool.accepted and pool.resolved_refs
-        if not gateway_ok:
-            gateway_message = "; ".join(
-                f"{kind}: {state.message or ('not accepted yet' if not state.reported else 'not ready')}"
-                for kind, state in (("HTTPRoute", route), ("InferencePool", pool))
-                if not (state.accepted and state.resolved_refs)
-            )
-            waiting.append("gateway (" + gateway_message + ")")
-        for kind, state in (("HTTPRoute", route), ("InferencePool", pool)):
-            if state.rejected:
-                failures.append(f"{kind} rejected by the gateway: {state.message}")
+    deps = deployments_state(rendered, observed, leader_elected)
+    gw = gateway_state(gateway, gateway_name) if gateway is not None else None
+    waiting = [*deps.waiting, *(gw.waiting if gw else ())]
+    failures = [*not_owned, *deps.failures, *(f"apply failed: {f}" for f in apply_failures)]
+    failures += [*route_conflicts, *(gw.failures if gw else ())]
     all_ready = not waiting and not apply_failures and not not_owned
     if failures:
         phase = "Degraded"
@@ -211,40 +281,16 @@ def pool_status(
         phase = "Ready"
     else:
         phase = "Progressing"
-    conditions = [
-        Condition("InvalidSpec", False, "Valid", ""),
-        Condition(
-            "Ready",
-            all_ready,
-            "AllReplicasReady" if all_ready else "ReplicasNotReady",
-            "all deployments ready" if all_ready else "waiting for " + ", ".join(waiting),
-        ),
-        Condition("Progressing", not all_ready, "Rollout" if not all_ready else "Stable", ", ".join(waiting)),
-        Condition(
-            "Degraded",
-            bool(failures),
-            _degraded_reason(failures, apply_failures, route_conflicts, not_owned),
-            "; ".join(failures),
-        ),
-    ]
-    if gateway is not None:
-        conditions.append(
-            Condition(
-                "GatewayAccepted",
-                gateway_ok,
-                "Accepted" if gateway_ok else "WaitingForGateway",
-                gateway_message or "HTTPRoute and InferencePool accepted with resolved references",
-            )
-        )
+    conditions = pool_conditions(all_ready, waiting, failures, apply_failures, route_conflicts, not_owned, gw)
     return {
         "phase": phase,
         "observedGeneration": generation,
-        "readyReplicas": ready_models,
-        "desiredReplicas": desired_models,
-        "replicas": replicas,
+        "readyReplicas": deps.ready_models,
+        "desiredReplicas": deps.desired_models,
+        "replicas": deps.replicas,
         "inferencePool": pool_name,
         "selector": f"{POOL_LABEL}={pool_name},{COMPONENT_LABEL}={MODEL_SERVER}",
-        "endpoints": ready_models,
-        **({"gateway": gateway_status} if gateway_status else {}),
+        "endpoints": deps.ready_models,
+        **({"gateway": gw.status} if gw else {}),
         "conditions": merge_conditions(previous, conditions, generation, now),
     }

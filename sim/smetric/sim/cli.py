@@ -29,7 +29,7 @@ from smetric.core.names import MODES
 from smetric.core.presets import GPUS, KV_DTYPES, PRESETS
 from smetric.core.stopping import Terminated, interrupt_exit_code, sigterm_raises_interrupt
 from smetric.engine.global_tier import GLOBAL_TIER_KINDS, LOAD_MODES, PLACEMENTS
-from smetric.policy.config import CONTEXT_KEYS
+from smetric.policy.params_mapping import CONTEXT_KEYS
 from smetric.policy.registry import REGISTRY, Registry
 from smetric.policy.tiered_params import TieredParams
 from smetric.sim import regimes as rg

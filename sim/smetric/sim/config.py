@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 
 from smetric.core.presets import InstancePreset, get_preset, variant_name
 from smetric.engine.global_tier import GlobalPath
-from smetric.policy.config import CONTEXT_KEYS, params_from_mapping
 from smetric.policy.flowcontrol import FlowControlConfig
 from smetric.policy.params import ParamsModel
+from smetric.policy.params_mapping import CONTEXT_KEYS, params_from_mapping
 from smetric.sim.gateway import ClientRetry
 from smetric.sim.view import ROUTER_VIEWS
 
@@ -71,7 +71,7 @@ class SimConfig:
     legacy_ledger: bool = False  # charge cost(L - c, L), global-tier hits ignored (ablation; sim/view.py)
     # The policy-owned parameters as the picker's config file holds them (``policy.parameters``:
     # ``slack``, ``hitRatio``, ``tiered``, ...), canonical JSON; "{}" = every policy's defaults
-    # (smetric.policy.config). Context keys (mode, SLO, cost model, block size) come from the
+    # (smetric.policy.params_mapping). Context keys (mode, SLO, cost model, block size) come from the
     # simulated cluster, not from here.
     policy_parameters: str = "{}"
     # "agents": a fixed population of concurrent agents in steady state from t = 0, each starting

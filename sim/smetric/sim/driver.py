@@ -33,7 +33,7 @@ from smetric.sim.report import (
 from smetric.sim.stats import summary
 from smetric.sim.stream import Sidecar, fingerprint, read_done, sidecar_path, write_atomic
 from smetric.sim.sweep import RunCost, RunKey, RunTask, Setting, SweepSpec, json_ready, prepared, run_sweep
-from smetric.sim.workload import max_request_tokens
+from smetric.sim.workload import PreparedWorkload, max_request_tokens
 
 
 def setting_doc(s: Setting) -> dict[str, Any]:
@@ -89,15 +89,43 @@ def run_and_write(
     regimes: Sequence[Regime] = (),
 ) -> int:
     work = prepared(spec.workload)
+    console.print(intro_line(spec, work, regimes))
+    config = json_ready(config_doc(spec, regimes))
+    rows = run_with_progress(
+        spec, config, console=console, json_path=json_path, workers=workers, cluster=cluster, resume=resume
+    )
+    doc: dict[str, Any] = {"config": config, "trace": trace_doc(work), "results": rows}
+    title = summarise_and_print(doc, rows, spec, work, regimes)
+    warn_drift(console, rows)
+    doc = json_ready(doc)  # type: ignore[assignment]
+    write_outputs(doc, rows, spec, regimes, title, console=console, json_path=json_path, plot_path=plot_path)
+    return 0
+
+
+def intro_line(spec: SweepSpec, work: PreparedWorkload, regimes: Sequence[Regime]) -> str:
+    """The one line that names the trace, the cluster and the sweep before it runs."""
     sim = spec.sim
-    console.print(
+    return (
         f"trace {work.trace_name}: {len(work)} requests, {work.n_families} families, "
         f"{work.n_dropped} over the {work.max_tokens}-token limit (dropped); {sim.instances} x "
         f"{sim.preset_name}, {sim.mode}, global tier {sim.global_tier}; base rate "
         f"{spec.base_families_per_s:.4f} families/s; seeds {','.join(map(str, spec.seeds))}"
         + (f"; {len(spec.settings)} regimes" if regimes else "")
     )
-    config = json_ready(config_doc(spec, regimes))
+
+
+def run_with_progress(
+    spec: SweepSpec,
+    config: object,
+    *,
+    console: Console,
+    json_path: Path | None,
+    workers: int | None,
+    cluster: str | None,
+    resume: bool,
+) -> list[dict[str, Any]]:
+    """Run the sweep on the chosen executor behind a progress bar, streaming each finished run
+    to the sidecar (and, with ``resume``, skipping the runs the sidecar already holds)."""
     fp = fingerprint(config)
     done: dict[RunKey, dict[str, Any]] = {}
     sidecar: Sidecar | None = None
@@ -137,31 +165,39 @@ def run_and_write(
                     description=f"{where}{k.policy} seed {k.seed} @ {k.rate_multiplier:g}x ({cost.wall_s:.1f} s)",
                 )
 
-            rows = run_sweep(spec, executor, done, finished, grow)
+            return run_sweep(spec, executor, done, finished, grow)
     finally:
         executor.close()
         if sidecar is not None:
             sidecar.close()
 
+
+def trace_doc(work: PreparedWorkload) -> dict[str, Any]:
+    """The JSON document's ``trace`` section: what the prepared trace holds and what was dropped."""
+    return {
+        "name": work.trace_name,
+        "requests": len(work),
+        "families": work.n_families,
+        "requests_over_limit_dropped": work.n_dropped,
+        "max_request_tokens": work.max_tokens,
+        "notes": list(work.notes),
+    }
+
+
+def summarise_and_print(
+    doc: dict[str, Any],
+    rows: list[dict[str, Any]],
+    spec: SweepSpec,
+    work: PreparedWorkload,
+    regimes: Sequence[Regime],
+) -> str:
+    """Add the seed summary (and, for a regime map, the map's cells) to ``doc``, print the tables
+    to stdout and return the figures' title."""
+    sim = spec.sim
     out = Console()
     if not out.is_terminal:
         out = Console(width=170)
-    doc: dict[str, Any] = {
-        "config": config,
-        "trace": {
-            "name": work.trace_name,
-            "requests": len(work),
-            "families": work.n_families,
-            "requests_over_limit_dropped": work.n_dropped,
-            "max_request_tokens": work.max_tokens,
-            "notes": list(work.notes),
-        },
-        "results": rows,
-    }
-    title = (
-        f"{work.trace_name}: {sim.instances} x {sim.preset_name}, {sim.mode}, global tier {sim.global_tier}, "
-        f"base {spec.base_families_per_s:.4f} families/s, seeds {','.join(map(str, spec.seeds))}"
-    )
+    seeds = ",".join(map(str, spec.seeds))
     if regimes:
         summaries = {
             s.name: summary(
@@ -172,41 +208,60 @@ def run_and_write(
         cells = map_cells(summaries)
         doc["summary"] = [{"regime": k, "policies": v} for k, v in summaries.items()]
         doc["regime_map"] = cells
-        title = (
-            f"regime map: {sim.instances} x {sim.preset}, {sim.mode}, seeds {','.join(map(str, spec.seeds))}"
-        )
+        title = f"regime map: {sim.instances} x {sim.preset}, {sim.mode}, seeds {seeds}"
         out.print(map_table(cells, title))
-    else:
-        summ = summary(rows, spec.headline, spec.policies, spec.knee_drop)
-        doc["summary"] = summ
-        shown = rows if len(spec.seeds) == 1 else mean_rows(rows)
-        out.print(
-            results_table(shown, sim.mode, title + ("" if len(spec.seeds) == 1 else " (mean over seeds)"))
-        )
-        out.print(summary_table(summ, f"peak {spec.headline} over seeds (mean ± 95 % CI) and paired margins"))
+        return title
+    title = (
+        f"{work.trace_name}: {sim.instances} x {sim.preset_name}, {sim.mode}, global tier {sim.global_tier}, "
+        f"base {spec.base_families_per_s:.4f} families/s, seeds {seeds}"
+    )
+    summ = summary(rows, spec.headline, spec.policies, spec.knee_drop)
+    doc["summary"] = summ
+    shown = rows if len(spec.seeds) == 1 else mean_rows(rows)
+    out.print(results_table(shown, sim.mode, title + ("" if len(spec.seeds) == 1 else " (mean over seeds)")))
+    out.print(summary_table(summ, f"peak {spec.headline} over seeds (mean ± 95 % CI) and paired margins"))
+    return title
+
+
+def warn_drift(console: Console, rows: list[dict[str, Any]]) -> None:
+    """Warn about runs whose arrivals drifted past ``MAX_ARRIVAL_DRIFT`` (the first eight named)."""
     drifting = [r for r in rows if r.get("arrival_drift_ok") is False]
-    if drifting:
-        shown_runs = ", ".join(
-            f"{r.get('regime', '') + ' ' if r.get('regime') else ''}{r['policy']} seed {r['seed']} "
-            f"@ {r['rate_multiplier']:g}x ({100 * r['arrival_drift']:+.0f} %)"
-            for r in drifting[:8]
-        )
-        console.print(
-            f"[yellow]warning: {len(drifting)} of {len(rows)} runs drifted by more than "
-            f"{100 * MAX_ARRIVAL_DRIFT:.0f} % (requests sent in the window's last quarter vs its first; "
-            f"arrival_drift_ok false in the JSON): {shown_runs}{' ...' if len(drifting) > 8 else ''}[/yellow]"
-        )
-    doc = json_ready(doc)  # type: ignore[assignment]
+    if not drifting:
+        return
+    shown_runs = ", ".join(
+        f"{r.get('regime', '') + ' ' if r.get('regime') else ''}{r['policy']} seed {r['seed']} "
+        f"@ {r['rate_multiplier']:g}x ({100 * r['arrival_drift']:+.0f} %)"
+        for r in drifting[:8]
+    )
+    console.print(
+        f"[yellow]warning: {len(drifting)} of {len(rows)} runs drifted by more than "
+        f"{100 * MAX_ARRIVAL_DRIFT:.0f} % (requests sent in the window's last quarter vs its first; "
+        f"arrival_drift_ok false in the JSON): {shown_runs}{' ...' if len(drifting) > 8 else ''}[/yellow]"
+    )
+
+
+def write_outputs(
+    doc: dict[str, Any],
+    rows: list[dict[str, Any]],
+    spec: SweepSpec,
+    regimes: Sequence[Regime],
+    title: str,
+    *,
+    console: Console,
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """Write the JSON document (atomically) and the figures, each where asked."""
     if json_path is not None:
         write_atomic(json_path, json.dumps(doc, indent=1, allow_nan=False))
         console.print(f"wrote {json_path} (runs streamed to {sidecar_path(json_path)})")
-    if plot_path is not None:
-        if regimes:
-            plot_map(doc["regime_map"], list(spec.policies), plot_path, title)
-        else:
-            plot(mean_rows(rows), sim.mode, plot_path, title)
-            headline = headline_path(plot_path)
-            plot_headline(rows, sim.mode, headline, title)
-            console.print(f"wrote {headline}")
-        console.print(f"wrote {plot_path}")
-    return 0
+    if plot_path is None:
+        return
+    if regimes:
+        plot_map(doc["regime_map"], list(spec.policies), plot_path, title)
+    else:
+        plot(mean_rows(rows), spec.sim.mode, plot_path, title)
+        headline = headline_path(plot_path)
+        plot_headline(rows, spec.sim.mode, headline, title)
+        console.print(f"wrote {headline}")
+    console.print(f"wrote {plot_path}")

@@ -15,7 +15,7 @@ from smetric.emulator.cli import config_from_args
 from smetric.emulator.config import EmulatorConfig
 from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
 from smetric.policy import DecodeStepModel
-from smetric.policy.config import params_from_mapping
+from smetric.policy.params_mapping import params_from_mapping
 
 P30 = PRESETS["qwen3-30b-h20"]
 PLAIN = StepModel.from_preset(P30)

@@ -14,7 +14,7 @@ import yaml
 from smetric.core.presets import PRESETS
 from smetric.epp.config import PolicySection
 from smetric.operator.spec import parse_spec
-from smetric.policy.config import fetch_s_per_token
+from smetric.policy.params_mapping import fetch_s_per_token
 from smetric.policy.registry import default_policy
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -216,7 +216,7 @@ def test_literal_flags_reproduce_the_local_hit_policy_without_a_tier() -> None:
 
 
 def test_flags_are_validated_at_the_config_boundary() -> None:
-    from smetric.policy.config import params_from_mapping
+    from smetric.policy.params_mapping import params_from_mapping
 
     p = params_from_mapping({"balanceEstimate": "local", "meetsEstimate": "session", "nobodyMeets": "argmin"})
     own = p.get(SMetricParams)

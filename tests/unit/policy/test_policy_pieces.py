@@ -8,7 +8,7 @@ import pytest
 from smetric.core.names import REASON_BALANCE, REASON_OVERLOAD
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import PolicyParams
-from smetric.policy.config import params_from_mapping
+from smetric.policy.params_mapping import params_from_mapping
 from smetric.policy.pieces import PiecesParams, WithPieces, tier_aware_view
 from smetric.policy.registry import (
     BASELINE_POLICIES,

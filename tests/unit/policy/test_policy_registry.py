@@ -17,9 +17,9 @@ from smetric.policy import (
 )
 from smetric.policy.bailian import BailianParams
 from smetric.policy.base import DecodeStepModel
-from smetric.policy.config import CONTEXT_KEYS, policy_keys
 from smetric.policy.llmd_session import LlmdSessionParams
 from smetric.policy.params import ParamsModel, SessionParams, SMetricParams
+from smetric.policy.params_mapping import CONTEXT_KEYS, policy_keys
 from smetric.policy.preble import PrebleParams
 from smetric.policy.registry import POLICY_NAMES, REGISTRY, PolicyEntry
 from smetric.policy.smetric import SMetric

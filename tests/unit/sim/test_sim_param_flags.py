@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-from smetric.policy.config import params_from_mapping
 from smetric.policy.params import ParamsModel, SMetricParams
+from smetric.policy.params_mapping import params_from_mapping
 from smetric.policy.registry import REGISTRY, PolicyEntry
 from smetric.policy.round_robin import RoundRobin
 from smetric.policy.tiered_params import SMetricTieredParams

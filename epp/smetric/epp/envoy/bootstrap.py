@@ -186,9 +186,9 @@ def _socket(host: str, port: int) -> dict[str, Any]:
 # keeps open up to deferred_close_timeout after the request) and the model-server cluster every
 # in-flight generation, so both would start failing requests with 500/503 at moderate load.
 # Concurrent retries stay bounded (a retry storm is the one thing a breaker should stop), but above
-# what one frozen engine can hold: the picker sends it at most --max-requests-per-scrape (32)
-# requests before its scrapes fail, and each is retried after the per-try idle timeout; at 16, 15
-# of 32 such retries got 504 (`smetric chaos` row "endpoint SIGSTOP: 44 next turns ... at once").
+# what one frozen engine can hold: the picker sends it at most --max-requests-per-scrape requests
+# (docs/picker.md, flag table) before its scrapes fail, and each is retried after the per-try idle
+# timeout; at 16 concurrent retries, 15 of the 32 retried there got 504 (`smetric chaos` row "endpoint SIGSTOP: 44 next turns ... at once").
 MAX_CONCURRENT_RETRIES = 64
 _UNLIMITED = 1 << 30
 CIRCUIT_BREAKERS = {

@@ -24,13 +24,13 @@ restarts other than through capacity; it never learns from requests sent elsewhe
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING
 
 from smetric.epp.contracts import PromptKey
 from smetric.epp.index.chainhash import ChainHasher
+from smetric.router.tier_model import KeyLru
 
 if TYPE_CHECKING:
     from smetric.epp.kvevents.store import BlockStore
@@ -38,40 +38,6 @@ if TYPE_CHECKING:
 CHARS_PER_TOKEN = 4  # bytes of prompt per estimated token (chars/4 rule of thumb)
 
 CapacityFn = Callable[[str], int | None]
-
-
-class _Lru:
-    __slots__ = ("keys",)
-
-    def __init__(self) -> None:
-        self.keys: OrderedDict[int, None] = OrderedDict()
-
-    def insert_chain(self, chain: Sequence[int], capacity: int) -> None:
-        """Make ``chain`` the most recent, tail first (its prefix ends up the newest), then evict
-        the least recent down to ``capacity``; every step is a C-level map, not a Python loop."""
-        keys = self.keys
-        tail_first = chain[::-1]
-        keys.update(zip(tail_first, repeat(None)))  # new keys appended in this order
-        _drain(map(keys.move_to_end, tail_first))  # old ones moved behind them, same order
-        excess = len(keys) - capacity
-        if excess > 0:
-            _drain(map(keys.popitem, repeat(False, excess)))
-
-    def cached_prefix_blocks(self, chain: Sequence[int]) -> int:
-        """Leading blocks of ``chain`` held here: binary search (the set is prefix-closed)."""
-        keys = self.keys
-        lo, hi = 0, len(chain)  # chain[:lo] is held; chain[hi:] is not
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if chain[mid] in keys:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-
-def _drain(it: Iterable[object]) -> None:
-    deque(it, maxlen=0)
 
 
 class ApproximateIndex:
@@ -93,7 +59,7 @@ class ApproximateIndex:
         self._chars_per_token = chars_per_token
         self._capacity = capacity_blocks
         self._default_capacity = default_capacity_blocks
-        self._lrus: dict[str, _Lru] = {}
+        self._lrus: dict[str, KeyLru] = {}
 
     @property
     def tokens_per_key(self) -> int:
@@ -128,7 +94,7 @@ class ApproximateIndex:
         out: dict[str, int] = {}
         for address in addresses:
             lru = self._lrus.get(address)
-            hit = lru.cached_prefix_blocks(keys) * bt if lru is not None and keys else 0
+            hit = lru.prefix_len(keys) * bt if lru is not None and keys else 0
             out[address] = min(hit, key.prompt_tokens)
         return out
 
@@ -137,7 +103,7 @@ class ApproximateIndex:
             return
         blocks = (self._capacity(address) if self._capacity else None) or self._default_capacity
         capacity = -(-blocks // self._group_blocks)
-        self._lrus.setdefault(address, _Lru()).insert_chain(key.block_keys, capacity)
+        self._lrus.setdefault(address, KeyLru()).insert_chain(key.block_keys, capacity)
 
     def forget(self, address: str) -> None:
         """Drop an endpoint (removed from the pool, or restarted)."""
@@ -151,7 +117,7 @@ class ApproximateIndex:
         """Replace the LRUs with ``state`` (as :meth:`export_state` wrote it)."""
         self._lrus = {}
         for address, keys in state.items():
-            lru = _Lru()
+            lru = KeyLru()
             lru.keys.update(zip(keys, repeat(None)))
             self._lrus[address] = lru
 

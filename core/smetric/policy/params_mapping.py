@@ -34,6 +34,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from smetric.core.costmodel import CostModel
 from smetric.core.presets import get_preset
 from smetric.core.slo import SloConfig
+from smetric.core.validation import describe
 from smetric.policy.base import DecodeStepModel, PolicyParams
 from smetric.policy.params import ParamsModel
 from smetric.policy.registry import REGISTRY, Registry
@@ -137,17 +138,6 @@ _SCALARS = (
 )
 
 
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        parts.append(f"{where}: {msg}")
-    return "; ".join(parts)
-
-
 def _accepted(model: type[BaseModel]) -> set[str]:
     """The keys ``model`` accepts: each field's alias (or alias choices) and its name."""
     keys: set[str] = set()
@@ -189,7 +179,7 @@ def params_from_mapping(mapping: Mapping[str, object] | None, registry: Registry
     try:
         data = _ContextIn.model_validate({k: v for k, v in mapping.items() if k in CONTEXT_KEYS})
     except ValidationError as exc:
-        problems.append(_describe(exc))
+        problems.append(describe(exc, unknown_key=True))
     own: list[ParamsModel] = []
     for model, keys in accepted:
         given = {k: v for k, v in mapping.items() if k in keys}
@@ -198,7 +188,7 @@ def params_from_mapping(mapping: Mapping[str, object] | None, registry: Registry
         try:
             own.append(model.model_validate(given))
         except ValidationError as exc:
-            problems.append(_describe(exc))
+            problems.append(describe(exc, unknown_key=True))
     if problems or data is None:
         raise ValueError(f"invalid policy parameters: {'; '.join(dict.fromkeys(problems))}")
 

@@ -1,5 +1,5 @@
-"""The router core the picker and the simulator share: dispatch ledger, staleness, online
-prefill-rate learning, saturation.
+"""The router state the picker and the simulator share (:class:`RouterCore`): dispatch ledger,
+staleness, online prefill-rate learning, saturation.
 
 What the picker deploys is what the simulator scores: both build their endpoint snapshots,
 charge and release the ledger, learn prefill rates and decide saturation through one
