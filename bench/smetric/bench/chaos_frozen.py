@@ -32,18 +32,20 @@ STALE_WINDOW_S = 0.05 + 1.0
 WINDOW_SLACK_S = 0.5  # the picker's event loop on a loaded 2-core box
 PROBES = 24  # sessions of the engine whose next turn is spread over ~2 s after the freeze
 BURST = 44  # next turns of its sessions sent at once as it froze: more than the request cap
-# The burst row's picker. The request cap bounds requests per endpoint between two of its scrapes
-# whatever the policy and the freeze-detection window; the row must rule out that something else
-# bounds the burst instead. (1) The default policy's ledger charges each turn sent to the frozen
-# engine, and after ~28 of them its SLO estimate moves the rest of the sessions elsewhere: the row
-# uses smetric-basic, which keeps a cached session where it is unconditionally (as a session-
-# affinity router does). (2) Staleness catches the burst once it takes longer than the window to
-# pass the gateway and the picker (the 1.05 s default window is shorter than 44 decisions on a
-# loaded 2-core box): the row's scrape timeout and staleness threshold are 10 s, so the burst (0.2-3
-# s) lands inside it, and the attempts that reach the frozen engine are still told apart by the
-# per-try idle timeout (13 s) they wait out.
+# The burst row. The request cap bounds requests per endpoint between two of its scrapes whatever
+# the policy and the freeze-detection window; the row must rule out that something else bounds the
+# burst. With the cap off on the loaded 2-core box only 28-30 of 44 reached the frozen engine:
+# (1) a second turn shares only the system prompt with a one-turn first request, so whether it
+# counts as cached turns on the block boundary, and 16-18 of 44 were balanced elsewhere as
+# evicted: the sessions are placed with a two-turn first request and the burst is their third turn,
+# which has that whole request as its prefix; (2) the default policy's SLO estimate, charged by the
+# ledger, may move a session off an engine holding many requests: the row's picker runs
+# smetric-basic, which keeps a cached session where it is (as a session-affinity router does);
+# (3) staleness catches the burst once it takes longer than the window to pass the gateway and the
+# picker (the default 1.05 s is short of 44 decisions on a loaded box): the row's scrape timeout and
+# staleness threshold are 10 s, so the burst (0.2-3 s) lands inside it; the attempts that reach the
+# frozen engine are still told apart by the per-try idle timeout (13 s) they wait out.
 BURST_POLICY = "smetric-basic"
-INDEXED_S = 3.0
 BURST_WINDOW_MS = 10_000
 
 
@@ -56,14 +58,14 @@ async def _probe(
 
 
 async def _first_turns(
-    st: ChaosStack, tag: str, batches: int, enough: Callable[[dict[str, list[str]]], bool]
+    st: ChaosStack, tag: str, batches: int, enough: Callable[[dict[str, list[str]]], bool], turn: int = 0
 ) -> dict[str, list[str]]:
-    """Batches of first turns until ``enough``: per pool engine, the sessions whose first turn it
-    served (their next turns stick to it)."""
+    """Batches of first requests (``turn``) of new sessions until ``enough``: per pool engine, the
+    sessions whose request it served (their next turns stick to it)."""
     by_engine: dict[str, list[str]] = {}
     for batch in range(batches):
         names = [f"{tag}-{batch}-{n}" for n in range(3 * WAVE)]
-        placed = await asyncio.gather(*(st.post(chat(s, 0)) for s in names))
+        placed = await asyncio.gather(*(st.post(chat(s, turn)) for s in names))
         for s, r in zip(names, placed, strict=True):
             if r.status == 200 and r.served in st.endpoints:
                 by_engine.setdefault(r.served, []).append(s)
@@ -164,7 +166,7 @@ async def endpoint_stop(st: ChaosStack, quick: bool) -> list[Row]:
 async def _busiest_sessions(st: ChaosStack, tag: int, want: int) -> tuple[str, list[str]]:
     """The pool engine that served the most first turns, and up to ``want`` of those sessions."""
     by_engine = await _first_turns(
-        st, f"burst-{tag}", 12, lambda by: max(map(len, by.values()), default=0) >= want
+        st, f"burst-{tag}", 12, lambda by: max(map(len, by.values()), default=0) >= want, turn=1
     )
     if not by_engine:
         return "", []
@@ -188,15 +190,12 @@ async def endpoint_stop_burst(st: ChaosStack, quick: bool) -> list[Row]:
         address, mine = await _busiest_sessions(st, time.monotonic_ns(), BURST)
         if len(mine) > cap:
             victim = st.engine_name(address)
-            # The engine's KV events for the first turns reach the picker's index (without them a
-            # next turn looks evicted and is balanced elsewhere: 16/44 on the loaded 2-core box after
-            # 0.2 s), and a scrape after them starts the request count at the freeze.
-            await asyncio.sleep(INDEXED_S)
+            await asyncio.sleep(0.2)  # a scrape after the first turns: the count starts at the freeze
             before = await _reasons(st)
             st.signal(victim, signal.SIGSTOP)
             try:
                 burst = list(
-                    await asyncio.gather(*(st.post(chat(s, 1), timeout_s=idle + 10.0) for s in mine))
+                    await asyncio.gather(*(st.post(chat(s, 2), timeout_s=idle + 10.0) for s in mine))
                 )
             finally:
                 st.signal(victim, signal.SIGCONT)
