@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,11 @@ class HostileEngine:
     scrapes: int = 0
     last_scrape: float = 0.0
     worst_scrape_gap_s: float = 0.0  # the longest time between two scrapes (reset by the faults)
+    # Where set (chaos_bodies), each gap also as at most the growth of this clock meanwhile (the
+    # picker's CPU seconds): ``worst_scrape_gap_cpu_s``.
+    cpu_clock: Callable[[], float] | None = None
+    last_cpu: float = 0.0
+    worst_scrape_gap_cpu_s: float = 0.0
 
     @property
     def address(self) -> str:
@@ -90,9 +96,12 @@ class HostileEngine:
     async def _metrics(self, _: web.Request) -> web.Response:
         self.scrapes += 1
         now = time.monotonic()
+        cpu = self.cpu_clock() if self.cpu_clock is not None else 0.0
         if self.last_scrape:
             self.worst_scrape_gap_s = max(self.worst_scrape_gap_s, now - self.last_scrape)
-        self.last_scrape = now
+            own = min(now - self.last_scrape, cpu - self.last_cpu)
+            self.worst_scrape_gap_cpu_s = max(self.worst_scrape_gap_cpu_s, own)
+        self.last_scrape, self.last_cpu = now, cpu
         if self.mode == "nan":
             return web.Response(
                 text=GOOD_METRICS.replace(
