@@ -64,6 +64,7 @@ BASES: dict[str, dict[str, Any]] = {
     "pd+tier+gateway": {
         **_COMMON,
         "topology": {"mode": "disaggregated", "prefill": {"replicas": 1}, "decode": {"replicas": 2}},
+        "router": {**_COMMON["router"], "flowControl": {"enabled": True}},
         "globalKV": {"enabled": True, "deviceNames": ["mlx5_0"]},
         "gateway": {"parentRef": {"name": "gw"}, "provider": "istio"},
     },
