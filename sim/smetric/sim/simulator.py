@@ -299,6 +299,19 @@ class _Run:
             if self.tier_view is not None:  # the picker routed those prompts before t = 0 too
                 self.tier_view.routed(req.prompt_pieces, req.prompt_tokens)
 
+    def joined_unwarmed(self, key: int) -> bool:
+        """Whether request ``key`` is the first request of a session joined mid-way (its previous
+        turn was never sent in this run) whose earlier turns no tier holds (the global tier is not
+        pre-warmed, :meth:`prewarm_tier`): the router then sees a fresh history
+        (:func:`smetric.sim.workload.fresh_view`)."""
+        clone, i = divmod(key, self.n)
+        p = int(self.work.prev[i])
+        if p < 0 or clone * self.n + p in self.table.by_key:
+            return False
+        cfg = self.cfg
+        warmed = cfg.arrivals == "agents" and cfg.prewarm_global_tier and bool(self.cluster)
+        return not (warmed and self.cluster[0].global_tier is not None)
+
     def run(self, progress: Callable[[float], None] | None) -> None:
         heap, version, cluster, view, horizon = self.heap, self.version, self.cluster, self.view, self.horizon
         next_progress = 60.0
@@ -357,7 +370,7 @@ class _Run:
             base.output_pieces,
             index=key,
         )
-        return req, self.work.view(i, clone)
+        return req, self.work.view(i, clone, fresh=self.joined_unwarmed(key))
 
     def snapshots(self, req: EngineRequest, rview: RequestView, t: float) -> list[EndpointSnapshot]:
         _, snaps = self.view.snapshots(req, rview)

@@ -27,7 +27,11 @@ Who starts families (``SimConfig.arrivals``):
 
 A family that started before ``t = 0`` sends only its requests due at ``t >= 0``
 (:meth:`PreparedWorkload.first_sends`; its earlier turns are skipped, so their KV is not cached --
-the warm-up absorbs that cold start).
+the warm-up absorbs that cold start). Unless the global tier is pre-warmed with them
+(``SimConfig.prewarm_global_tier``, agents only), such a session's first request is routed as a
+fresh history (:func:`fresh_view`: turn 0, no recorded hit), since no cache in the pool holds its
+earlier turns; with the pre-warmed tier it keeps the trace's turn and recorded hit (the tier holds
+its previous turn, as for any follow-up).
 
 Preparation (once per worker, independent of policy and rate):
 
@@ -47,7 +51,7 @@ Preparation (once per worker, independent of policy and rate):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -115,12 +119,14 @@ class PreparedWorkload:
             index=base.index,
         )
 
-    def view(self, i: int, clone: int) -> RequestView:
+    def view(self, i: int, clone: int, fresh: bool = False) -> RequestView:
+        """Request ``i``'s view as sent by clone ``clone``; ``fresh``: as a fresh history
+        (:func:`fresh_view`)."""
         v = self.views[i]
-        if clone == 0:
-            return v
-        sid = None if v.session_id is None else f"{v.session_id}~{clone}"
-        return RequestView(f"{v.request_id}~{clone}", v.prompt_tokens, v.turn, v.est_hit_tokens, sid)
+        if clone != 0:
+            sid = None if v.session_id is None else f"{v.session_id}~{clone}"
+            v = RequestView(f"{v.request_id}~{clone}", v.prompt_tokens, v.turn, v.est_hit_tokens, sid)
+        return fresh_view(v) if fresh else v
 
     def family_arrivals(
         self, rate_per_s: float, horizon_s: float, seed: int, lead_s: float = 0.0
@@ -142,6 +148,16 @@ class PreparedWorkload:
             if j >= 0:
                 out.append((start_s + float(self.offset_s[j]), j))
         return out
+
+
+def fresh_view(view: RequestView) -> RequestView:
+    """``view`` sent as a fresh history: turn 0, no recorded hit (``est_hit_tokens`` 0), the same
+    prompt length. The first request of a session joined mid-way whose earlier turns no tier
+    holds: nothing in the pool has its history, and this is what the bench sends for it (a system
+    message and one user message, ``smetric.bench.synth.Conversation.next_turn`` on a session's
+    first send), which a deployed picker parses as turn 0 with no assistant message
+    (``smetric.epp.parse.body``)."""
+    return replace(view, turn=0, est_hit_tokens=0)
 
 
 def _shift(pieces: tuple[Piece, ...], off: int, shared_from: int) -> tuple[Piece, ...]:
