@@ -36,9 +36,9 @@ class _Seeing(_Run):
 
         self.router = _Router()  # type: ignore[assignment]
 
-    def arrival(self, key: int, t: float) -> None:
+    def arrival(self, key: int, t: float, fk: int, retry: bool = False) -> None:
         self.key = key
-        super().arrival(key, t)
+        super().arrival(key, t, fk, retry)
 
 
 def joined_first(cfg: SimConfig, policy: str = "lmetric") -> tuple[list[int], Seen]:
