@@ -179,7 +179,7 @@ VALID_SPEC: dict[str, Any] = {
 }
 EXPECTED_CHILDREN = {
     "deployments": {"qwen-prefill-decode", "qwen-epp", "qwen-mooncake-master"},
-    "services": {"qwen-epp", "qwen-mooncake-master"},
+    "services": {"qwen-epp", "qwen-epp-peers", "qwen-mooncake-master"},  # peers: the replicas share follow-ups
     "configmaps": {"qwen-epp-config"},
     "serviceaccounts": {"qwen-epp"},
     "roles": {"qwen-epp"},
