@@ -316,7 +316,7 @@ async def test_invalid_spec_sets_condition_and_applies_nothing(
     want = {
         **EXPECTED_CHILDREN,
         "deployments": {"qwen-prefill", "qwen-decode", "qwen-epp"},
-        "services": {"qwen-epp"},
+        "services": {"qwen-epp", "qwen-epp-peers"},
         # 2 prefill replicas and 2 pickers; 1 decode replica gets none
         "poddisruptionbudgets": {"qwen-prefill", "qwen-epp"},
         "networkpolicies": {"qwen-endpoint-picker", "qwen-model-server"},
