@@ -204,8 +204,11 @@ GUARDS: tuple[Guard, ...] = (
         STALENESS,
         "an endpoint whose last scrape failed or is older than --staleness-threshold-ms is stale "
         "(datastore.is_stale), and the policies see a stale endpoint only when no fresh one is left "
-        "(policy/framework.py)",
+        "(policy/framework.py); switched off together with the outlier detector, which reaches the "
+        "policies through the same staleness test and would otherwise keep a killed engine (its refused "
+        "connections are errors) out on its own",
         ("endpoint_kill", "endpoint_stop"),
+        picker_flags=("--outlier-consecutive-errors=0",),
         picker_patches=("stale-as-fresh",),
     ),
 )
