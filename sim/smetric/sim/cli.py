@@ -468,10 +468,29 @@ def _spec(a: argparse.Namespace, notes: list[str] | None = None) -> SweepSpec:
     )
 
 
+def check_output_path(path: Path | None, flag: str) -> None:
+    """Refuse an output path that cannot be written, before any work (one line, exit 2)."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ValueError(f"{flag} {path}: is a directory")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(f"{flag} {path}: a part of its folder {parent} is a file") from None
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot create its folder ({exc.strerror or exc})") from None
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{flag} {path}: its folder {parent} is not writable")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(stderr=True)
     try:
+        check_output_path(args.json, "--json")
+        check_output_path(args.plot, "--plot")
         notes: list[str] = []
         spec = _spec(args, notes)
         for note in notes:
@@ -494,10 +513,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[yellow]smetric simulate: {why}; its workers were stopped{kept}[/]")
         return interrupt_exit_code(exc)
     except (ValueError, FileNotFoundError) as exc:
-        console.print(f"[red]smetric simulate: {exc}[/red]")
+        console.print(f"[red]smetric simulate: {exc}[/red]", soft_wrap=True)  # one line, never wrapped
         return 2
     except (OSError, TimeoutError) as exc:  # e.g. --cluster: no scheduler at that address
-        console.print(f"[red]smetric simulate: {type(exc).__name__}: {exc}[/red]")
+        console.print(f"[red]smetric simulate: {type(exc).__name__}: {exc}[/red]", soft_wrap=True)
         return 1
 
 

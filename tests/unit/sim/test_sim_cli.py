@@ -109,3 +109,21 @@ def test_cli_flags_runs_whose_offered_load_drifted(
     captured = capsys.readouterr()
     text = " ".join((captured.out + captured.err).split())
     assert f"{len(flagged)} of {len(rows)} runs drifted by more than 10 %" in text
+
+
+def test_an_unwritable_output_is_one_line_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The output paths are checked before the trace is read: a missing trace is not even looked at."""
+    from smetric.sim.cli import main as simulate_main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for flag in ("--json", "--plot"):
+        argv = ["--trace", str(tmp_path / "no-such-trace.jsonl"), flag, str(blocker / "out.x")]
+        assert simulate_main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"smetric simulate: {flag} ") and "no-such-trace" not in err, err
+        assert "\n" not in err
+    assert simulate_main(["--trace", str(tmp_path / "t.jsonl"), "--json", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
