@@ -67,10 +67,16 @@ async def test_leader_elected_pool_becomes_ready_and_rolls_out(
     # Every engine ready, the leader ready, its standby not (by design), the controller's deadline hit.
     await mark_ready(cluster)
     await set_picker(cluster, ready=1, deadline_exceeded=True)
-    await eventually(lambda: pool_status(cluster).get("phase") == "Ready", "phase Ready with the leader")
+    # mark_ready made both pickers ready first: wait for the status that reflects 1 of 2
+    await eventually(
+        lambda: (
+            pool_status(cluster).get("phase") == "Ready"
+            and pool_status(cluster).get("replicas", {}).get("endpoint-picker") == {"ready": 1, "desired": 2}
+        ),
+        "phase Ready with the leader alone",
+    )
     assert condition(cluster, "Ready")["status"] == "True"
     assert condition(cluster, "Degraded")["status"] == "False"
-    assert pool_status(cluster)["replicas"]["endpoint-picker"] == {"ready": 1, "desired": 2}
 
     # A policy change rolls the picker: the new template is applied, Recreate removes every old pod
     # (no leader for a moment: Progressing), the new leader comes up: Ready again.
