@@ -249,6 +249,20 @@ async def serve_noop(port: int, health_port: int, destination: str) -> None:
     await server.wait_for_termination()
 
 
+async def warm_post(session: aiohttp.ClientSession, url: str, body: bytes, within_s: float = 30.0) -> None:
+    """The first request of a path, retried while it is refused (a 503 until the picker's first
+    scrape of the engines answered: on a busy box that can take longer than the start-up sleep)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            await timed_post(session, url, body)
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 async def one_run(n: int, policy: str) -> dict[str, Any]:
     async with AsyncExitStack() as stack:
         st = Stack()
@@ -262,7 +276,7 @@ async def one_run(n: int, policy: str) -> dict[str, Any]:
                 rng = random.Random(size)
                 bodies = [agent_body(rng, i % 32, i % 4, size) for i in range(n)]
                 for url in st.urls.values():  # warm every connection
-                    await timed_post(s, url, bodies[0])
+                    await warm_post(s, url, bodies[0])
                 cpu0 = {k: sum(cpu_s(p) for p in pids) for k, pids in st.pids.items()}
                 t0 = time.monotonic()
                 times: dict[str, list[float]] = {k: [] for k in st.urls}
