@@ -89,40 +89,11 @@ class _RecordingRun(_Run):
         self.key, self.now = key, t
         super().arrival(key, t, fk, retry)
 
-    def start_family(
-        self,
-        agent: int,
-        family: int,
-        start_s: float,
-        from_s: float | None = None,
-        warm: list[tuple[float, int]] | None = None,
-    ) -> None:
-        """:meth:`_Run.start_family`, noting (agent, n) of every family the agent goes through."""
-        work, n_fam = self.work, self.n_fam
-        assert self.agents is not None
-        for _ in range(work.n_families + 1):
-            if start_s >= self.horizon:
-                return
-            clone = self.fam_uses[family]
-            self.fam_uses[family] += 1
-            fk = clone * n_fam + family
-            nth = self.agent_n.get(agent, 0)
-            self.agent_n[agent] = nth + 1
-            self.clone_of[fk] = (agent, nth)
-            sends = work.first_sends(family, start_s, start_s if from_s is None else from_s)
-            if sends:
-                self.fam_start[fk] = start_s
-                self.fam_agent[fk] = agent
-                self.fam_left[fk] = len(sends)
-                for t_send, i in sends:
-                    if t_send < self.horizon:
-                        self.seq += 1
-                        heapq.heappush(self.heap, (t_send, self.seq, _ARRIVAL, clone * self.n + i, fk))
-                return
-            start_s = max(start_s + work.family_duration_s[family], start_s + 1e-9, from_s or 0.0)
-            from_s = None
-            family = self.agents.next_family(agent)
-        raise RuntimeError(f"agent {agent}: no family sends a request")  # pragma: no cover
+    def family_taken(self, agent: int, fk: int) -> None:
+        """Notes (agent, n) of every family the agent goes through."""
+        nth = self.agent_n.get(agent, 0)
+        self.agent_n[agent] = nth + 1
+        self.clone_of[fk] = (agent, nth)
 
 
 class _OpenLoopRun(_RecordingRun):

@@ -256,6 +256,7 @@ class _Run:
             clone = self.fam_uses[family]
             self.fam_uses[family] += 1
             fk = clone * n_fam + family
+            self.family_taken(agent, fk)
             sends = work.first_sends(family, start_s, start_s if from_s is None else from_s)
             if sends:
                 self.fam_start[fk] = start_s
@@ -275,6 +276,10 @@ class _Run:
             from_s = None
             family = self.agents.next_family(agent)
         raise RuntimeError(f"agent {agent}: no family sends a request")  # pragma: no cover
+
+    def family_taken(self, agent: int, fk: int) -> None:
+        """Agent ``agent`` took family key ``fk`` (a clone of a family) in :meth:`start_family`; a
+        hook for recording runs (the differential harness), nothing here."""
 
     def prewarm_tier(self, warm: list[tuple[float, int]]) -> None:
         """Steady state of the global tier for the sessions agents join mid-way: what LMCache wrote for
