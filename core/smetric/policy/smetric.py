@@ -42,13 +42,11 @@ from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import PolicyParams
 from smetric.policy.estimates import (
     prefill_time_s,
-    prompt_tokens,
-    request_slo,
     tier_times_s,
-    tpot_guard_ok,
     ttft_with_global_tier_s,
 )
 from smetric.policy.params import SMetricParams
+from smetric.policy.pieces import meets
 from smetric.policy.sessioncentric import SessionCentric
 
 
@@ -73,16 +71,9 @@ class SMetric(SessionCentric):
         prev: int,
         times_s: Sequence[float],
     ) -> list[bool] | None:
-        p = self.params
-        slo = request_slo(request, p)
-        deadline_s = self._slack * slo.ttft_slo_s(prompt_tokens(request))
-        times_s = self._meets_times_s(request, endpoints, times_s)
-        if p.mode != "colocated":
-            return [t <= deadline_s for t in times_s]
-        return [
-            t <= deadline_s and tpot_guard_ok(ep, t, deadline_s, slo.tpot_s, p.decode_step)
-            for t, ep in zip(times_s, endpoints, strict=True)
-        ]
+        return meets(
+            request, endpoints, self.params, self._slack, self._meets_times_s(request, endpoints, times_s)
+        )
 
     def _meets_times_s(
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], balance_s: Sequence[float]
