@@ -21,6 +21,7 @@ from smetric.epp.index.approximate import ApproximateIndex
 from smetric.epp.obs.health import wait_serving
 from smetric.epp.reload import MAX_CONFIG_BYTES, ConfigReloader
 from smetric.epp.server.app import build_picker
+from smetric.epp.server.outlier import OutlierDetector, OutlierSettings
 from smetric.epp.server.static import StaticEndpointSource
 from smetric.policy import params_from_mapping
 from smetric.policy.pickerconfig import PickerConfig
@@ -95,6 +96,20 @@ def test_a_reloaded_picker_keeps_the_requests_in_flight() -> None:
     old = build_picker(PickerConfig(), params_from_mapping({}), source, index)
     new = build_picker(PickerConfig(), params_from_mapping({}), source, index, succeeds=old)
     assert new.ledger is old.ledger and new.rates is old.rates
+
+
+def test_a_reloaded_picker_keeps_its_ejections_and_follow_up_map() -> None:
+    """A config reload keeps the outlier detector (an ejected engine stays out) and the Responses
+    follow-up map, as the running picker's ``main`` builds the replacement (no outlier argument)."""
+    source = StaticEndpointSource(["10.0.0.1:8000"])
+    index = ApproximateIndex()
+    outliers = OutlierDetector(OutlierSettings(3, 10.0, 300.0))
+    old = build_picker(
+        PickerConfig(), params_from_mapping({}), source, index, response_affinity_entries=8, outliers=outliers
+    )
+    assert old.outliers is outliers and old.responses is not None
+    new = build_picker(PickerConfig(), params_from_mapping({}), source, index, succeeds=old)
+    assert new.outliers is outliers and new.responses is old.responses
 
 
 def _decisions(page: str) -> dict[str, float]:

@@ -43,7 +43,9 @@ def build_picker(
     """One :class:`Picker` from the config. Each call makes fresh policy instances (own counters).
     ``is_stale``: the source's own staleness judgement (the datastore's), else the scrape age.
     ``succeeds``: the picker this one replaces (a reloaded config): its dispatch ledger (the
-    requests in flight) and learned prefill speeds carry over."""
+    requests in flight), learned prefill speeds, Responses follow-up map and outlier detector (the
+    endpoints it has ejected) carry over; ``response_affinity_entries`` and ``outliers`` then go
+    unused."""
     router = Router(make_policy(cfg.policy.name, params), MAX_FALLBACKS)
     pd_router = None
     if cfg.pdDisaggregation.enabled:
@@ -69,7 +71,7 @@ def build_picker(
             if response_affinity_entries > 0
             else None
         ),
-        outliers=outliers,
+        outliers=succeeds.outliers if succeeds is not None else outliers,
         flow_gate=FlowGate(cfg.flowControl.config(), params) if cfg.flowControl.enabled else None,
     )
     node_facts = uses_node_facts(cfg.policy.name)
