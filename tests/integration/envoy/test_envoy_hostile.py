@@ -6,6 +6,7 @@ lands on a pool endpoint."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -117,9 +118,9 @@ async def _picker_stack(
     return server, ds
 
 
-@pytest.fixture
-async def pool() -> AsyncIterator[tuple[list[Backend], str, int]]:
-    backends: list[Backend] = [Backend(IPS[0]), Backend(IPS[1]), Resetting(IPS[2])]
+@contextlib.asynccontextmanager
+async def _gateway(backends: list[Backend]) -> AsyncIterator[EnvoyOptions]:
+    """The backends, a picker over them and Envoy in front (its options: the ports), all stopped on exit."""
     for b in backends:
         await b.start()
     server, ds = await _picker_stack(backends)
@@ -131,13 +132,20 @@ async def pool() -> AsyncIterator[tuple[list[Backend], str, int]]:
     )
     envoy = await _envoy(opts)
     try:
-        yield backends, f"http://127.0.0.1:{opts.listen_port}", opts.admin_port
+        yield opts
     finally:
         await envoy.stop()
         await server.stop(0)
         await ds.stop()  # type: ignore[attr-defined]
         for b in backends:
             await b.stop()
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[tuple[list[Backend], str, int]]:
+    backends: list[Backend] = [Backend(IPS[0]), Backend(IPS[1]), Resetting(IPS[2])]
+    async with _gateway(backends) as opts:
+        yield backends, f"http://127.0.0.1:{opts.listen_port}", opts.admin_port
 
 
 async def test_resets_before_the_response_retry_on_the_pickers_fallbacks(
@@ -263,18 +271,8 @@ async def test_an_engine_answering_errors_is_retried_and_ejected(status: int) ->
     bad = Refusing(IPS[2])
     bad.status = status
     backends: list[Backend] = [Backend(IPS[0]), Backend(IPS[1]), bad]
-    for b in backends:
-        await b.start()
-    server, ds = await _picker_stack(backends)
-    opts = EnvoyOptions(
-        listen_port=free_port(),
-        admin_port=free_port(),
-        picker_port=server.grpc_port,
-        pool_endpoints=tuple(b.address for b in backends),
-    )
-    envoy = await _envoy(opts)
-    url = f"http://127.0.0.1:{opts.listen_port}/v1/chat/completions"
-    try:
+    async with _gateway(backends) as opts:
+        url = f"http://127.0.0.1:{opts.listen_port}/v1/chat/completions"
         statuses = []
         third = -1
         for i in range(24):  # new sessions, one at a time: the idle failing engine looks cheapest
@@ -283,12 +281,6 @@ async def test_an_engine_answering_errors_is_retried_and_ejected(status: int) ->
             if third < 0 and len(bad.seen) == 3:
                 third = i
         drawn_after = len(bad.seen) - 3
-    finally:
-        await envoy.stop()
-        await server.stop(0)
-        await ds.stop()  # type: ignore[attr-defined]
-        for b in backends:
-            await b.stop()
     assert statuses == [200] * 24
     assert 0 <= third < 12  # it drew its 3 errors early (it looks idle), then nothing more
     assert drawn_after == 0
