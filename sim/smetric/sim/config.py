@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from typing import Any
 
 from smetric.core.presets import InstancePreset, get_preset, variant_name
 from smetric.engine.global_tier import GlobalPath
@@ -126,12 +127,7 @@ class SimConfig:
     @property
     def own_params(self) -> tuple[ParamsModel, ...]:
         """The policy-owned ``Params`` instances of :attr:`policy_parameters`."""
-        try:
-            mapping = json.loads(self.policy_parameters)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"policy_parameters is not JSON: {exc}") from None
-        if not isinstance(mapping, dict):
-            raise ValueError("policy_parameters must be a JSON object")
+        mapping = _json_object(self.policy_parameters, "policy_parameters")
         context = sorted(k for k in mapping if k in CONTEXT_KEYS)
         if context:
             raise ValueError(
@@ -144,12 +140,7 @@ class SimConfig:
         """The gateway's flow control and its clients' retry behaviour; ``None`` when off."""
         if not self.flow_control:
             return None
-        try:
-            mapping = json.loads(self.flow_control)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"flow_control is not JSON: {exc}") from None
-        if not isinstance(mapping, dict):
-            raise ValueError("flow_control must be a JSON object")
+        mapping = _json_object(self.flow_control, "flow_control")
         client_keys = {"max_retries", "jitter"}
         fc_keys = set(FlowControlConfig.__dataclass_fields__)
         unknown = sorted(set(mapping) - client_keys - fc_keys)
@@ -199,3 +190,14 @@ class SimConfig:
         if self.global_load_gbit_s is None:
             return self.nic_gbit_s
         return min(self.nic_gbit_s, self.global_load_gbit_s * preset.n_gpus)
+
+
+def _json_object(text: str, field: str) -> dict[str, Any]:
+    """``text`` parsed as a JSON object; a ``ValueError`` naming ``field`` otherwise."""
+    try:
+        mapping = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{field} is not JSON: {exc}") from None
+    if not isinstance(mapping, dict):
+        raise ValueError(f"{field} must be a JSON object")
+    return mapping
