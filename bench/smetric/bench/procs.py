@@ -20,6 +20,8 @@ from types import TracebackType
 
 import aiohttp
 
+from smetric.core import outputs
+
 
 class BenchError(RuntimeError):
     """A failure the bench reports to the user as one clear line (no traceback)."""
@@ -132,17 +134,12 @@ async def _stop_group(child: Child, timeout_s: float) -> None:
 
 
 def check_writable(flag: str, path: Path) -> None:
-    """:class:`BenchError` naming ``flag`` when ``path`` cannot be written (its folder is made;
-    a file that did not exist is not left behind)."""
-    existed = path.exists()
+    """:class:`BenchError` naming ``flag`` when ``path`` cannot be written
+    (:func:`smetric.core.outputs.check_writable`)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("ab"):
-            pass
-    except OSError as exc:
-        raise BenchError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
-    if not existed:
-        path.unlink(missing_ok=True)
+        outputs.check_writable(flag, path)
+    except ValueError as exc:
+        raise BenchError(str(exc)) from None
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -26,6 +26,7 @@ import yaml
 from rich.console import Console
 
 from smetric.core.names import MODES
+from smetric.core.outputs import check_writable
 from smetric.core.presets import GPUS, KV_DTYPES, PRESETS
 from smetric.core.stopping import Terminated, interrupt_exit_code, sigterm_raises_interrupt
 from smetric.engine.global_tier import GLOBAL_TIER_KINDS, LOAD_MODES, PLACEMENTS
@@ -468,29 +469,13 @@ def _spec(a: argparse.Namespace, notes: list[str] | None = None) -> SweepSpec:
     )
 
 
-def check_output_path(path: Path | None, flag: str) -> None:
-    """Refuse an output path that cannot be written, before any work (one line, exit 2)."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise ValueError(f"{flag} {path}: is a directory")
-    parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise ValueError(f"{flag} {path}: a part of its folder {parent} is a file") from None
-    except OSError as exc:
-        raise ValueError(f"{flag} {path}: cannot create its folder ({exc.strerror or exc})") from None
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"{flag} {path}: its folder {parent} is not writable")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = Console(stderr=True)
     try:
-        check_output_path(args.json, "--json")
-        check_output_path(args.plot, "--plot")
+        for flag, path in (("--json", args.json), ("--plot", args.plot)):
+            if path is not None:  # checked before the trace is read
+                check_writable(flag, path)
         notes: list[str] = []
         spec = _spec(args, notes)
         for note in notes:
