@@ -10,6 +10,7 @@ by the test itself, standing in for the kubelet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import signal
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -118,10 +119,11 @@ async def cluster(kmock: Cluster) -> Cluster:
     return kmock
 
 
-@pytest_asyncio.fixture
-async def operator(cluster: Cluster, tmp_path: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
-    log = (tmp_path / "operator.log").open("wb")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+@contextlib.contextmanager
+def run_operator(cluster: Cluster, log_path: Path, scope: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator against ``cluster`` (``scope``: ``--all-namespaces`` or ``--namespace NS``), its
+    log in ``log_path``; stopped by SIGINT on exit, which fails on a traceback in its log."""
+    log = log_path.open("wb")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -130,11 +132,11 @@ async def operator(cluster: Cluster, tmp_path: Path) -> AsyncIterator[subprocess
             "run",
             "--api-server",
             str(cluster.url).rstrip("/"),
-            "--all-namespaces",
+            *scope,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=env,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         yield proc
@@ -146,9 +148,15 @@ async def operator(cluster: Cluster, tmp_path: Path) -> AsyncIterator[subprocess
             proc.kill()
             proc.wait()
         log.close()
-        text = (tmp_path / "operator.log").read_text(errors="replace")
+        text = log_path.read_text(errors="replace")
         print(text[-6000:])  # shown by pytest when the test fails
         assert "Traceback" not in text, text[-4000:]
+
+
+@pytest_asyncio.fixture
+async def operator(cluster: Cluster, tmp_path: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
+    with run_operator(cluster, tmp_path / "operator.log", ["--all-namespaces"]) as proc:
+        yield proc
 
 
 async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
@@ -179,7 +187,11 @@ VALID_SPEC: dict[str, Any] = {
 }
 EXPECTED_CHILDREN = {
     "deployments": {"qwen-prefill-decode", "qwen-epp", "qwen-mooncake-master"},
-    "services": {"qwen-epp", "qwen-epp-peers", "qwen-mooncake-master"},  # peers: the replicas share follow-ups
+    "services": {
+        "qwen-epp",
+        "qwen-epp-peers",
+        "qwen-mooncake-master",
+    },  # peers: the replicas share follow-ups
     "configmaps": {"qwen-epp-config"},
     "serviceaccounts": {"qwen-epp"},
     "roles": {"qwen-epp"},

@@ -7,12 +7,6 @@ list/watch names that namespace and no other, and no request is cluster-wide."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +25,7 @@ from tests.integration.operator.test_operator_kmock import (
     cluster,
     eventually,
     pool_body,
+    run_operator,
 )
 
 pytestmark = pytest.mark.integration
@@ -76,38 +71,6 @@ class RecordingCluster(Cluster):
 @pytest.fixture
 def kmock_options() -> dict[str, Any]:
     return {"cls": RecordingCluster}
-
-
-@contextlib.contextmanager
-def run_operator(cluster: Cluster, log_path: Path, scope: list[str]) -> Iterator[None]:
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "smetric.operator.cli",
-            "run",
-            "--api-server",
-            str(cluster.url).rstrip("/"),
-            *scope,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        text = log_path.read_text(errors="replace")
-        print(text[-6000:])
-        assert "Traceback" not in text, text[-4000:]
 
 
 CHILD_PLURALS = {
