@@ -45,6 +45,7 @@ from smetric.bench.procs import free_port
 # (tests/unit/epp/test_epp_body_memory.py), so 4 x 4 x 15.5 + 2 x 10 x 15.5 = 558 MB; the bound adds
 # nothing for allocator slack (glibc keeps freed arenas): the row fails if the budget is lifted.
 BODY_RSS_BOUND_MB = 600.0
+LOST_WORKER = b"parse worker"  # in the picker's 503 when a parse worker died or did not start
 
 
 def _off(st: ChaosStack, name: str) -> bool:
@@ -175,13 +176,16 @@ async def _bodies_row(st: ChaosStack, index: str, body: bytes, guard: str, refus
     growth = peak - rss0
     why = sorted({r.body[:70].decode(errors="replace") for r in replies if r.status == 503})
     refused = sum(1 for r in replies if r.status == 503 and BUDGET_REFUSAL in r.body)
+    # A parse worker that died or never started is the picker failing the body, not a refusal.
+    lost = [r.body[:160].decode(errors="replace") for r in replies if r.status == 503 and LOST_WORKER in r.body]
     return Row(
         f"8 concurrent 15.5 MiB agent bodies (~250k messages each), {index} index",
         f"every one answered (503 past the 64 MiB body budget{', at least one,' if refusal else ''} or the "
         f"decision budget); picker RSS growth < {BODY_RSS_BOUND_MB:.0f} MB",
         f"codes {codes} (400: the engine's context limit); picker RSS {rss0:.0f} -> peak {peak:.0f} MB "
-        f"(+{growth:.0f}); worst health {worst_health:.2f} s; {refused} refused by the body budget; 503: {why}",
-        all(c != 0 for c in codes) and growth < BODY_RSS_BOUND_MB and (refused >= 1 or not refusal),
+        f"(+{growth:.0f}); worst health {worst_health:.2f} s; {refused} refused by the body budget; 503: {why}"
+        + (f"; {len(lost)} lost to a parse worker: {lost[0]}" if lost else ""),
+        all(c != 0 for c in codes) and growth < BODY_RSS_BOUND_MB and (refused >= 1 or not refusal) and not lost,
         guard,
     )
 

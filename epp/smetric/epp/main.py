@@ -121,6 +121,8 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, toggle_decision_log)
     keeper = state_keeper(s, datastore.index, picker.responses)
+    if keeper is not None and keeper.peers and picker.responses is not None:
+        servicer.peer_lookup = keeper.ask_peers  # a follow-up that beat the push asks the peers
     reloader = config_reloader(s, servicer, datastore, models)
     metrics_server = authenticated_metrics(s, registry)
     await datastore.start()

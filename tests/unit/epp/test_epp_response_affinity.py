@@ -5,12 +5,16 @@ when that engine is gone, stale or outside the subset), and the map in the snaps
 
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import Any
 
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
 from smetric.core.views import RequestView
+from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.parse.body import MAX_RESPONSE_ID_CHARS, parse_body
 from smetric.epp.server.affinity import (
     ENTRY_OVERHEAD_BYTES,
@@ -24,7 +28,7 @@ from smetric.epp.server.static import StaticEndpointSource, idle_metrics
 from smetric.policy import PolicyParams
 from smetric.policy.framework import Router
 from smetric.policy.registry import make_policy
-from tests.support.epp_harness import FakeIndex
+from tests.support.epp_harness import BASE_HEADERS, FakeIndex, body_msgs, exchange, headers_msg, set_headers
 
 EPS = ("10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000")
 RID = "resp_0123456789abcdef0123456789abcdef"
@@ -253,3 +257,99 @@ async def test_a_peer_name_fans_out_to_every_address() -> None:
 
     assert "127.0.0.1:9004" in await _addresses("localhost:9004")
     assert await _addresses("no-such-host.invalid:9004") == ["no-such-host.invalid:9004"]
+
+
+# -- a follow-up that beat the push: the peers are asked ---------------------------------------------
+
+
+def _servicer(responses: ResponseAffinity) -> tuple[Any, FakeIndex, PickerMetrics]:
+    from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
+
+    source, index, params = StaticEndpointSource(EPS), FakeIndex(), PolicyParams()
+    picker = Picker(
+        source, index, Router(make_policy("smetric", params)), params.cost_model, responses=responses
+    )
+    metrics = PickerMetrics(CollectorRegistry())
+    return ExtProcServicer(picker, metrics, ServicerSettings()), index, metrics
+
+
+async def _follow_up(serve: Any, servicer: Any) -> str:
+    stub = await serve(servicer)
+    body = orjson.dumps({"model": "m", "input": "go on", "previous_response_id": RID})
+    out = await exchange(stub, [headers_msg({**BASE_HEADERS, ":path": "/v1/responses"}), *body_msgs(body)])
+    return set_headers(out[0])["x-smetric-destination-primary"]
+
+
+def _asks(metrics: PickerMetrics, outcome: str) -> float:
+    return metrics.registry.get_sample_value("smetric_epp_response_peer_asks_total", {"outcome": outcome}) or 0
+
+
+@pytest.mark.parametrize("peers", [True, False], ids=["peers", "no-peers"])
+async def test_a_follow_up_unknown_here_is_placed_by_the_peer_that_saw_its_response(
+    serve: Any, peers: bool
+) -> None:
+    """The follow-up reaches this replica before the other's push: with a peer lookup it still
+    goes to the engine holding its previous response; without (the guard off) the policy decides."""
+    responses = ResponseAffinity()
+    servicer, index, metrics = _servicer(responses)
+    index.hits = {EPS[0]: 100_000}  # the policy would take EPS[0]
+    asked: list[str] = []
+
+    async def lookup(rid: str) -> str | None:
+        asked.append(rid)
+        await asyncio.sleep(0.01)
+        responses.remember(rid, EPS[2], notify=False)  # as StateKeeper.ask_peers does
+        return EPS[2]
+
+    if peers:
+        servicer.peer_lookup = lookup
+    assert await _follow_up(serve, servicer) == (EPS[2] if peers else EPS[0])
+    assert asked == ([RID] if peers else [])
+    assert _asks(metrics, "found") == (1 if peers else 0)
+    if peers:  # known now: the next follow-up does not ask again
+        assert await _follow_up(serve, servicer) == EPS[2] and asked == [RID]
+
+
+async def test_a_peer_that_does_not_answer_delays_a_follow_up_by_a_bounded_time(serve: Any) -> None:
+    from smetric.epp.server.affinity import PEER_ASK_TIMEOUT_S
+
+    servicer, index, metrics = _servicer(ResponseAffinity())
+    index.hits = {EPS[0]: 100_000}
+
+    async def hangs(rid: str) -> str | None:
+        await asyncio.sleep(3600)
+        return None
+
+    servicer.peer_lookup = hangs
+    t0 = time.monotonic()
+    assert await _follow_up(serve, servicer) == EPS[0]  # the policy's choice, after the bound
+    assert time.monotonic() - t0 < PEER_ASK_TIMEOUT_S + 5.0
+    assert _asks(metrics, "unknown") == 1
+
+
+async def test_a_replica_answers_where_a_response_lives() -> None:
+    """StateKeeper.ask_peers over real HTTP: the first peer that knows wins (a dead peer and one
+    that does not know are no obstacle); an id no peer knows, or a malformed one, is None."""
+    from smetric.epp.envoy import free_port
+    from smetric.epp.server.snapshot import StateKeeper
+
+    knows, blank = free_port(), free_port()
+    holder = StateKeeper(_Index(), serve_port=knows, responses=ResponseAffinity())
+    other = StateKeeper(_Index(), serve_port=blank, responses=ResponseAffinity())
+    assert holder.responses is not None
+    holder.responses.remember(RID, EPS[1])
+    mine = ResponseAffinity()
+    asker = StateKeeper(
+        _Index(), peers=("127.0.0.1:1", f"127.0.0.1:{blank}", f"127.0.0.1:{knows}"), responses=mine
+    )
+    await holder.start()
+    await other.start()
+    try:
+        assert await asker.ask_peers(RID) == EPS[1]
+        assert mine.lookup(RID) == EPS[1]  # remembered here
+        assert await asker.ask_peers("resp_nobody_knows") is None
+        assert await asker.ask_peers("../snapshot") is None
+    finally:
+        await asker.stop()
+        await holder.stop()
+        await other.stop()

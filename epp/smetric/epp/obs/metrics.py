@@ -121,6 +121,13 @@ class PickerMetrics:
             ["outcome"],
             registry=registry,
         )
+        self.response_peer_asks = Counter(
+            "smetric_epp_response_peer_asks",
+            "Responses follow-ups whose previous response this replica had not heard of, asked of "
+            "its --peers: found (a peer knew its engine) or unknown (none answered with it in time)",
+            ["outcome"],
+            registry=registry,
+        )
 
     def endpoint_error(self, endpoint: str, status: int) -> None:
         self.endpoint_errors.labels(endpoint=endpoint, code=status_label(status)).inc()

@@ -33,6 +33,16 @@ ENTRY_OVERHEAD_BYTES = 120  # an OrderedDict node, two str headers (CPython 3.11
 # ``response`` object of ``response.created``, the stream's first event).
 _RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9_-]{1,128})"')
 HEAD_BYTES = 4096  # response bytes searched for the id; vLLM's response.created is ~1-2 KB
+PEER_ASK_TIMEOUT_S = 0.5  # a follow-up waits at most this long for the peer replicas' answer
+
+
+class AskPeers(Exception):
+    """Raised by a decision whose follow-up names a response this replica has not heard of: the
+    servicer asks the peer replicas (``--peers``) where it lives, then decides again."""
+
+    def __init__(self, response_id: str) -> None:
+        super().__init__(response_id)
+        self.response_id = response_id
 
 
 def response_id_in(head: bytes) -> str:

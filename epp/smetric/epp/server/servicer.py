@@ -19,11 +19,12 @@ response comes on a second, ``observability_mode`` stream, matched to its decisi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
@@ -38,6 +39,7 @@ from smetric.epp.parse.body import ParsedBody, parse_body
 from smetric.epp.parse.errors import RequestError
 from smetric.epp.parse.headers import HDR_REQUEST_ID, RequestHeaders, parse_headers
 from smetric.epp.server import messages as msgs
+from smetric.epp.server.affinity import PEER_ASK_TIMEOUT_S, AskPeers
 from smetric.epp.server.decide import Pick, Picker
 from smetric.epp.server.flow import FlowMetrics, FlowQueue, FlowShed, Held
 from smetric.epp.server.guard import (
@@ -150,6 +152,9 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         )
         self.offload = ParseOffload(self.settings.parse_workers, key_recipe, self.settings.parse_processes)
         self.admission = Admission(self.settings.max_inflight_decisions, self.settings.decision_budget_s)
+        # --peers: where a follow-up's previous response lives, asked of the other replicas
+        # (snapshot.StateKeeper.ask_peers) when this one has not heard of it
+        self.peer_lookup: Callable[[str], Awaitable[str | None]] | None = None
 
     def use_picker(self, picker: Picker, served_models: Iterable[str]) -> None:
         """A reloaded config: new requests go to ``picker`` (built with the running one's ledger,
@@ -177,6 +182,8 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
                         return
                     try:
                         out = self.handle(st, message)
+                    except AskPeers as ask:  # a follow-up this replica cannot place yet
+                        out = await self._ask_peers(st, ask.response_id)
                     except Held as held:  # flow control: wait, bounded, for an endpoint with capacity
                         out = await self._hold(st, held)
                 except StopAsyncIteration:
@@ -233,6 +240,25 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         finally:
             st.waiting = False
         return message
+
+    async def _ask_peers(self, st: StreamState, response_id: str) -> Responses:
+        """Ask the peer replicas where ``response_id`` lives (within the decision budget), then
+        decide again: pinned when one knew, by the policy otherwise."""
+        assert self.peer_lookup is not None and st.resume is not None
+        st.asked_peers = True
+        bound_s = PEER_ASK_TIMEOUT_S
+        if st.admitted_at is not None:
+            bound_s = min(bound_s, st.admitted_at + self.admission.budget_s - self.clock())
+        found = None
+        if bound_s > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(bound_s):
+                    found = await self.peer_lookup(response_id)
+        self.metrics.response_peer_asks.labels(outcome="found" if found else "unknown").inc()
+        try:
+            return st.resume()
+        except Held as held:
+            return await self._hold(st, held)
 
     async def _hold(self, st: StreamState, held: Held) -> Responses:
         """Park the stream in the flow-control queue until its decision goes through; the
@@ -301,6 +327,17 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         path = st.headers.path if st.headers is not None else ""
         st.preparsed, st.pretext, st.prekey = await self.offload.parse(st.body, path, self._index_key)
         return ep.ProcessingRequest(request_body=ep.HttpBody(end_of_stream=m.request_body.end_of_stream))
+
+    def _unknown_here(self, st: StreamState, parsed: ParsedBody) -> bool:
+        """A follow-up whose previous response this replica has not heard of, not yet asked."""
+        responses = self.picker.responses
+        return (
+            self.peer_lookup is not None
+            and not st.asked_peers
+            and st.held_since is None  # a decision re-run by flow control does not wait again
+            and responses is not None
+            and responses.lookup(parsed.previous_response_id) is None
+        )
 
     def _prompt_text(self, parsed: ParsedBody) -> str:
         """What the prefix index sees: the engines' chat rendering when known, else ours."""
@@ -431,6 +468,9 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
             raise RequestError(404, f"model {parsed.model!r} is not served by this pool")
         if parsed is not None and not prefills(h.path):  # a token count: routed by load alone
             parsed, st.prekey = None, None
+        if parsed is not None and parsed.previous_response_id and self._unknown_here(st, parsed):
+            st.preparsed = parsed  # the decision re-runs after the peers answered, unparsed
+            raise AskPeers(parsed.previous_response_id)
         view = RequestView(
             request_id=st.ledger_id,
             prompt_tokens=parsed.prompt_tokens if parsed else 0,

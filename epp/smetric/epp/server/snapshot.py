@@ -13,8 +13,11 @@ both optional:
 * Responses follow-ups (:mod:`smetric.epp.server.affinity`) between running replicas: a response
   id a picker learns (at its answer's first bytes) is POSTed to every peer's ``/responses`` within
   ``PUSH_INTERVAL_S`` (batched; at most ``MAX_OUTBOX`` waiting, the oldest dropped; each POST bounded
-  by ``PUSH_TIMEOUT_S``; a peer that does not answer misses that batch). A follow-up comes after its
-  previous response ended, so the replica it reaches already knows where that response lives.
+  by ``PUSH_TIMEOUT_S``; a peer that does not answer misses that batch). A client can send its
+  follow-up before the push lands (a loaded replica, a lost batch): a follow-up whose id this
+  replica does not know asks every peer's ``GET /responses/{id}`` at once (:meth:`StateKeeper.ask_peers`,
+  bounded by ``PEER_ASK_TIMEOUT_S`` and the request's decision budget) before it is routed; the
+  replica that saw the response knows it from that response's first bytes.
 
 Format: JSON ``{"version": 1, "tokens_per_key": T, "saved_at": unix_s, "endpoints": {address:
 base64(uint64 little-endian keys, least recent first)}, "responses": {response_id: address}}``
@@ -47,7 +50,7 @@ if TYPE_CHECKING:
     import aiohttp
     from aiohttp import web
 
-from smetric.epp.server.affinity import ResponseAffinity
+from smetric.epp.server.affinity import PEER_ASK_TIMEOUT_S, ResponseAffinity, valid_id
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +161,7 @@ class StateKeeper:
         self.host = host
         self._task: asyncio.Task[None] | None = None
         self._pusher: asyncio.Task[None] | None = None
+        self._asker: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self.restored_from = ""
         self._outbox: dict[str, str] = {}
@@ -197,6 +201,52 @@ class StateKeeper:
                 await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.debug("peer %s missed a response-id batch (%s)", peer, exc)
+
+    async def ask_peers(self, response_id: str) -> str | None:
+        """Where ``response_id`` lives, from the first peer that knows it (remembered here, not
+        pushed on); ``None`` when none answers with it within ``PEER_ASK_TIMEOUT_S``."""
+        if self.responses is None or not self.peers or not valid_id(response_id):
+            return None
+        import aiohttp
+
+        if self._asker is None:
+            self._asker = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PEER_ASK_TIMEOUT_S))
+        session = self._asker
+        targets = [t for peer in self.peers for t in await _addresses(peer)]
+        asks = [asyncio.ensure_future(self._ask(session, t, response_id)) for t in targets]
+        try:
+            for answer in asyncio.as_completed(asks):
+                address = await answer
+                if address is not None and self.responses.remember(response_id, address, notify=False):
+                    return address
+        finally:
+            for ask in asks:
+                ask.cancel()
+        return None
+
+    @staticmethod
+    async def _ask(session: aiohttp.ClientSession, peer: str, response_id: str) -> str | None:
+        import aiohttp
+
+        try:
+            async with session.get(f"http://{peer}/responses/{response_id}") as resp:
+                if resp.status != 200:
+                    return None
+                doc = orjson.loads(await resp.content.read(4096))
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+            log.debug("peer %s did not answer for a response id (%s)", peer, exc)
+            return None
+        address = doc.get("address") if isinstance(doc, dict) else None
+        return address if isinstance(address, str) else None
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
+        rid = request.match_info["rid"]
+        address = self.responses.lookup(rid) if self.responses is not None and valid_id(rid) else None
+        if address is None:
+            return web.Response(status=404)
+        return web.json_response({"address": address})
 
     async def _receive(self, request: web.Request) -> web.Response:
         from aiohttp import web
@@ -271,6 +321,7 @@ class StateKeeper:
             app = web.Application(client_max_size=MAX_PUSH_BYTES)
             app.router.add_get("/snapshot", self._serve)
             app.router.add_post("/responses", self._receive)
+            app.router.add_get("/responses/{rid}", self._answer)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
             await web.TCPSite(self._runner, self.host, self.serve_port).start()
@@ -292,6 +343,9 @@ class StateKeeper:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._task = self._pusher = None
+        if self._asker is not None:
+            await self._asker.close()
+            self._asker = None
         self.save()
         if self._runner is not None:
             await self._runner.cleanup()

@@ -17,6 +17,7 @@ from smetric.epp.server.messages import MODE_FULL_DUPLEX
 class StreamState:
     __slots__ = (
         "admitted_at",
+        "asked_peers",
         "body",
         "client",
         "completed",
@@ -55,6 +56,7 @@ class StreamState:
         self.held_since: float | None = None
         self.resume: Callable[[], Sequence[Any]] | None = None
         self.admitted_at: float | None = None  # headers arrived, no decision yet (decision budget)
+        self.asked_peers = False  # its previous_response_id was looked up at the picker's peers
         self.counted = False  # body complete, counted by admission control until decided
         self.deadline: asyncio.TimerHandle | None = None  # ... the end of its decision budget
         self.expired = False  # ... which has passed
