@@ -181,7 +181,7 @@ async def _bodies_row(st: ChaosStack, index: str, body: bytes, guard: str, refus
     return Row(
         f"8 concurrent 15.5 MiB agent bodies (~250k messages each), {index} index",
         f"every one answered (503 past the 64 MiB body budget{', at least one,' if refusal else ''} or the "
-        f"decision budget); picker RSS growth < {BODY_RSS_BOUND_MB:.0f} MB",
+        f"decision budget; none lost to a parse worker); picker RSS growth < {BODY_RSS_BOUND_MB:.0f} MB",
         f"codes {codes} (400: the engine's context limit); picker RSS {rss0:.0f} -> peak {peak:.0f} MB "
         f"(+{growth:.0f}); worst health {worst_health:.2f} s; {refused} refused by the body budget; 503: {why}"
         + (f"; {len(lost)} lost to a parse worker: {lost[0]}" if lost else ""),
