@@ -192,6 +192,13 @@ class FairQueue(Generic[T]):
     def capacity(self) -> int:
         return self._max
 
+    @capacity.setter
+    def capacity(self, max_queued: int) -> None:
+        """A new bound (a reloaded config); entries past a lower one stay until served or expired."""
+        if max_queued < 1:
+            raise ValueError(f"max_queued must be >= 1, got {max_queued}")
+        self._max = max_queued
+
     def push(
         self,
         item: T,

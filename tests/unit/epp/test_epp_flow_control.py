@@ -124,3 +124,39 @@ def test_config_section_parses_and_validates() -> None:
         assert "maxQueued" in str(exc)
     else:  # pragma: no cover
         raise AssertionError("maxQueued 0 accepted")
+
+
+async def test_a_reload_that_turns_flow_control_on_holds_new_requests(serve: object) -> None:
+    """The config reload (servicer.use_picker) builds the queue the initial config did not have;
+    without it the new picker's gate is never consulted and the request is routed at once."""
+    servicer, *_ = build()
+    assert servicer.flow is None
+    picker = servicer.picker
+    gate = SwitchGate(FlowControlConfig(enabled=True, ttl_s=30.0))
+    picker.flow_gate = gate
+    servicer.use_picker(picker, ())
+    stub = await serve(servicer)  # type: ignore[operator]
+    call = await send(stub, "r1")
+    read = asyncio.ensure_future(call.read())  # type: ignore[attr-defined]
+    await asyncio.sleep(0.3)
+    assert not read.done()  # held
+    gate.open = True
+    assert servicer.flow is not None
+    servicer.flow.kick()
+    assert (await asyncio.wait_for(read, 5.0)).HasField("request_headers")
+    call.cancel()  # type: ignore[attr-defined]
+
+
+async def test_a_reload_applies_the_new_queue_bound_and_ttl(serve: object) -> None:
+    servicer, _ = with_flow(ttl_s=30.0, max_queued=1)
+    new_gate = SwitchGate(FlowControlConfig(enabled=True, ttl_s=0.3, max_queued=2))
+    servicer.picker.flow_gate = new_gate
+    servicer.use_picker(servicer.picker, ())
+    stub = await serve(servicer)  # type: ignore[operator]
+    first = await send(stub, "r1")
+    second = await send(stub, "r2")
+    for call in (first, second):  # both held (bound 2, not 1), then shed at the new 0.3 s TTL
+        resp = await asyncio.wait_for(call.read(), 5.0)  # type: ignore[attr-defined]
+        assert resp.immediate_response.status.code == 429
+    assert sample(servicer, "smetric_epp_flow_control_shed_total", {"reason": "ttl"}) == 2
+    assert sample(servicer, "smetric_epp_flow_control_shed_total", {"reason": "capacity"}) == 0

@@ -107,6 +107,12 @@ class FlowQueue:
     def __len__(self) -> int:
         return len(self.queue)
 
+    def reconfigure(self, cfg: FlowControlConfig) -> None:
+        """A reloaded config: new requests are held under ``cfg`` (queue bound, TTL, deadline
+        shedding, Retry-After); those already waiting keep the expiry they were queued with."""
+        self.cfg = cfg
+        self.queue.capacity = cfg.max_queued
+
     async def hold(self, flow: str, priority: int, deadline_s: float, attempt: Callable[[], Any]) -> Any:
         """Wait until ``attempt()`` (the decision, re-run) returns; :class:`FlowShed` when the
         queue is full or the wait expires. ``attempt`` raises :class:`Held` while no endpoint

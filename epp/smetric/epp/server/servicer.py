@@ -162,6 +162,13 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         self.picker = picker
         self.hooks = picker
         self.settings = replace(self.settings, served_models=frozenset(served_models))
+        gate = getattr(picker, "flow_gate", None)
+        if gate is not None:  # flow control on in the new config: its queue bounds, from now on
+            if self.flow is None:
+                self.flow = FlowQueue(gate.config, FlowMetrics(self.metrics.registry), self.clock)
+            else:
+                self.flow.reconfigure(gate.config)
+        # (off in the new config: the new picker holds nothing; the queue drains what it holds)
 
     async def Process(
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: grpc.aio.ServicerContext
