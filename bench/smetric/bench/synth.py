@@ -5,8 +5,13 @@ actual answer to it, then one new message (the tool result or the user's next in
 the prompt's token count follows the trace. So consecutive prompts share their whole previous
 prompt as a prefix, which is what prefix caching (and a session-aware router) can exploit.
 
-Text is lowercase 4-letter words joined by single spaces; every synthesised message starts with
-``#`` and ends with ``.``. Punctuation is always a token of its own, so a message boundary never
+Text is lowercase 4-letter words joined by runs of four spaces (:data:`SEPARATOR`); every
+synthesised message starts with ``#`` and ends with ``.``. Under the emulator's fallback tokenizer
+(word and whitespace pieces of at most 4 characters) that is 4 characters per token, the ratio the
+picker's token estimate assumes (``ceil(chars / 4)``, as GIE's and llm-d's
+``averageCharactersPerToken = 4``) and real text about has: with single spaces (2.5 characters per
+token) the bench's picker saw every prompt and cached prefix 1.6x shorter than the engines did,
+which the simulator (reading the trace's token counts) does not. Punctuation is always a token of its own, so a message boundary never
 merges two words into one token and the prompt's tokens are the concatenation of each message's
 tokens (exact for the raw-concatenation rendering of the emulator's fallback tokenizer; within the
 chat template's per-message overhead for a real template). Sizes are measured with the same
@@ -29,6 +34,7 @@ TokenCount = Callable[[str], int]  # tokens of one message's text (the emulator'
 
 _LETTERS = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
 _MIN_MESSAGE_TOKENS = 3  # "#", one word, "."
+SEPARATOR = "    "  # one whitespace piece: a word and its separator are 8 characters, 2 tokens
 
 
 def _seed(*parts: object) -> int:
@@ -56,13 +62,13 @@ def synth_text(n_tokens: int, seed: int, count: TokenCount) -> str:
     for _ in range(12):
         if k + 1 > len(pool):
             pool += _words(rng, k + 1 - len(pool) + 64)
-        text = "#" + " ".join(pool[:k]) + "."
+        text = "#" + SEPARATOR.join(pool[:k]) + "."
         got = count(text)
         if got == target:
             return text
         if target - got == 1:
             # one token short: lengthen the last word into two 4-letter pieces
-            longer = "#" + " ".join([*pool[: k - 1], pool[k - 1] + pool[k]]) + "."
+            longer = "#" + SEPARATOR.join([*pool[: k - 1], pool[k - 1] + pool[k]]) + "."
             if count(longer) == target:
                 return longer
         per_word = max(got / k, 0.5)

@@ -87,3 +87,14 @@ def test_shared_system_prompt_is_identical_across_sessions() -> None:
     assert a.messages[0] == b.messages[0]
     assert a.messages[0] != c.messages[0]
     assert a.messages[1] != b.messages[1]
+
+
+@pytest.mark.parametrize("n", [64, 1000, 20_000])
+def test_the_pickers_chars_per_4_estimate_sees_the_engines_token_count(n: int) -> None:
+    """The picker estimates a prompt's tokens as ceil(chars / 4) (no tokenizer on its hot path);
+    the synthesised text must be what that estimate is made for, else the bench's picker sees
+    every prompt and cached prefix shorter than the engines do (single spaces: 0.63x)."""
+    from smetric.epp.parse.body import estimate_tokens
+
+    text = synth_text(n, seed=5, count=count)
+    assert estimate_tokens(len(text)) == pytest.approx(count(text), rel=0.02, abs=2)
