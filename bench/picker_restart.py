@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from smetric.bench.chaos_guards import Guard
-from smetric.bench.chaos_stack import ChaosSettings, ChaosStack, HostileEngine, chat
+from smetric.bench.chaos.guards import Guard
+from smetric.bench.chaos.stack import ChaosSettings, ChaosStack, HostileEngine, chat
 from smetric.bench.procs import Supervisor
 from smetric.bench.stacks import wait_grpc_serving
 

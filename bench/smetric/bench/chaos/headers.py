@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from smetric.bench.chaos_guards import LEDGER_KEY, PATHS, PICKER_PINGS, PROTOCOL_GUARD, SCRUB
-from smetric.bench.chaos_row import Row
-from smetric.bench.chaos_stack import MODEL, ChaosStack, Reply, chat
+from smetric.bench.chaos.guards import LEDGER_KEY, PATHS, PICKER_PINGS, PROTOCOL_GUARD, SCRUB
+from smetric.bench.chaos.row import Row
+from smetric.bench.chaos.stack import MODEL, ChaosStack, Reply, chat
 from smetric.bench.procs import free_port
 
 

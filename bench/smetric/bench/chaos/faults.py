@@ -1,6 +1,6 @@
 """The faults of ``smetric chaos``: each runs against a live :class:`ChaosStack` and returns rows
 (fault, expected, observed, passed, guard) with the figures it measured. :data:`FAULTS` is the
-run order (``chaos.FAULTS`` adds other modules' faults)."""
+run order (``cli.FAULTS`` adds other modules' faults)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from smetric.bench.chaos_bodies import hostile_bodies
-from smetric.bench.chaos_fairness import body_hogs
-from smetric.bench.chaos_frozen import endpoint_stop, endpoint_stop_burst
-from smetric.bench.chaos_gateway import prefills_on, upload_bounds, while_picker_dead
-from smetric.bench.chaos_guards import (
+from smetric.bench.chaos.bodies import hostile_bodies
+from smetric.bench.chaos.fairness import body_hogs
+from smetric.bench.chaos.frozen import endpoint_stop, endpoint_stop_burst
+from smetric.bench.chaos.gateway import prefills_on, upload_bounds, while_picker_dead
+from smetric.bench.chaos.guards import (
     CUT_STREAM,
     FAIL_CLOSE,
     GATEWAY_PINGS,
@@ -24,11 +24,11 @@ from smetric.bench.chaos_guards import (
     SCRAPE_CHECKS,
     STATE_FILE,
 )
-from smetric.bench.chaos_headers import hostile_headers_and_paths, long_prefill, protocol_errors
-from smetric.bench.chaos_row import Fault, Row
-from smetric.bench.chaos_stack import NO_DONE, ChaosStack, Reply, chat
-from smetric.bench.chaos_stale import stale_row, while_down
-from smetric.bench.chaos_uploads import slow_uploads
+from smetric.bench.chaos.headers import hostile_headers_and_paths, long_prefill, protocol_errors
+from smetric.bench.chaos.row import Fault, Row
+from smetric.bench.chaos.stack import NO_DONE, ChaosStack, Reply, chat
+from smetric.bench.chaos.stale import stale_row, while_down
+from smetric.bench.chaos.uploads import slow_uploads
 
 if TYPE_CHECKING:
     from smetric.epp.kvevents.store import BlockStore
@@ -178,9 +178,9 @@ async def kv_events(st: ChaosStack, quick: bool) -> list[Row]:
 
 @contextmanager
 def _kv_guards_off(st: ChaosStack) -> Iterator[None]:
-    """The picker-process patches of the disabled KV guards (chaos_unguarded), applied in this
+    """The picker-process patches of the disabled KV guards (chaos.unguarded), applied in this
     process for the duration of the in-process KV row, then undone."""
-    from smetric.bench.chaos_unguarded import PATCHES
+    from smetric.bench.chaos.unguarded import PATCHES
     from smetric.epp.kvevents.store import BlockStore
     from smetric.epp.kvevents.subscriber import SequenceTracker
 
@@ -252,7 +252,7 @@ async def _kv_flood(
             size[0] <= cap and lag[0] < 0.5,
             KV_STORE_CAP,
         ),
-        Row(  # the message size limit: chaos_state.kv_message_first
+        Row(  # the message size limit: chaos.state.kv_message_first
             "KV-event sequence gap",
             "gap counted and the endpoint resynchronised",
             f"{len(gaps)} gap(s) reported",

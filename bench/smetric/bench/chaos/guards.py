@@ -4,10 +4,10 @@ Every chaos row names the guard it checks (``Row.guard``). A :class:`Guard` says
 lives and how the chaos stack is built without it, through the same knobs a deployment has: fields
 of :class:`~smetric.epp.envoy.EnvoyOptions`, HTTP filters left out of the Envoy bootstrap, picker
 or emulator flags; where no knob exists, a patch applied inside the picker process by
-:mod:`smetric.bench.chaos_unguarded` (the production code keeps no test-only switch).
+:mod:`smetric.bench.chaos.unguarded` (the production code keeps no test-only switch).
 
 ``smetric chaos --guard-off NAME`` runs the faults that check ``NAME`` on a stack without it, and
-``tests/integration/chaos/test_chaos_guards.py`` asserts that every row naming the guard then FAILS: a
+``tests/integration/chaos/test_chaos/guards.py`` asserts that every row naming the guard then FAILS: a
 row that still passes with its guard off does not check that guard. Adding a guard is one entry in
 :data:`GUARDS` (or in a module's own tuple that ``chaos.py`` concatenates).
 """
@@ -30,7 +30,7 @@ class Guard:
     envoy: tuple[tuple[str, Any], ...] = ()  # EnvoyOptions fields replaced
     drop_filters: tuple[str, ...] = ()  # HTTP filters (by name) left out of every listener
     picker_flags: tuple[str, ...] = ()  # appended to the picker's argv (a later flag wins)
-    picker_patches: tuple[str, ...] = ()  # chaos_unguarded.PATCHES applied in the picker process
+    picker_patches: tuple[str, ...] = ()  # chaos.unguarded.PATCHES applied in the picker process
     emulator_flags: tuple[str, ...] = ()  # appended to every emulated engine's argv
 
 

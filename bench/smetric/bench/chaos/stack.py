@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from smetric.bench.chaos_guards import Guard, drop_http_filters, envoy_options_without
+from smetric.bench.chaos.guards import Guard, drop_http_filters, envoy_options_without
 from smetric.bench.procs import Supervisor, free_port, wait_http_ok
 from smetric.bench.stacks import HOST, smetric_argv, wait_grpc_serving
 
@@ -69,7 +69,7 @@ class HostileEngine:
     scrapes: int = 0
     last_scrape: float = 0.0
     worst_scrape_gap_s: float = 0.0  # the longest time between two scrapes (reset by the faults)
-    # Where set (chaos_bodies), each gap also as at most the growth of this clock meanwhile (the
+    # Where set (chaos.bodies), each gap also as at most the growth of this clock meanwhile (the
     # picker's CPU seconds): ``worst_scrape_gap_cpu_s``.
     cpu_clock: Callable[[], float] | None = None
     last_cpu: float = 0.0
@@ -186,7 +186,7 @@ class ChaosStack:
         patches = ",".join(p for g in s.guards_off for p in g.picker_patches)
         self.picker_argv = [
             *(
-                [sys.executable, "-m", "smetric.bench.chaos_unguarded", patches, "--"]
+                [sys.executable, "-m", "smetric.bench.chaos.unguarded", patches, "--"]
                 if patches
                 else smetric_argv("epp")
             ),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from smetric.bench.chaos_guards import ADMISSION, UPLOAD_COUNTING
-from smetric.bench.chaos_row import Row
-from smetric.bench.chaos_stack import MODEL, ChaosStack, chat
+from smetric.bench.chaos.guards import ADMISSION, UPLOAD_COUNTING
+from smetric.bench.chaos.row import Row
+from smetric.bench.chaos.stack import MODEL, ChaosStack, chat
 
 HELD_UPLOADS = 600
 NORMAL_REQUESTS = 10

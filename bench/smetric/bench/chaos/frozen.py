@@ -14,9 +14,9 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable
 
-from smetric.bench.chaos_guards import FROZEN_AVOIDED, IDLE_TIMEOUT, PER_TRY_IDLE, REQUEST_CAP, STALENESS
-from smetric.bench.chaos_row import Row
-from smetric.bench.chaos_stack import ChaosStack, Reply, chat
+from smetric.bench.chaos.guards import FROZEN_AVOIDED, IDLE_TIMEOUT, PER_TRY_IDLE, REQUEST_CAP, STALENESS
+from smetric.bench.chaos.row import Row
+from smetric.bench.chaos.stack import ChaosStack, Reply, chat
 
 WAVE = 9
 # New sessions sent at once after the freeze: their prompts (a few thousand tokens each, charged to

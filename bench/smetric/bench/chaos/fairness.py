@@ -4,7 +4,7 @@ Four clients upload bodies one byte under the 16 MiB limit, hold them one byte s
 and re-send the moment they are answered (the budget's 503, or the decision budget's 503 after
 ``--decision-budget-ms``). Four such bodies are 64 MiB - 4 bytes: with one cap on all bodies they
 hold the whole 64 MiB budget, and nearly every normal request is refused. With the fair budget
-(:data:`~smetric.bench.chaos_guards.BODY_FAIRNESS`) large bodies share at most 3/4 of it, so the
+(:data:`~smetric.bench.chaos.guards.BODY_FAIRNESS`) large bodies share at most 3/4 of it, so the
 normal requests meanwhile (1 kB to 400 kB, log-uniform) must succeed: at least 99 %.
 """
 
@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from smetric.bench.chaos_guards import BODY_FAIRNESS
-from smetric.bench.chaos_row import Row
-from smetric.bench.chaos_stack import MODEL, ChaosStack
+from smetric.bench.chaos.guards import BODY_FAIRNESS
+from smetric.bench.chaos.row import Row
+from smetric.bench.chaos.stack import MODEL, ChaosStack
 
 MAX_BODY_BYTES = 16 << 20  # the picker's default --max-body-bytes
 ATTACKERS = 4

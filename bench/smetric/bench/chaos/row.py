@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from smetric.bench.chaos_stack import ChaosStack
+from smetric.bench.chaos.stack import ChaosStack
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One line of the chaos table; ``guard`` names the :class:`~smetric.bench.chaos_guards.Guard`
+    """One line of the chaos table; ``guard`` names the :class:`~smetric.bench.chaos.guards.Guard`
     the row checks (``smetric chaos --guard-off`` must make it fail)."""
 
     fault: str

@@ -1,8 +1,8 @@
 """Chaos checks of the gateway's own guards (``epp/smetric/epp/envoy/hardening.py``), and the
-:class:`~smetric.bench.chaos_guards.Guard` entries that switch them off.
+:class:`~smetric.bench.chaos.guards.Guard` entries that switch them off.
 
 * Retries on the picker's fallbacks (``EnvoyOptions.retries``): :func:`prefills_on` puts requests
-  in prefill on the engine ``chaos_faults.endpoint_kill`` is about to SIGKILL. The engine sends no
+  in prefill on the engine ``chaos.faults.endpoint_kill`` is about to SIGKILL. The engine sends no
   response header before its first token (as vLLM), so each is reset before its response and
   must be retried on the picker's next fallback -- 200 from another engine. New requests sent
   after the kill are no test of retries: the picker sees the refused scrape within one scrape
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from smetric.bench.chaos_guards import FAIL_CLOSE, RETRIES, UPLOAD_BOUNDS, Guard
-from smetric.bench.chaos_row import Row
-from smetric.bench.chaos_stack import ChaosStack, Reply, chat
+from smetric.bench.chaos.guards import FAIL_CLOSE, RETRIES, UPLOAD_BOUNDS, Guard
+from smetric.bench.chaos.row import Row
+from smetric.bench.chaos.stack import ChaosStack, Reply, chat
 
 PREFILL_WAVE = 6  # new sessions with long prompts at a time, spread over the pool by the picker
 PREFILL_WAVES = 3

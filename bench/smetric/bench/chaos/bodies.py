@@ -1,15 +1,15 @@
 """Chaos fault of hostile request bodies through the gateway (:func:`hostile_bodies`).
 
-* The per-body limits (:data:`~smetric.bench.chaos_guards.BODY_LIMITS`): content nested 600 levels,
+* The per-body limits (:data:`~smetric.bench.chaos.guards.BODY_LIMITS`): content nested 600 levels,
   a body that is not JSON and one a byte over 16 MiB are answered by the picker itself (400, 400,
   413: its error body, ``"type": "smetric_epp"``), so no engine spends anything on them.
-* Parsing in worker processes (:data:`~smetric.bench.chaos_guards.PARSE_OFFLOAD`, switched off by
+* Parsing in worker processes (:data:`~smetric.bench.chaos.guards.PARSE_OFFLOAD`, switched off by
   ``--parse-processes=0``, which parses on two threads of the picker process): while three
   15.5 MiB agent transcripts (~250k messages each) are parsed and keyed, the picker's health server
   answers within one ``orjson.loads`` of such a body and its scrapes keep running, both counted in
   the picker's CPU seconds (see :data:`GAP_BOUND_S`). On threads the parse holds the GIL and the
   answers stall; a 15 MiB one-string body parses in milliseconds and would show nothing.
-* The body budget (:data:`~smetric.bench.chaos_guards.BODY_BUDGET`): eight 15 MiB uploads held one
+* The body budget (:data:`~smetric.bench.chaos.guards.BODY_BUDGET`): eight 15 MiB uploads held one
   byte short of complete are 120 MiB, more than the 64 MiB budget: the picker buffers at most four
   and refuses the others with its budget's 503 while they are held (complete bodies that parse in
   milliseconds may never be buffered together, so they would not show the budget), and its memory
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from smetric.bench.chaos_cpu import cpu_s_of, process_cpu_s
-from smetric.bench.chaos_guards import BODY_BUDGET, BODY_LIMITS, PARSE_OFFLOAD
-from smetric.bench.chaos_row import Row
-from smetric.bench.chaos_stack import MODEL, ChaosStack, Reply
+from smetric.bench.chaos.cpu import cpu_s_of, process_cpu_s
+from smetric.bench.chaos.guards import BODY_BUDGET, BODY_LIMITS, PARSE_OFFLOAD
+from smetric.bench.chaos.row import Row
+from smetric.bench.chaos.stack import MODEL, ChaosStack, Reply
 
 MAX_BODY_BYTES = 16 << 20  # the picker's default --max-body-bytes
 BUDGET_MB = 64.0  # the picker's default --body-budget-bytes
@@ -40,7 +40,7 @@ BODY_BYTES = int(15.5 * 1024 * 1024)  # an agent transcript just under the 16 Mi
 # While bodies are parsed, the picker's health answers must keep coming. A late answer on a loaded
 # box can be the picker's own work or time it waited for a CPU; only the first is the guard's, so
 # each answer counts as min(latency, CPU seconds all the picker's threads ran meanwhile)
-# (:mod:`smetric.bench.chaos_cpu`): the box's load then does not move the verdict. With the parse
+# (:mod:`smetric.bench.chaos.cpu`): the box's load then does not move the verdict. With the parse
 # on threads the event loop's thread sleeps on the GIL while an orjson, chat-rendering or tokenizer
 # call holds it, and that call's CPU seconds count; with the worker processes the picker runs only
 # its own loop meanwhile. The bound is one ``orjson.loads`` of the same body in CPU seconds,

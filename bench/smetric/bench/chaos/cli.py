@@ -1,13 +1,13 @@
 """``smetric chaos --json OUT [--quick]``: break a local Envoy + picker + emulated engines one fault
 at a time, then run a multi-turn streaming load. It prints one table (fault, expected, observed, pass;
-the faults are in :mod:`smetric.bench.chaos_faults`) and exits 1 if any row failed.
+the faults are in :mod:`smetric.bench.chaos.faults`) and exits 1 if any row failed.
 
 ``--quick`` (CI): fewer sessions and a 15 s load instead of 60 s. JSON: ``{"rows": [{fault,
 expected, observed, passed, guard}], "load": {sent, failed, stuck, p50_s, p99_s, picker_rss_mb_start,
 picker_rss_mb_peak, picker_rss_mb_end}, "quick", "wall_s", "guards_off"}``.
 
 ``--guard-off NAME`` (repeatable): build the stack without that guard
-(:mod:`smetric.bench.chaos_guards`) and run only the faults that check it, no load; the exit
+(:mod:`smetric.bench.chaos.guards`) and run only the faults that check it, no load; the exit
 status is 0 when every row naming a disabled guard FAILED (the rows can see their guard), else 1.
 ``--only FAULT`` (repeatable) runs only the named fault functions.
 
@@ -27,11 +27,12 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from smetric.bench import chaos_api, chaos_failing, chaos_faults, chaos_gateway, chaos_state
-from smetric.bench.chaos_faults import Fault, Row
-from smetric.bench.chaos_guards import GUARDS as BASE_GUARDS
-from smetric.bench.chaos_guards import NO_GUARD, Guard, by_name
-from smetric.bench.chaos_stack import ChaosSettings, ChaosStack, HostileEngine, chat
+from smetric.bench.chaos import api, failing, gateway, state
+from smetric.bench.chaos.faults import FAULTS as BASE_FAULTS
+from smetric.bench.chaos.faults import Fault, Row
+from smetric.bench.chaos.guards import GUARDS as BASE_GUARDS
+from smetric.bench.chaos.guards import NO_GUARD, Guard, by_name
+from smetric.bench.chaos.stack import ChaosSettings, ChaosStack, HostileEngine, chat
 from smetric.bench.procs import BenchError, Supervisor, check_writable
 from smetric.core.stopping import Interrupted, run_until_signalled
 
@@ -39,17 +40,17 @@ STUCK_AFTER_S = 30.0  # a load request without an answer by then is "stuck"
 
 # The faults run, in order, and the guards they check; other modules add theirs here.
 FAULTS: tuple[Fault, ...] = (
-    *chaos_faults.FAULTS,
-    *chaos_api.FAULTS,
-    *chaos_state.FAULTS,
-    *chaos_failing.FAULTS,
+    *BASE_FAULTS,
+    *api.FAULTS,
+    *state.FAULTS,
+    *failing.FAULTS,
 )
 GUARDS: tuple[Guard, ...] = (
-    *chaos_api.with_these_rows(BASE_GUARDS),
-    *chaos_api.GUARDS,
-    *chaos_state.GUARDS,
-    *chaos_gateway.GUARDS,
-    *chaos_failing.GUARDS,
+    *api.with_these_rows(BASE_GUARDS),
+    *api.GUARDS,
+    *state.GUARDS,
+    *gateway.GUARDS,
+    *failing.GUARDS,
 )
 
 

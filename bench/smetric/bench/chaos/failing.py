@@ -20,10 +20,10 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from smetric.bench.chaos_frozen import _sessions_on
-from smetric.bench.chaos_guards import Guard
-from smetric.bench.chaos_row import Fault, Row
-from smetric.bench.chaos_stack import ChaosStack, Reply, chat
+from smetric.bench.chaos.frozen import _sessions_on
+from smetric.bench.chaos.guards import Guard
+from smetric.bench.chaos.row import Fault, Row
+from smetric.bench.chaos.stack import ChaosStack, Reply, chat
 
 OUTLIER_EJECTION = "picker ejects an endpoint that answers errors"
 STATUS_RETRY = "gateway retries an engine's 5xx and 429 on the picker's fallbacks"

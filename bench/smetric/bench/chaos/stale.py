@@ -1,5 +1,5 @@
-"""The staleness row of ``chaos_faults.endpoint_kill``: a killed engine is avoided while it is down
-and chosen again once it is scraped fresh (:data:`~smetric.bench.chaos_guards.STALENESS`).
+"""The staleness row of ``chaos.faults.endpoint_kill``: a killed engine is avoided while it is down
+and chosen again once it is scraped fresh (:data:`~smetric.bench.chaos.guards.STALENESS`).
 
 While the engine is down, a wave of new sessions with long prompts goes out at once: the picker's
 dispatch ledger charges each to the engine it chose, so the live engines soon look busier than the
@@ -15,10 +15,10 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from smetric.bench.chaos_gateway import envoy_counter
-from smetric.bench.chaos_guards import STALENESS
-from smetric.bench.chaos_row import Row
-from smetric.bench.chaos_stack import ChaosStack, Reply, chat
+from smetric.bench.chaos.gateway import envoy_counter
+from smetric.bench.chaos.guards import STALENESS
+from smetric.bench.chaos.row import Row
+from smetric.bench.chaos.stack import ChaosStack, Reply, chat
 
 DOWN_WAVE = 12  # new sessions sent at once while the engine is down
 DOWN_FILLER = 400  # their one tool output: a prompt of a few thousand tokens, charged to the ledger

@@ -3,7 +3,7 @@ Anthropic Messages (``/v1/messages``, what Claude Code speaks) and, for the long
 OpenAI Responses (``/v1/responses``, whose stream opens before the first token).
 
 Each row names its guard. The header and long-quiet rows check guards registered in
-:mod:`smetric.bench.chaos_guards`; :func:`with_these_rows` adds this module's faults to those
+:mod:`smetric.bench.chaos.guards`; :func:`with_these_rows` adds this module's faults to those
 guards, so ``smetric chaos --guard-off`` runs them too. The body-size row checks the picker's own
 ``--max-body-bytes`` limit, registered here (:data:`GUARDS`).
 """
@@ -19,11 +19,11 @@ from typing import Any
 
 import aiohttp
 
-from smetric.bench.chaos_bodies import from_picker
-from smetric.bench.chaos_guards import BODY_LIMITS, PICKER_PINGS, SCRUB, Guard
-from smetric.bench.chaos_headers import QUIET_PAST_S
-from smetric.bench.chaos_row import Row
-from smetric.bench.chaos_stack import MODEL, ChaosStack, Reply, chat
+from smetric.bench.chaos.bodies import from_picker
+from smetric.bench.chaos.guards import BODY_LIMITS, PICKER_PINGS, SCRUB, Guard
+from smetric.bench.chaos.headers import QUIET_PAST_S
+from smetric.bench.chaos.row import Row
+from smetric.bench.chaos.stack import MODEL, ChaosStack, Reply, chat
 from smetric.bench.procs import free_port
 
 MESSAGES = "/v1/messages"
@@ -35,7 +35,7 @@ LIMIT_BYTES = 16 << 20  # the picker's default --max-body-bytes
 
 
 def messages(session: str, turns: int, *, max_tokens: int = 16, filler: int = 40) -> dict[str, Any]:
-    """:func:`~smetric.bench.chaos_stack.chat`'s conversation as an Anthropic Messages request with
+    """:func:`~smetric.bench.chaos.stack.chat`'s conversation as an Anthropic Messages request with
     tool turns: the system prompt top-level, each tool output a ``tool_result`` after the
     assistant's ``tool_use``."""
     base = chat(session, turns, max_tokens=max_tokens, filler=filler)

@@ -26,8 +26,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from smetric.bench.chaos_bodies import BUDGET_REFUSAL, agent_body, probed
-from smetric.bench.chaos_guards import (
+from smetric.bench.chaos.bodies import BUDGET_REFUSAL, agent_body, probed
+from smetric.bench.chaos.guards import (
     BODY_BUDGET,
     KV_MESSAGE_LIMIT,
     KV_RECONNECT,
@@ -36,8 +36,8 @@ from smetric.bench.chaos_guards import (
     STATE_FILE,
     Guard,
 )
-from smetric.bench.chaos_row import Fault, Row
-from smetric.bench.chaos_stack import ChaosStack, chat
+from smetric.bench.chaos.row import Fault, Row
+from smetric.bench.chaos.stack import ChaosStack, chat
 from smetric.bench.procs import free_port
 
 # 8 bodies against the 64 MiB body budget: at most 4 buffered at once, 2 parsed at once. Per body
@@ -57,7 +57,7 @@ def _off(st: ChaosStack, name: str) -> bool:
 
 @contextmanager
 def _reconnect_off(off: bool) -> Iterator[None]:
-    """The ``kv-no-reconnect`` patch (chaos_unguarded), here, for the duration of the row."""
+    """The ``kv-no-reconnect`` patch (chaos.unguarded), here, for the duration of the row."""
     from smetric.epp.kvevents import subscriber
 
     saved = subscriber.RECONNECT_ON

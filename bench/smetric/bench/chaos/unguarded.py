@@ -1,8 +1,8 @@
-"""``python -m smetric.bench.chaos_unguarded PATCH[,PATCH...] -- PICKER-FLAGS...``: the picker
+"""``python -m smetric.bench.chaos.unguarded PATCH[,PATCH...] -- PICKER-FLAGS...``: the picker
 (``smetric epp``) with guards switched off that have no flag, for ``smetric chaos --guard-off``.
 
 Each patch replaces one guard by what the code would do without it, in this process only; the
-production code has no switch for them. A patch name is what :class:`~smetric.bench.chaos_guards.Guard`
+production code has no switch for them. A patch name is what :class:`~smetric.bench.chaos.guards.Guard`
 lists in ``picker_patches``.
 """
 
@@ -99,7 +99,7 @@ def _whole_prompt_key() -> None:
         self._argv = [
             sys.executable,
             "-m",
-            "smetric.bench.chaos_unguarded",
+            "smetric.bench.chaos.unguarded",
             "whole-prompt-key",
             PARSE_WORKER,
             recipe,
@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = [n for n in args[0].split(",") if n]
     unknown = [n for n in names if n not in PATCHES]
     if unknown:
-        print(f"chaos_unguarded: unknown patch(es) {unknown}; known: {sorted(PATCHES)}", file=sys.stderr)
+        print(f"chaos.unguarded: unknown patch(es) {unknown}; known: {sorted(PATCHES)}", file=sys.stderr)
         return 2
     for n in names:
         PATCHES[n]()
