@@ -1,6 +1,6 @@
-"""``python bench/evidence_merge.py BASE.json VARIANT.json OUT.json [--policy smetric]``: one regime's
+"""``python -m smetric.bench.evidence.merge BASE.json VARIANT.json OUT.json [--policy smetric]``: one regime's
 sweep with the policy's rows taken from another sweep of the same regime (e.g. SMetric alone with
-``--param smetric.nobodyMeets=least-loaded``), for ``bench/evidence.py``. The baselines' rows are
+``--param smetric.nobodyMeets=least-loaded``), for ``smetric.bench.evidence.knee``. The baselines' rows are
 BASE's (the runs are deterministic per policy, rate and seed, so re-running them would give the
 same numbers); the variant must cover BASE's seeds and rates."""
 

@@ -1,6 +1,6 @@
 """Paired TPS-within-SLO differences of every row to one reference row, from a bench JSON.
 
-    python bench/paired.py out/q.json --ref lmetric
+    python -m smetric.bench.paired out/q.json --ref lmetric
 
 `smetric bench` pairs every row with its first picker policy; this recomputes the pairs against
 any row from the JSON's ``per_seed`` values (same seed = same families, arrivals and messages):

@@ -1,7 +1,7 @@
 """Global-tier usage of simulated runs (a diagnostic, not a test): NIC utilisation, the share of
 instance time stalled on synchronous loads, and bytes loaded / written / evicted.
 
-    python bench/global_tier_usage.py smetric,bailian 3 0,1,2 --instances 16 --warmup-s 1200 --measure-s 1200
+    python -m smetric.bench.evidence.global_tier_usage smetric,bailian 3 0,1,2 --instances 16 --warmup-s 1200 --measure-s 1200
 
 One JSON line per (policy, rate, seed). The figures come from the run's global tier counters
 (``GlobalTier.bytes_loaded`` / ``bytes_written``) and each instance's GPU-tier ``evicted_blocks``:

@@ -10,7 +10,7 @@ Variants: the policies given, plus ``smetric-tiered -<mechanism>`` for each abla
 
 Example (the run in docs/policies.md, 16 instances, about 15 min on 2 cores)::
 
-    python bench/tiered_ablation.py --instances 16 --rates 2.5,3,3.25,3.5 --seeds 0,1,2 \
+    python -m smetric.bench.evidence.tiered_ablation --instances 16 --rates 2.5,3,3.25,3.5 --seeds 0,1,2 \
         --json out/tiered.json
 """
 
@@ -35,7 +35,7 @@ from smetric.sim.simulator import simulate as _simulate
 from smetric.sim.workload import PreparedWorkload, prepare
 from smetric.trace import load_agentic
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "claude-code-agentic.jsonl.gz"
+TRACE = Path(__file__).resolve().parents[4] / ".." / "shared" / "traces" / "claude-code-agentic.jsonl.gz"
 BASE_FAMILIES_PER_S_PER_32 = 0.02  # smetric.sim.sweep's base rate
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 DEFAULT_POLICIES = "smetric-tiered,smetric,dynamo,lmetric,load-balance,llmd-slo"

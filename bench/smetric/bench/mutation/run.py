@@ -1,9 +1,9 @@
 """Mutation testing of the routing, admission and rendering modules (docs/mutation.md).
 
-    python bench/mutation.py                      # every module in MODULES
-    python bench/mutation.py policy.estimates     # one module (its short name)
-    python bench/mutation.py --list policy.smetric  # print the mutants, run nothing
-    python bench/mutation.py --json out/mut.json  # also write every mutant's outcome
+    python -m smetric.bench.mutation.run                      # every module in MODULES
+    python -m smetric.bench.mutation.run policy.estimates     # one module (its short name)
+    python -m smetric.bench.mutation.run --list policy.smetric  # print the mutants, run nothing
+    python -m smetric.bench.mutation.run --json out/mut.json  # also write every mutant's outcome
 
 Why a project script and not ``mutmut run``: mutmut 3 mutates function bodies only (its trampoline
 swaps whole functions), so module-level tuples such as the trusted-header list and class-level
@@ -13,7 +13,7 @@ rewrites the file in place and starts a fresh pytest per mutant. This script app
 operator set (plus keyword, element and statement removal) to the AST and never writes a source
 file: each mutant is compiled in memory and served by an import hook in a forked child, which runs
 the module's mapped unit tests with ``pytest -x``. A test failure, collection error or timeout
-kills the mutant; a clean pass lets it survive. Mutants named in ``bench/mutation_equivalent.txt``
+kills the mutant; a clean pass lets it survive. Mutants named in ``bench/smetric/bench/mutation/equivalent.txt``
 (argued equivalent in docs/mutation.md) are left out of the score.
 """
 
@@ -37,10 +37,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
-from mutation_ops import mutants, mutated_source
+from smetric.bench.mutation.ops import mutants, mutated_source
 
-ROOT = Path(__file__).resolve().parent.parent
-EQUIVALENT_FILE = ROOT / "bench" / "mutation_equivalent.txt"
+ROOT = Path(__file__).resolve().parents[4]  # the repository: the mutated modules and their tests
+EQUIVALENT_FILE = Path(__file__).resolve().parent / "equivalent.txt"
 
 # Module (short name) -> (source file, its focused tests, the other unit tests that exercise it).
 # A mutant runs against the focused tests first; only their survivors run the rest (same verdict as
@@ -203,7 +203,7 @@ def run_one(
 
 
 def load_equivalent() -> dict[str, str]:
-    """``key  module  reason`` lines from bench/mutation_equivalent.txt (``#`` comments)."""
+    """``key  module  reason`` lines from bench/smetric/bench/mutation/equivalent.txt (``#`` comments)."""
     out: dict[str, str] = {}
     if EQUIVALENT_FILE.exists():
         for raw in EQUIVALENT_FILE.read_text().splitlines():

@@ -1,8 +1,8 @@
 """Where does a bench configuration land? A plan-level estimate, before spending bench time.
 
-    python bench/quick_regime.py --rates 1,2,2.83                          # the old --quick (x1/16, full tier)
-    python bench/quick_regime.py --quick --token-cost scaled --duration 240 --rates 0.088,0.125,0.177  # the previous one
-    python bench/quick_regime.py --quick --rates 0.0035,0.005,0.007        # today's --quick (cost preserved)
+    python -m smetric.bench.quick_regime --rates 1,2,2.83                          # the old --quick (x1/16, full tier)
+    python -m smetric.bench.quick_regime --quick --token-cost scaled --duration 240 --rates 0.088,0.125,0.177  # the previous one
+    python -m smetric.bench.quick_regime --quick --rates 0.0035,0.005,0.007        # today's --quick (cost preserved)
 
 For each rate it replays the bench's own plan (same families, start times and scaled tokens as
 `smetric bench` with that seed) with queue-free response times from the preset's cost model and

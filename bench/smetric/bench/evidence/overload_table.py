@@ -3,7 +3,7 @@ their `.runs.jsonl` sidecars, read while a sweep runs): per (policy, rate) and f
 on, the mean over seeds of TPS within SLO (colocated) or prefill tokens/s within SLO (P/D), the
 shed share, the agents' family completion time and slowdown, and the share of families done.
 
-    python bench/overload_table.py off.json "fc ttl 2 s=on.json"
+    python -m smetric.bench.evidence.overload_table off.json "fc ttl 2 s=on.json"
 
 Each argument is a file, optionally prefixed by ``LABEL=`` (the flow-control column shows the
 label, else on / off).

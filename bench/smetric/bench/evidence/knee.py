@@ -1,7 +1,7 @@
 """SMetric against the best baseline at the knee and one rate step past it, from `smetric simulate`
 JSONs (one per regime), with the drift of every run and an optional headroom bound.
 
-    python bench/evidence.py out/ev/coloc-full.json out/ev/pd-full.json ... \\
+    python -m smetric.bench.evidence.knee out/ev/coloc-full.json out/ev/pd-full.json ... \\
         [--headroom REGIME_JSON=IDEAL_JSON ...] [--policy smetric] [--markdown]
 
 Per regime (one JSON):

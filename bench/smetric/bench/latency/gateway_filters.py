@@ -2,8 +2,8 @@
 the same picker process and backend behind two Envoys, one with them and one without; 128 KiB
 requests alternate between the two; latencies are paired by position.
 
-    python bench/gateway_filters_ab.py [N]          # N rounds (default 400; the first 20 are warm-up)
-    python bench/gateway_filters_ab.py N retries    # ORIGINAL_DST with retries (composite cluster +
+    python -m smetric.bench.latency.gateway_filters [N]          # N rounds (default 400; the first 20 are warm-up)
+    python -m smetric.bench.latency.gateway_filters N retries    # ORIGINAL_DST with retries (composite cluster +
                                                     # fallback-header filter) against retries=0
 """
 

@@ -1,4 +1,4 @@
-"""``python bench/picker_restart.py [--runs N]``: a single picker's restart window, measured.
+"""``python -m smetric.bench.latency.restart [--runs N]``: a single picker's restart window, measured.
 
 The chaos stack (real Envoy, the real ``smetric epp`` process, emulated engines) with one picker;
 a client sends a small streaming chat request every 20 ms (up to 8 in flight). Per run: SIGTERM the

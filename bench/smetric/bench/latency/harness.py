@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def pct(xs: Sequence[float], q: float) -> float:

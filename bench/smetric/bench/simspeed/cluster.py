@@ -2,7 +2,7 @@
 inline (1 process), on the local process pool (2) and on a throwaway Dask cluster of 1 and 2
 workers (``--cluster local:N``), with the per-task overhead of each executor.
 
-    python bench/sim_cluster_speed.py [--trace PATH] [--json out.json]
+    python -m smetric.bench.simspeed.cluster [--trace PATH] [--json out.json]
 
 The sweep: 4 policies x 4 rates x 3 seeds on 16 instances, the whole agentic trace, 900 + 900
 simulated seconds (about a second of CPU per run, the regime map's scale), no knee extension

@@ -11,7 +11,7 @@ when the interval of the paired absolute differences excludes 0):
 * ``smetric-paper`` vs the best baseline as shipped;
 * the best baseline + pieces vs the best baseline as shipped.
 
-"Best" is by mean at that rate. Usage: python bench/evidence_pieces.py OUT/i16-coloc-full.json
+"Best" is by mean at that rate. Usage: python -m smetric.bench.evidence.pieces OUT/i16-coloc-full.json
 OUT/i16-pd-full.json [--rate 3]
 """
 

@@ -1,4 +1,4 @@
-"""``python bench/drift_check.py SIM.json [...]``: is the offered load steady, and how much does a
+"""``python -m smetric.bench.evidence.drift_check SIM.json [...]``: is the offered load steady, and how much does a
 single run's arrival drift tell? Per (policy, rate) of ``smetric simulate --json`` outputs:
 
 * **mean drift** over the seeds with its 95 % t-interval: a generator that ramps (or decays) shows

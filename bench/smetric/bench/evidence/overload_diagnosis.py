@@ -1,7 +1,7 @@
 """Why balance-aware routing collapses past the knee: one simulated run per (policy, rate) with
 the overload probe (``smetric.sim.gateway.OverloadProbe``); prints one JSON line per run.
 
-    python bench/overload_diagnosis.py --instances 16 --rates 3.5,5 --policies smetric,dynamo,round-robin
+    python -m smetric.bench.evidence.overload_diagnosis --instances 16 --rates 3.5,5 --policies smetric,dynamo,round-robin
 
 Per run: TPS within SLO; the share of dispatches the router's own TTFT estimate already said no
 instance could meet (``doomed_at_dispatch_share``) and how many of those missed; the share of

@@ -1,4 +1,4 @@
-"""The mutation operators of ``bench/mutation.py`` (docs/mutation.md): which nodes of a module's
+"""The mutation operators of ``smetric.bench.mutation.run`` (docs/mutation.md): which nodes of a module's
 AST change, how, and the source of one mutant. Pure functions of the source text."""
 
 from __future__ import annotations

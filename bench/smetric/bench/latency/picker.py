@@ -1,6 +1,6 @@
 """Picker latency benchmark: decision latency, added latency through Envoy, sustained throughput.
 
-    .venv/bin/python bench/picker_latency.py [--quick] [--out results.json]
+    .venv/bin/python -m smetric.bench.latency.picker [--quick] [--out results.json]
 
 1. Decision latency p50/p99 at 8, 32 and 128 endpoints:
    * ``policy``: :meth:`Picker.pick` in process (approximate prefix index lookup, snapshots, the
@@ -45,7 +45,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
 from prometheus_client import CollectorRegistry
 
-from latency_harness import agent_body, spawn, summary_ms, timed_post
+from smetric.bench.latency.harness import agent_body, spawn, summary_ms, timed_post
 from smetric.core.views import RequestView
 from smetric.epp.config import PickerConfig, PolicySection, policy_params
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port

@@ -1,6 +1,6 @@
 """Envoy + SMetric picker vs ``vllm-router``, side by side on the same backends.
 
-    python bench/picker_side_by_side.py [--runs 5] [--requests 300] [--out side.json]
+    python -m smetric.bench.latency.side_by_side [--runs 5] [--requests 300] [--out side.json]
 
 Each run starts, on this machine, fresh processes:
 
@@ -54,8 +54,7 @@ from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from latency_harness import agent_body, spawn, summary_ms, timed_post
+from smetric.bench.latency.harness import agent_body, spawn, summary_ms, timed_post
 from smetric.bench.procs import wait_http_ok
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.health import wait_serving

@@ -22,10 +22,10 @@ sync,async`` runs every variant both ways and adds each variant's paired margin 
 
 Example (the run in docs/policies.md)::
 
-    python bench/estimates_ablation.py --modes disaggregated,colocated --instances 16 \\
+    python -m smetric.bench.evidence.estimates_ablation --modes disaggregated,colocated --instances 16 \\
         --rates 3,4 --seeds 0,1,2 --json out/estimates.json
     # the load model both ways (docs/simulator.md, "Load mode")
-    python bench/estimates_ablation.py --variants tier,llmd-slo,lmetric --load-modes sync,async \\
+    python -m smetric.bench.evidence.estimates_ablation --variants tier,llmd-slo,lmetric --load-modes sync,async \\
         --rates 2,3,4,5 --json out/load_modes.json
 """
 
@@ -50,7 +50,7 @@ from smetric.sim.sweep import BASE_FAMILIES_PER_S_PER_32
 from smetric.sim.workload import PreparedWorkload, prepare
 from smetric.trace import load_agentic
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "claude-code-agentic.jsonl.gz"
+TRACE = Path(__file__).resolve().parents[4] / ".." / "shared" / "traces" / "claude-code-agentic.jsonl.gz"
 
 # The estimate forms run with nobodyMeets: stick, so the table in docs/policies.md reproduces;
 # "tier-ll" is the default's form (least-loaded; docs/evidence.md, "Nobody meets").

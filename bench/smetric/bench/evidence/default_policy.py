@@ -6,7 +6,7 @@ it is not clearly worse than the regime's best policy, and its mean relative pea
 highest mean peak. Relative peak: mean peak / the best's mean peak. Ranked by the count, then by
 the mean relative peak over the regimes::
 
-    python bench/default_policy.py results/regime-map.json
+    python -m smetric.bench.evidence.default_policy results/regime-map.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Simulator speed benchmark (a benchmark, not a test): events/s and how cost grows.
 
-    .venv/bin/python bench/sim_speed.py [--trace PATH] [--policy smetric] [--json out.json]
+    .venv/bin/python -m smetric.bench.simspeed.simulator [--trace PATH] [--policy smetric] [--json out.json]
 
 Reports, on one core:
 
