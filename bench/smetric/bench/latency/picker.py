@@ -30,36 +30,41 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import grpc
-from aiohttp import web
 from envoy.config.core.v3 import base_pb2
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ep
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
-from prometheus_client import CollectorRegistry
 
-from smetric.bench.latency.harness import agent_body, spawn, summary_ms, timed_post
+from smetric.bench.latency.harness import (
+    SIZES,
+    agent_body,
+    chat_url,
+    climb,
+    envoy_options,
+    p50_p99,
+    rotate,
+    sized_bodies,
+    spawn_server,
+    start_envoy,
+    start_picker,
+    summary_ms,
+    table,
+    timed_post,
+    write_json,
+)
+from smetric.bench.latency.servers import make_picker
 from smetric.core.views import RequestView
-from smetric.epp.config import PickerConfig, PolicySection, policy_params
-from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
-from smetric.epp.index.approximate import ApproximateIndex
-from smetric.epp.obs.health import wait_serving
-from smetric.epp.obs.metrics import PickerMetrics
+from smetric.epp.config import PolicySection
+from smetric.epp.envoy import bootstrap, free_port
 from smetric.epp.parse.body import parse_body
-from smetric.epp.server.app import PickerServer, build_picker
-from smetric.epp.server.decide import Picker
-from smetric.epp.server.servicer import ExtProcServicer
-from smetric.epp.server.static import StaticEndpointSource
-
-PY = sys.executable
-
 
 # -- workload ---------------------------------------------------------------------------------------
 
@@ -70,12 +75,6 @@ def decision_bodies(n: int, seed: int = 1) -> list[bytes]:
 
 
 # -- 1. decision latency ---------------------------------------------------------------------------
-
-
-def make_picker(n_endpoints: int, policy: PolicySection | None = None) -> Picker:
-    addrs = [f"10.0.{i // 250}.{i % 250 + 1}:8000" for i in range(n_endpoints)]
-    cfg = PickerConfig() if policy is None else PickerConfig(policy=policy)
-    return build_picker(cfg, policy_params(cfg), StaticEndpointSource(addrs), ApproximateIndex())
 
 
 def bench_policy(
@@ -133,9 +132,8 @@ def bench_breakdown(n: int) -> list[dict[str, Any]]:
     """Where one decision's time goes, by body size: JSON parse, prefix-index key (hashing the
     prompt), and the rest of the pick (hits lookup, snapshots, policy, ledger) at 8 endpoints."""
     out = []
-    for size in (8 * 1024, 128 * 1024, 1024 * 1024):
-        rng = random.Random(size)
-        bodies = [agent_body(rng, i % 32, i % 4, size) for i in range(n)]
+    for size in SIZES:
+        bodies = sized_bodies(size, n)
         picker = make_picker(8)
         parse_s, key_s, rest_s = [], [], []
         for i, body in enumerate(bodies):
@@ -208,51 +206,17 @@ async def bench_ext_proc(port: int, bodies: list[bytes]) -> dict[str, float]:
     return summary_ms(times[len(times) // 10 :])
 
 
-async def serve_static_picker(port: int, n_endpoints: int) -> None:
-    """Subprocess mode: a picker with N static endpoints (no backends needed for decisions)."""
-    picker = make_picker(n_endpoints)
-    server = PickerServer(
-        ExtProcServicer(picker, PickerMetrics(CollectorRegistry())),
-        None,
-        host="127.0.0.1",
-        grpc_port=port,
-        health_port=None,
-    )
-    await server.start()
-    print("ready", flush=True)
-    await asyncio.Event().wait()
-
-
-# -- backends -----------------------------------------------------------------------------------------
-
-
-async def serve_backends(ports: list[int]) -> None:
-    """Subprocess mode: OpenAI-shaped echo servers that also serve vLLM /metrics (idle engine)."""
-    metrics = (
-        'vllm:num_requests_running{engine="0",model_name="m"} 0\n'
-        'vllm:num_requests_waiting{engine="0",model_name="m"} 0\n'
-        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.05\n'
-        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="65536"} 1.0\n'
-    )
-
-    async def chat(request: web.Request) -> web.Response:
-        body = await request.read()
-        return web.json_response(
-            {"bytes": len(body), "usage": {"prompt_tokens": len(body) // 4, "completion_tokens": 1}}
-        )
-
-    async def prom(request: web.Request) -> web.Response:
-        return web.Response(text=metrics, content_type="text/plain")
-
-    for port in ports:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", chat)
-        app.router.add_get("/metrics", prom)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-    print("ready", flush=True)
-    await asyncio.Event().wait()
+async def run_decision_benches(quick: bool) -> list[dict[str, Any]]:
+    bodies = decision_bodies(200 if quick else 1000)
+    out = []
+    for n in (8, 32, 128):
+        policy = bench_policy(n, bodies)
+        port = free_port()
+        async with AsyncExitStack() as stack:
+            spawn_server(stack, "static-picker", str(port), str(n))
+            path = await bench_ext_proc(port, bodies)
+        out.append({"endpoints": n, "policy": policy, "ext_proc": path})
+    return out
 
 
 # -- 2 + 3. through Envoy ------------------------------------------------------------------------------
@@ -262,12 +226,7 @@ async def bench_added(
     session: aiohttp.ClientSession, urls: dict[str, str], size: int, n: int
 ) -> dict[str, Any]:
     """Round-robin over the paths (``direct`` and picker variants) so all see the same machine state."""
-    rng = random.Random(size)
-    bodies = [agent_body(rng, i % 32, i % 4, size) for i in range(n)]
-    times: dict[str, list[float]] = {name: [] for name in urls}
-    for b in bodies:
-        for name, url in urls.items():
-            times[name].append(await timed_post(session, url, b))
+    times = await rotate(session, urls, sized_bodies(size, n))
     skip = n // 10
     out: dict[str, Any] = {"body_bytes": size}
     for name, xs in times.items():
@@ -300,74 +259,36 @@ async def closed_loop(
 async def bench_sustained(session: aiohttp.ClientSession, url: str, duration_s: float) -> dict[str, Any]:
     rng = random.Random(7)
     bodies = [agent_body(rng, i % 64, i % 4, 128 * 1024) for i in range(64)]
-    levels: list[dict[str, Any]] = []
-    base_p99 = None
-    for c in (1, 2, 4, 8, 16, 32, 64):
-        r = await closed_loop(session, url, bodies, c, duration_s)
-        levels.append(r)
-        if base_p99 is None:
-            base_p99 = r["p99_ms"]
-        elif r["p99_ms"] > 2 * base_p99:
-            break
-    ok = [r for r in levels if r["p99_ms"] <= 2 * levels[0]["p99_ms"]]
-    return {"levels": levels, "max_req_s_before_p99_doubles": max(r["req_s"] for r in ok)}
+    return await climb(lambda c: closed_loop(session, url, bodies, c, duration_s))
 
 
 async def run_envoy_benches(quick: bool) -> dict[str, Any]:
-    n_backends = 8
-    ports = [free_port() for _ in range(n_backends)]
-    backends = spawn([PY, __file__, "--serve-backends", ",".join(map(str, ports))])
-    grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
-    picker = spawn(
-        [
-            PY, "-m", "smetric.epp.main",
-            "--endpoints", ",".join(f"127.0.0.1:{p}" for p in ports),
-            "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
-            "--metrics-port", str(metrics_port), "--log-level", "warning",
-            "--response-path", "observer", "--secure-serving=false",
-        ],
-        wait_ready=False,
-    )  # fmt: skip
-    try:
-        await wait_serving(f"127.0.0.1:{health_port}", 30.0)
-        opts = EnvoyOptions(
-            listen_port=free_port(),
-            admin_port=free_port(),
-            picker_port=grpc_port,
-            direct_port=free_port(),
-            direct_backend=f"127.0.0.1:{ports[0]}",
+    ports = [free_port() for _ in range(8)]
+    direct_port = free_port()
+    async with AsyncExitStack() as stack:
+        spawn_server(stack, "backends", ",".join(map(str, ports)))
+        picker = await start_picker(stack, ports, "--response-path", "observer")
+        inline = envoy_options(
+            picker.grpc_port, direct_port=direct_port, direct_backend=f"127.0.0.1:{ports[0]}"
         )
-        buffered = EnvoyOptions(
-            listen_port=free_port(),
-            admin_port=free_port(),
-            picker_port=grpc_port,
-            request_body_mode="BUFFERED",
-        )
-        observer = EnvoyOptions(
-            listen_port=free_port(), admin_port=free_port(), picker_port=grpc_port, response_path="observer"
-        )
-        async with (
-            EnvoyProcess(bootstrap(opts)),
-            EnvoyProcess(bootstrap(observer)),
-            EnvoyProcess(bootstrap(buffered)),
-        ):
-            urls = {
-                "direct": f"http://127.0.0.1:{opts.direct_port}/v1/chat/completions",
-                "full_duplex": f"http://127.0.0.1:{opts.listen_port}/v1/chat/completions",
-                "observer": f"http://127.0.0.1:{observer.listen_port}/v1/chat/completions",
-                "buffered": f"http://127.0.0.1:{buffered.listen_port}/v1/chat/completions",
-            }
-            timeout = aiohttp.ClientTimeout(total=60)
-            async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as s:
-                await asyncio.sleep(0.5)  # a few scrapes
-                n = 60 if quick else 300
-                added = [await bench_added(s, urls, size, n) for size in (8 * 1024, 128 * 1024, 1024 * 1024)]
-                duration_s = 2.0 if quick else 5.0
-                sustained = await bench_sustained(s, urls["full_duplex"], duration_s)
-                sustained_observer = await bench_sustained(s, urls["observer"], duration_s)
-    finally:
-        picker.stop()
-        backends.stop()
+        observer = envoy_options(picker.grpc_port, response_path="observer")
+        buffered = envoy_options(picker.grpc_port, request_body_mode="BUFFERED")
+        for opts in (inline, observer, buffered):
+            await start_envoy(stack, bootstrap(opts))
+        urls = {
+            "direct": chat_url(direct_port),
+            "full_duplex": chat_url(inline.listen_port),
+            "observer": chat_url(observer.listen_port),
+            "buffered": chat_url(buffered.listen_port),
+        }
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as s:
+            await asyncio.sleep(0.5)  # a few scrapes
+            n = 60 if quick else 300
+            added = [await bench_added(s, urls, size, n) for size in SIZES]
+            duration_s = 2.0 if quick else 5.0
+            sustained = await bench_sustained(s, urls["full_duplex"], duration_s)
+            sustained_observer = await bench_sustained(s, urls["observer"], duration_s)
     return {
         "added_latency": added,
         "sustained_128k": sustained,
@@ -375,52 +296,40 @@ async def run_envoy_benches(quick: bool) -> dict[str, Any]:
     }
 
 
-async def run_decision_benches(quick: bool) -> list[dict[str, Any]]:
-    bodies = decision_bodies(200 if quick else 1000)
-    out = []
-    for n in (8, 32, 128):
-        policy = bench_policy(n, bodies)
-        port = free_port()
-        child = spawn([PY, __file__, "--serve-static-picker", str(port), "--endpoints-count", str(n)])
-        try:
-            path = await bench_ext_proc(port, bodies)
-        finally:
-            child.stop()
-        out.append({"endpoints": n, "policy": policy, "ext_proc": path})
-    return out
-
-
 def print_tables(results: dict[str, Any]) -> None:
-    print("\n| endpoints | policy p50 | policy p99 | ext_proc p50 | ext_proc p99 |\n|---|---|---|---|---|")
-    for r in results["decision"]:
-        p, e = r["policy"], r["ext_proc"]
-        print(
-            f"| {r['endpoints']} | {p['p50_ms']} ms | {p['p99_ms']} ms | {e['p50_ms']} ms | {e['p99_ms']} ms |"
-        )
-    print("\n| body | parse p50 / p99 | index key p50 / p99 | rest of pick p50 / p99 |\n|---|---|---|---|")
-    for r in results["breakdown"]:
-        cells = " | ".join(
-            f"{r[k]['p50_ms']} / {r[k]['p99_ms']} ms" for k in ("parse", "index_key", "pick_without_key")
-        )
-        print(f"| {r['body_bytes'] // 1024} KiB | {cells} |")
-    paths = ("full_duplex", "observer", "buffered")
+    decision = [
+        (r["endpoints"], *(f"{r[k][q]} ms" for k in ("policy", "ext_proc") for q in ("p50_ms", "p99_ms")))
+        for r in results["decision"]
+    ]
+    print("\n" + table(("endpoints", "policy p50", "policy p99", "ext_proc p50", "ext_proc p99"), decision))
+    parts = ("parse", "index_key", "pick_without_key")
+    breakdown = [
+        (f"{r['body_bytes'] // 1024} KiB", *(p50_p99(r[k]) for k in parts)) for r in results["breakdown"]
+    ]
     print(
-        "\n| body | direct p50 / p99 | "
-        + " | ".join(f"{p} p50 / p99 | added p50 / p99" for p in paths)
-        + "|\n|---|---|"
-        + "---|---|" * len(paths)
+        "\n" + table(("body", "parse p50 / p99", "index key p50 / p99", "rest of pick p50 / p99"), breakdown)
     )
-    for r in results["envoy"]["added_latency"]:
-        d = r["direct"]
-        cells = " | ".join(
-            f"{r[p]['p50_ms']} / {r[p]['p99_ms']} ms | {r[f'added_{p}_p50_ms']} / {r[f'added_{p}_p99_ms']} ms"
-            for p in paths
+    paths = ("full_duplex", "observer", "buffered")
+    added = [
+        (
+            f"{r['body_bytes'] // 1024} KiB",
+            p50_p99(r["direct"]),
+            *(
+                cell
+                for p in paths
+                for cell in (p50_p99(r[p]), p50_p99(r, f"added_{p}_p50_ms", f"added_{p}_p99_ms"))
+            ),
         )
-        print(f"| {r['body_bytes'] // 1024} KiB | {d['p50_ms']} / {d['p99_ms']} ms | {cells} |")
+        for r in results["envoy"]["added_latency"]
+    ]
+    header = ("body", "direct p50 / p99", *(c for p in paths for c in (f"{p} p50 / p99", "added p50 / p99")))
+    print("\n" + table(header, added))
     for key in ("sustained_128k", "sustained_128k_observer"):
-        print(f"\n{key}\n| concurrency | req/s | p50 | p99 |\n|---|---|---|---|")
-        for r in results["envoy"][key]["levels"]:
-            print(f"| {r['concurrency']} | {r['req_s']} | {r['p50_ms']} ms | {r['p99_ms']} ms |")
+        levels = [
+            (r["concurrency"], r["req_s"], f"{r['p50_ms']} ms", f"{r['p99_ms']} ms")
+            for r in results["envoy"][key]["levels"]
+        ]
+        print(f"\n{key}\n" + table(("concurrency", "req/s", "p50", "p99"), levels))
         print(
             f"\nmax req/s (128 KiB) before p99 doubles: {results['envoy'][key]['max_req_s_before_p99_doubles']}"
         )
@@ -431,9 +340,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer requests (smoke run)")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
     ap.add_argument("--only", choices=("decision", "envoy"), help="run one part")
-    ap.add_argument("--serve-backends", help=argparse.SUPPRESS)
-    ap.add_argument("--serve-static-picker", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--endpoints-count", type=int, default=8, help=argparse.SUPPRESS)
     ap.add_argument(
         "--compare-policies",
         help="comma-separated policies: only their in-process decision latency at 32/128 endpoints",
@@ -443,17 +349,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = compare_policies(
             [x.strip() for x in args.compare_policies.split(",") if x.strip()], args.quick
         )
-        print("| endpoints | policy | decision p50 | decision p99 |\n|---|---|---|---|")
-        for r in rows:
-            print(f"| {r['endpoints']} | {r['policy']} | {r['p50_ms']} ms | {r['p99_ms']} ms |")
-        if args.out:
-            args.out.write_text(json.dumps(rows, indent=2))
-        return 0
-    if args.serve_backends:
-        asyncio.run(serve_backends([int(p) for p in args.serve_backends.split(",")]))
-        return 0
-    if args.serve_static_picker:
-        asyncio.run(serve_static_picker(args.serve_static_picker, args.endpoints_count))
+        cells = [(r["endpoints"], r["policy"], f"{r['p50_ms']} ms", f"{r['p99_ms']} ms") for r in rows]
+        print(table(("endpoints", "policy", "decision p50", "decision p99"), cells))
+        write_json(args.out, rows)
         return 0
     results: dict[str, Any] = {"cpus": os.cpu_count(), "quick": args.quick}
     if args.only in (None, "decision"):
@@ -461,8 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["breakdown"] = bench_breakdown(30 if args.quick else 100)
     if args.only in (None, "envoy"):
         results["envoy"] = asyncio.run(run_envoy_benches(args.quick))
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
+    write_json(args.out, results)
     if "decision" in results and "envoy" in results:
         print_tables(results)
     else:

@@ -44,7 +44,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -54,68 +53,31 @@ from typing import Any
 
 import aiohttp
 
-from smetric.bench.latency.harness import agent_body, spawn, summary_ms, timed_post
+from smetric.bench.latency.harness import (
+    PY,
+    SIZES,
+    START_S,
+    agent_body,
+    chat_url,
+    climb,
+    envoy_options,
+    rotate,
+    sized_bodies,
+    spawn,
+    spawn_server,
+    start_envoy,
+    start_picker,
+    summary_ms,
+    table,
+    timed_post,
+    write_json,
+)
+from smetric.bench.latency.servers import canned_backends
 from smetric.bench.procs import wait_http_ok
-from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
+from smetric.epp.envoy import bootstrap, free_port
 from smetric.epp.obs.health import wait_serving
 
-PY = sys.executable
-SIZES = (8 * 1024, 128 * 1024, 1024 * 1024)
 N_BACKENDS = 8
-IDLE_VLLM_PAGE = (
-    'vllm:num_requests_running{engine="0",model_name="m"} 0\n'
-    'vllm:num_requests_waiting{engine="0",model_name="m"} 0\n'
-    'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.05\n'
-    'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="65536"} 1.0\n'
-)
-ANSWER = (
-    '{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":1}}'
-)
-_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
-_ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-
-
-def canned_backends(ports: Sequence[int], admin_port: int) -> dict[str, Any]:
-    """One Envoy, one listener per backend port, direct responses only (no upstream)."""
-
-    def route(prefix: str, body: str, content_type: str) -> dict[str, Any]:
-        return {
-            "match": {"prefix": prefix},
-            "direct_response": {"status": 200, "body": {"inline_string": body}},
-            "response_headers_to_add": [{"header": {"key": "content-type", "value": content_type}}],
-        }
-
-    def listener(port: int) -> dict[str, Any]:
-        hcm = {
-            "@type": _HCM,
-            "stat_prefix": f"backend_{port}",
-            "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}}],
-            "route_config": {
-                "virtual_hosts": [
-                    {
-                        "name": "backend",
-                        "domains": ["*"],
-                        "routes": [
-                            route("/metrics", IDLE_VLLM_PAGE, "text/plain"),
-                            route("/health", "", "text/plain"),
-                            route("/", ANSWER, "application/json"),
-                        ],
-                    }
-                ]
-            },
-        }
-        return {
-            "name": f"backend_{port}",
-            "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
-            "filter_chains": [
-                {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]}
-            ],
-        }
-
-    return {
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
-        "static_resources": {"listeners": [listener(p) for p in ports]},
-    }
 
 
 def cpu_s(pid: int) -> float:
@@ -134,56 +96,36 @@ class Stack:
 
     async def start(self, stack: AsyncExitStack, policy: str) -> None:
         ports = self.backend_ports
-        backends = EnvoyProcess(canned_backends(ports, free_port()), concurrency=1)
-        await stack.enter_async_context(backends)
-        self.urls["backend"] = f"http://127.0.0.1:{ports[0]}/v1/chat/completions"
+        await start_envoy(stack, canned_backends(ports, free_port()), concurrency=1)
+        self.urls["backend"] = chat_url(ports[0])
         # Envoy + picker, response inline
-        grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
-        argv = [
-            PY, "-m", "smetric.epp.main",
-            "--endpoints", ",".join(f"127.0.0.1:{p}" for p in ports),
-            "--grpc-port", str(grpc_port), "--grpc-health-port", str(health_port),
-            "--metrics-port", str(metrics_port), "--log-level", "warning", "--secure-serving=false",
-        ]  # fmt: skip
+        flags: list[str] = []
         if policy:
             cfg = Path(tempfile.mkdtemp()) / "picker.yaml"
             cfg.write_text(json.dumps({"policy": {"name": policy}}))
-            argv += ["--config", str(cfg)]
-        picker = spawn(argv, wait_ready=False)
-        stack.callback(picker.stop)
-        await wait_serving(f"127.0.0.1:{health_port}", 30.0)
-        inline = EnvoyOptions(listen_port=free_port(), admin_port=free_port(), picker_port=grpc_port)
-        envoy_picker = EnvoyProcess(bootstrap(inline))
-        await stack.enter_async_context(envoy_picker)
-        self.urls["envoy+picker"] = f"http://127.0.0.1:{inline.listen_port}/v1/chat/completions"
-        assert envoy_picker._proc is not None
-        self.pids["envoy+picker"] = [envoy_picker._proc.pid, picker.proc.pid]
-        self.picker_pid = picker.proc.pid
+            flags = ["--config", str(cfg)]
+        picker = await start_picker(stack, ports, *flags)
+        inline = envoy_options(picker.grpc_port)
+        envoy_pid = await start_envoy(stack, bootstrap(inline))
+        self.urls["envoy+picker"] = chat_url(inline.listen_port)
+        self.pids["envoy+picker"] = [envoy_pid, picker.pid]
+        self.picker_pid = picker.pid
         # Envoy alone (reference)
-        direct = EnvoyOptions(
-            listen_port=free_port(),
-            admin_port=free_port(),
-            picker_port=grpc_port,
-            direct_port=free_port(),
-            direct_backend=f"127.0.0.1:{ports[0]}",
+        direct_port = free_port()
+        direct = envoy_options(
+            picker.grpc_port, direct_port=direct_port, direct_backend=f"127.0.0.1:{ports[0]}"
         )
-        envoy_alone = EnvoyProcess(bootstrap(direct))
-        await stack.enter_async_context(envoy_alone)
-        self.urls["envoy"] = f"http://127.0.0.1:{direct.direct_port}/v1/chat/completions"
+        await start_envoy(stack, bootstrap(direct))
+        self.urls["envoy"] = chat_url(direct_port)
         # Envoy + a no-op ext_proc server (the grpc.aio + Envoy floor)
         noop_port, noop_health = free_port(), free_port()
-        noop = spawn(
-            [PY, __file__, "--serve-noop", f"{noop_port},{noop_health},127.0.0.1:{ports[1]}"],
-            wait_ready=False,
-        )
-        stack.callback(noop.stop)
-        await wait_serving(f"127.0.0.1:{noop_health}", 30.0)
-        floor = EnvoyOptions(listen_port=free_port(), admin_port=free_port(), picker_port=noop_port)
-        envoy_noop = EnvoyProcess(bootstrap(floor))
-        await stack.enter_async_context(envoy_noop)
-        assert envoy_noop._proc is not None
-        self.urls["envoy+noop"] = f"http://127.0.0.1:{floor.listen_port}/v1/chat/completions"
-        self.pids["envoy+noop"] = [envoy_noop._proc.pid, noop.proc.pid]
+        where = f"{noop_port},{noop_health},127.0.0.1:{ports[1]}"
+        noop = spawn_server(stack, "noop", where, wait_ready=False)
+        await wait_serving(f"127.0.0.1:{noop_health}", START_S)
+        floor = envoy_options(noop_port)
+        noop_envoy_pid = await start_envoy(stack, bootstrap(floor))
+        self.urls["envoy+noop"] = chat_url(floor.listen_port)
+        self.pids["envoy+noop"] = [noop_envoy_pid, noop.proc.pid]
         # vllm-router on the same backends
         binary = shutil.which("vllm-router", path=str(Path(PY).parent)) or shutil.which("vllm-router")
         if binary is None:
@@ -201,51 +143,8 @@ class Stack:
         )  # fmt: skip
         stack.callback(router.stop)
         await wait_http_ok(f"http://127.0.0.1:{port}/health", None, 60.0, "vllm-router")
-        self.urls["vllm-router"] = f"http://127.0.0.1:{port}/v1/chat/completions"
+        self.urls["vllm-router"] = chat_url(port)
         self.pids["vllm-router"] = [router.proc.pid]
-
-
-async def serve_noop(port: int, health_port: int, destination: str) -> None:
-    """Subprocess mode: the no-op ext_proc server (fixed destination, bodies echoed, nothing else)."""
-    import grpc
-    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ep_grpc
-    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
-    from smetric.epp.server import messages as msgs
-
-    route = {msgs.DEST_HEADER: destination, msgs.PRIMARY_HEADER: destination}
-
-    class Noop(ep_grpc.ExternalProcessorServicer):
-        async def Process(self, requests, context):  # type: ignore[no-untyped-def]
-            body = bytearray()
-            async for m in requests:
-                kind = m.WhichOneof("request")
-                if kind == "request_body":
-                    body += m.request_body.body
-                    if m.request_body.end_of_stream:
-                        yield msgs.route_headers({**route, "content-length": str(len(body))}, (destination,))
-                        for reply in msgs.streamed_chunks(body, True):
-                            yield reply
-                elif kind == "response_headers":
-                    yield msgs.CONTINUE_RESPONSE_HEADERS
-                elif kind == "response_body":
-                    b = m.response_body
-                    for reply in msgs.streamed_chunks(b.body, b.end_of_stream, response=True):
-                        yield reply
-                elif kind == "response_trailers":
-                    yield msgs.CONTINUE_RESPONSE_TRAILERS
-                elif kind == "request_trailers":
-                    yield msgs.CONTINUE_REQUEST_TRAILERS
-
-    server = grpc.aio.server()
-    ep_grpc.add_ExternalProcessorServicer_to_server(Noop(), server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    checker = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(checker, server)
-    server.add_insecure_port(f"127.0.0.1:{health_port}")
-    await server.start()
-    await checker.set("", health_pb2.HealthCheckResponse.SERVING)
-    await server.wait_for_termination()
 
 
 async def warm_post(session: aiohttp.ClientSession, url: str, body: bytes, within_s: float = 30.0) -> None:
@@ -272,16 +171,12 @@ async def one_run(n: int, policy: str) -> dict[str, Any]:
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as s:
             rows = []
             for size in SIZES:
-                rng = random.Random(size)
-                bodies = [agent_body(rng, i % 32, i % 4, size) for i in range(n)]
+                bodies = sized_bodies(size, n)
                 for url in st.urls.values():  # warm every connection
                     await warm_post(s, url, bodies[0])
                 cpu0 = {k: sum(cpu_s(p) for p in pids) for k, pids in st.pids.items()}
                 t0 = time.monotonic()
-                times: dict[str, list[float]] = {k: [] for k in st.urls}
-                for b in bodies:
-                    for name, url in st.urls.items():
-                        times[name].append(await timed_post(s, url, b))
+                times = await rotate(s, st.urls, bodies)
                 elapsed_s = time.monotonic() - t0
                 cpu = {k: sum(cpu_s(p) for p in pids) - cpu0[k] for k, pids in st.pids.items()}
                 busy = {k: max(0.0, v - idle_rate[k] * elapsed_s) for k, v in cpu.items()}
@@ -377,24 +272,22 @@ async def sustained(duration_s: int, policy: str) -> dict[str, Any]:
         for name in ("envoy+noop", "envoy+picker", "vllm-router"):
             if name not in st.urls:
                 continue
-            levels = []
-            for c in (1, 2, 4, 8, 16, 32, 64):
+
+            async def level(c: int, name: str = name) -> dict[str, Any]:
                 cpu0 = sum(cpu_s(p) for p in st.pids[name])
                 picker0 = cpu_s(st.picker_pid)
-                level = wrk(st.urls[name], c, duration_s, str(body_file), str(script))
-                served = max(1.0, level["req_s"] * duration_s)
-                level["cpu_ms_per_request"] = round(
+                lv = wrk(st.urls[name], c, duration_s, str(body_file), str(script))
+                served = max(1.0, lv["req_s"] * duration_s)
+                lv["cpu_ms_per_request"] = round(
                     (sum(cpu_s(p) for p in st.pids[name]) - cpu0) / served * 1e3, 3
                 )
                 if name == "envoy+picker":  # the picker process alone (the goal is per picker process)
-                    level["picker_cpu_ms_per_request"] = round(
+                    lv["picker_cpu_ms_per_request"] = round(
                         (cpu_s(st.picker_pid) - picker0) / served * 1e3, 3
                     )
-                levels.append(level)
-                if level["p99_ms"] > 2 * levels[0]["p99_ms"]:
-                    break
-            ok = [lv for lv in levels if lv["p99_ms"] <= 2 * levels[0]["p99_ms"]]
-            out[name] = {"levels": levels, "max_req_s_before_p99_doubles": max(lv["req_s"] for lv in ok)}
+                return lv
+
+            out[name] = await climb(level)
     return out
 
 
@@ -432,44 +325,32 @@ def _cell(s: dict[str, float] | None) -> str:
     return "—" if s is None else f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"
 
 
+def _level(x: dict[str, Any]) -> str:
+    picker = f" (picker {x['picker_cpu_ms_per_request']:.2f})" if "picker_cpu_ms_per_request" in x else ""
+    return f"c{x['concurrency']} {x['req_s']:.0f}/s p99 {x['p99_ms']:.1f} ms cpu {x['cpu_ms_per_request']:.2f} ms{picker}"
+
+
 def print_report(result: dict[str, Any]) -> None:
     print(f"\n{result['runs']} runs x {result['requests']} requests per size; median (min–max) over runs")
-    print(
-        "| body | path | added p50 ms | added p99 ms | CPU s / 1,000 req | busy CPU s / 1,000 req |\n"
-        "|---|---|---|---|---|---|"
-    )
     keys = ("added_p50_ms", "added_p99_ms", "cpu_s_per_1000", "busy_cpu_s_per_1000")
+    ratios = ("ratio_added_p50", "ratio_added_p99", "ratio_cpu", "ratio_busy_cpu")
+    rows: list[tuple[str, ...]] = []
     for agg in result["aggregate"]:
         size = f"{agg['body_bytes'] // 1024} KiB"
         for path in ("envoy", "envoy+noop", "envoy+picker", "vllm-router"):
             if f"{path} added_p50_ms" in agg:
-                print(
-                    f"| {size} | {path} | " + " | ".join(_cell(agg.get(f"{path} {k}")) for k in keys) + " |"
-                )
+                rows.append((size, path, *(_cell(agg.get(f"{path} {k}")) for k in keys)))
         if "ratio_added_p50" in agg or "ratio_cpu" in agg:
-            ratios = ("ratio_added_p50", "ratio_added_p99", "ratio_cpu", "ratio_busy_cpu")
+            rows.append((size, "**ratio** envoy+picker / vllm-router", *(_cell(agg.get(k)) for k in ratios)))
+    header = ("body", "path", "added p50 ms", "added p99 ms", "CPU s / 1,000 req", "busy CPU s / 1,000 req")
+    print(table(header, rows))
+    s = result.get("sustained", {})
+    for name in ("envoy+noop", "envoy+picker", "vllm-router"):
+        if name in s:
             print(
-                f"| {size} | **ratio** envoy+picker / vllm-router | "
-                + " | ".join(_cell(agg.get(k)) for k in ratios)
-                + " |"
+                f"sustained 128 KiB {name}: {s[name]['max_req_s_before_p99_doubles']:.0f} req/s before p99 "
+                "doubles; " + ", ".join(_level(x) for x in s[name]["levels"])
             )
-    if "sustained" in result:
-        s = result["sustained"]
-        for name in ("envoy+noop", "envoy+picker", "vllm-router"):
-            if name in s:
-                lv = s[name]["levels"]
-                print(
-                    f"sustained 128 KiB {name}: {s[name]['max_req_s_before_p99_doubles']:.0f} req/s before p99 doubles; "
-                    + ", ".join(
-                        f"c{x['concurrency']} {x['req_s']:.0f}/s p99 {x['p99_ms']:.1f} ms cpu {x['cpu_ms_per_request']:.2f} ms"
-                        + (
-                            f" (picker {x['picker_cpu_ms_per_request']:.2f})"
-                            if "picker_cpu_ms_per_request" in x
-                            else ""
-                        )
-                        for x in lv
-                    )
-                )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -480,15 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sustained", action="store_true", help="also the closed-loop rate (needs wrk)")
     ap.add_argument("--sustained-duration", type=int, default=4, help="seconds per concurrency level")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
-    ap.add_argument("--serve-noop", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.serve_noop:
-        from smetric.epp.main import event_loop_factory
-
-        port, health_port, destination = args.serve_noop.split(",")
-        with asyncio.Runner(loop_factory=event_loop_factory("auto")) as runner:
-            runner.run(serve_noop(int(port), int(health_port), destination))
-        return 0
     started = time.time()
     runs = []
     for i in range(args.runs):
@@ -510,8 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result["sustained"] = asyncio.run(sustained(args.sustained_duration, args.policy))
     result["wall_s"] = round(time.time() - started, 1)
     print_report(result)
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     return 0
 
 
