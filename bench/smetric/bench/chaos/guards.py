@@ -7,7 +7,7 @@ or emulator flags; where no knob exists, a patch applied inside the picker proce
 :mod:`smetric.bench.chaos.unguarded` (the production code keeps no test-only switch).
 
 ``smetric chaos --guard-off NAME`` runs the faults that check ``NAME`` on a stack without it, and
-``tests/integration/chaos/test_chaos/guards.py`` asserts that every row naming the guard then FAILS: a
+``tests/integration/chaos/test_chaos_guards.py`` asserts that every row naming the guard then FAILS: a
 row that still passes with its guard off does not check that guard. Adding a guard is one entry in
 :data:`GUARDS` (or in a module's own tuple that ``chaos.py`` concatenates).
 """

@@ -2,9 +2,9 @@
 the same picker process and backend behind two Envoys, one with them and one without; 128 KiB
 requests alternate between the two; latencies are paired by position.
 
-    python -m smetric.bench.latency.gateway_filters [N]          # N rounds (default 400; the first 20 are warm-up)
-    python -m smetric.bench.latency.gateway_filters N retries    # ORIGINAL_DST with retries (composite cluster +
-                                                    # fallback-header filter) against retries=0
+    python -m smetric.bench.latency.gateway_filters [N]        # N rounds (default 400; the first 20 are warm-up)
+    python -m smetric.bench.latency.gateway_filters N retries  # ORIGINAL_DST with retries (composite cluster
+                                                               # + fallback-header filter) against retries=0
 """
 
 import asyncio
