@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from smetric.bench.chaos import api, failing, gateway, state
+from smetric.bench.chaos import api, failing, gateway, spike, state
 from smetric.bench.chaos.faults import FAULTS as BASE_FAULTS
 from smetric.bench.chaos.faults import Fault, Row
 from smetric.bench.chaos.guards import GUARDS as BASE_GUARDS
@@ -44,6 +44,7 @@ FAULTS: tuple[Fault, ...] = (
     *api.FAULTS,
     *state.FAULTS,
     *failing.FAULTS,
+    *spike.FAULTS,
 )
 GUARDS: tuple[Guard, ...] = (
     *api.with_these_rows(BASE_GUARDS),
@@ -51,6 +52,7 @@ GUARDS: tuple[Guard, ...] = (
     *state.GUARDS,
     *gateway.GUARDS,
     *failing.GUARDS,
+    *spike.GUARDS,
 )
 
 
