@@ -1,4 +1,4 @@
-"""Import a script that is not part of a package (``bench/*.py``, ``docs/gen.py``) by its path."""
+"""Import a script that is not part of a package (``docs/gen.py``, ``images/check_native_deps.py``) by its path."""
 
 from __future__ import annotations
 
@@ -20,7 +20,3 @@ def load_script(path: Path, name: str) -> ModuleType:
     spec.loader.exec_module(module)
     return module
 
-
-def bench_script(stem: str) -> ModuleType:
-    """``bench/<stem>.py`` as the module ``stem``."""
-    return load_script(ROOT / "bench" / f"{stem}.py", stem)

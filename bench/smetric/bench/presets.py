@@ -44,7 +44,7 @@ class Preset:
 # 4 instances between 1.0 and 1.41, 2026-12-01 on the shared box), other instance counts at the
 # same rate per instance.
 # QUICK runs where a cache miss costs the SLO; docs/bench.md ("Why --quick is configured this way")
-# gives the numbers (bench/quick_regime.py). With tokens x1/16 and the full global tier each
+# gives the numbers (smetric.bench.quick_regime). With tokens x1/16 and the full global tier each
 # instance had ~40 active sessions at the knee for ~4 that fit its scaled KV, and a miss was a cheap
 # reload: the routers tied (README 7). So: no global tier (README 4b's tier-none regime; plain vLLM),
 # tokens x1/8 (a recompute from scratch then misses its TTFT SLO for 70 % of the requests; 100 % at

@@ -1,4 +1,4 @@
-"""bench/picker_side_by_side.py end to end (one short run): every path answers, rows and ratios."""
+"""smetric.bench.latency.side_by_side end to end (one short run): every path answers, rows and ratios."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_one_short_run_reports_every_path(tmp_path: Path) -> None:
     out = tmp_path / "side.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "picker_side_by_side.py"), "--runs", "1", "--requests", "6",
+        [sys.executable, "-m", "smetric.bench.latency.side_by_side", "--runs", "1", "--requests", "6",
          "--out", str(out)],
         capture_output=True, text=True, timeout=240, cwd=ROOT,
     )  # fmt: skip

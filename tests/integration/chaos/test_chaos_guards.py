@@ -1,8 +1,8 @@
 """Every guard a chaos row names can be seen by that row: the stack built WITHOUT the guard
-(``smetric chaos --guard-off``, :mod:`smetric.bench.chaos_guards`) makes each of its rows fail.
+(``smetric chaos --guard-off``, :mod:`smetric.bench.chaos.guards`) makes each of its rows fail.
 ``test_chaos.py`` shows the same rows pass with every guard on.
 
-One test per registered guard (``smetric.bench.chaos.GUARDS``): a new guard is one entry there and
+One test per registered guard (``smetric.bench.chaos.cli.GUARDS``): a new guard is one entry there and
 is picked up here. Real Envoy, real picker process, emulated engines; each case starts its own
 stack (about 10-60 s each on a 2-core box)."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from smetric.bench import chaos_guards
-from smetric.bench.chaos import FAULTS, GUARDS, faults_checking, run, unguarded_failures
-from smetric.bench.chaos_guards import CUT_STREAM, FROZEN_AVOIDED, by_name
+from smetric.bench.chaos import guards
+from smetric.bench.chaos.cli import FAULTS, GUARDS, faults_checking, run, unguarded_failures
+from smetric.bench.chaos.guards import CUT_STREAM, FROZEN_AVOIDED, by_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -35,7 +35,7 @@ UNREGISTERED = {
 
 
 def test_every_guard_a_row_can_name_is_registered_or_explained() -> None:
-    names = {v for k, v in vars(chaos_guards).items() if k.isupper() and isinstance(v, str) and v}
+    names = {v for k, v in vars(guards).items() if k.isupper() and isinstance(v, str) and v}
     assert names - {g.name for g in GUARDS} <= UNREGISTERED.keys()
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from smetric.bench import chaos
-from smetric.bench.chaos import GUARDS, main
-from smetric.bench.chaos_faults import Row
-from smetric.bench.chaos_guards import NO_GUARD
+from smetric.bench.chaos import cli as chaos
+from smetric.bench.chaos.cli import GUARDS, main
+from smetric.bench.chaos.faults import Row
+from smetric.bench.chaos.guards import NO_GUARD
 
 
 def test_list_guards_needs_no_json(capsys: pytest.CaptureFixture[str]) -> None:

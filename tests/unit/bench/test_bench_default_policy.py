@@ -1,4 +1,4 @@
-"""bench/default_policy.py: the count of regimes where a policy is not clearly worse than the
+"""smetric.bench.evidence.default_policy: the count of regimes where a policy is not clearly worse than the
 regime's best (paired 95 % CI over seeds), then the mean relative peak."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from types import ModuleType
 
 import pytest
 
-from tests.support.scripts import bench_script
+from smetric.bench.evidence import default_policy
 
 
 def _module() -> ModuleType:
-    return bench_script("default_policy")
+    return default_policy
 
 
 def test_counts_regimes_and_ranks_by_count_then_mean_relative_peak() -> None:

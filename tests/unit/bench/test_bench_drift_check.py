@@ -1,4 +1,4 @@
-"""bench/drift_check.py: the Poisson floor of the arrival-drift bound and its table."""
+"""smetric.bench.evidence.drift_check: the Poisson floor of the arrival-drift bound and its table."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from types import ModuleType
 
 import pytest
 
-from tests.support.scripts import bench_script
+from smetric.bench.evidence import drift_check
 
 
 def _module() -> ModuleType:
-    return bench_script("drift_check")
+    return drift_check
 
 
 def test_poisson_floor_follows_the_quarter_count() -> None:

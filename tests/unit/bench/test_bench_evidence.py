@@ -1,4 +1,4 @@
-"""bench/evidence.py: best baseline, knee and the step past it, paired by seed, drift at and past
+"""smetric.bench.evidence.knee: best baseline, knee and the step past it, paired by seed, drift at and past
 the knee, and regimes merged from two sweeps."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from types import ModuleType
 
 import pytest
 
-from tests.support.scripts import bench_script
+from smetric.bench.evidence import knee
 
 
 def _module() -> ModuleType:
-    return bench_script("evidence")
+    return knee
 
 
 def _rows(policy: str, curve: dict[float, list[float]], drift: float = 0.0) -> list[dict[str, object]]:

@@ -1,14 +1,10 @@
-"""bench/paired.py: paired differences to any row of a bench JSON, from its per-seed values."""
+"""smetric.bench.paired: paired differences to any row of a bench JSON, from its per-seed values."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
-import paired
+from smetric.bench import paired
 from smetric.bench.sweep import paired_interval
 
 

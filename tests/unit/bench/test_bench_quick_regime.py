@@ -3,7 +3,7 @@
 The quick preset runs without a global KV tier, tokens x1/8 and a 240 model-second window; the
 old one (tokens x1/16, full tier, 60 s) tied every router because no session survived a think
 time in any local tier and a miss was a cheap reload. These tests pin the configuration and the
-properties it was chosen for, and check bench/quick_regime.py's estimate on a hand-made plan.
+properties it was chosen for, and check smetric.bench.quick_regime's estimate on a hand-made plan.
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ from types import ModuleType
 
 import pytest
 
-from smetric.bench import cli
+from smetric.bench import cli, quick_regime
 from smetric.bench.plan import PlannedFamily, PlannedRequest, PlannedSession, ReplayPlan
 from smetric.core.presets import get_preset
-from tests.support.scripts import bench_script
 
 
 def _module() -> ModuleType:
-    return bench_script("quick_regime")
+    return quick_regime
 
 
 def _parse(*argv: str) -> cli.Preset:

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
-import picker_side_by_side as side
+from smetric.bench.latency import side_by_side as side
 
 
 def times(ms: float, n: int = 20) -> list[float]:

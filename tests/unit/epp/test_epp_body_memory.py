@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from smetric.bench.chaos_bodies import agent_messages
+from smetric.bench.chaos.bodies import agent_messages
 
 BODY_BYTES = int(15.5 * 1024 * 1024)
 PEAK_X = 10.0

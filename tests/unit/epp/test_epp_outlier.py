@@ -322,7 +322,7 @@ async def test_the_gateways_attempt_count_and_retry_after_reach_the_detector(ser
     assert reg.get_sample_value("smetric_epp_endpoint_ejections_total", {"endpoint": dest}) == 1
 
 
-# -- boundaries and bookkeeping (what bench/mutation.py epp.server.outlier checks) ---------------
+# -- boundaries and bookkeeping (what smetric.bench.mutation.run epp.server.outlier checks) ---------------
 
 
 def test_the_boundaries_are_exact() -> None:

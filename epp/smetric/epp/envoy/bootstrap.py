@@ -95,7 +95,7 @@ class EnvoyOptions:
     to the picker without waiting for replies. The picker observes the same things (status, first
     body byte, usage) while Envoy never holds a response for it: one ext_proc round trip per
     request instead of three, and a slow or stalled picker cannot delay a token
-    (bench/picker_latency.py measures both paths side by side). It does not save picker CPU: the
+    (smetric.bench.latency.picker measures both paths side by side). It does not save picker CPU: the
     observer still receives every response chunk (load harness, 300 streaming requests 150 at a
     time, x0.1: 6.8 s of picker CPU either way, every request finished, per-chunk gaps alike)."""
 

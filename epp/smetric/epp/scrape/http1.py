@@ -5,7 +5,7 @@ event-loop CPU here, and the picker scrapes every endpoint every 50 ms (the upst
 8 endpoints that was 9 % of a core with no request in flight, stolen from the routing path, and at
 128 endpoints it would need more than one core. One :class:`asyncio.Protocol` per endpoint, one
 request at a time on one kept-alive connection, does the same GET for a fraction of that
-(``bench/picker_latency.py`` measures the picker's idle CPU share).
+(``smetric.bench.latency.picker`` measures the picker's idle CPU share).
 
 Scope, on purpose: ``GET`` of one path, ``Content-Length`` or ``chunked`` bodies, no redirects, no
 compression (none is asked for), no TLS (``https`` endpoints keep the aiohttp path). Bounds: the

@@ -1,0 +1,84 @@
+"""``python -m smetric.bench.evidence.drift_check SIM.json [...]``: is the offered load steady, and how much does a
+single run's arrival drift tell? Per (policy, rate) of ``smetric simulate --json`` outputs:
+
+* **mean drift** over the seeds with its 95 % t-interval: a generator that ramps (or decays) shows
+  a mean away from 0; a steady one a mean whose interval holds 0 (run many seeds: the per-run
+  spread is large);
+* **sd** of the per-run drift and the **share of runs over the 10 % bound**;
+* the **Poisson floor**: the share of runs a stationary Poisson stream with the same quarter
+  counts would put over the bound (drift = Q4 / Q1 - 1 with Q1, Q4 ~ Poisson(q), q the mean of the
+  run's two quarter counts; normal approximation, sd of the drift ~ sqrt(2 / q)). Above the floor,
+  the spread is the workload's own burstiness (agents alternating between work and long idle
+  gaps), not the generator's start-up.
+
+A benchmark: it reports, it does not pass or fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
+from smetric.sim.stats import mean_ci95
+
+
+def poisson_over(quarter_count: float, bound: float = MAX_ARRIVAL_DRIFT) -> float:
+    """P(|Q4 / Q1 - 1| > bound) for independent Q1, Q4 ~ Poisson(quarter_count), normal approx."""
+    if not (quarter_count > 0):
+        return math.nan
+    sd = math.sqrt(2.0 / quarter_count)
+    return math.erfc(bound / sd / math.sqrt(2.0))
+
+
+def rows(paths: list[Path]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for p in paths:
+        doc = json.loads(p.read_text())
+        quarter_s = float(doc["config"]["measure_s"]) / 4.0
+        for r in doc["results"]:
+            out.append({**r, "_quarter_s": quarter_s, "_file": p.stem})
+    return out
+
+
+def table(all_rows: list[dict[str, Any]]) -> list[str]:
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = defaultdict(list)
+    for r in all_rows:
+        if r.get("arrival_drift") is None or not math.isfinite(float(r["arrival_drift"])):
+            continue
+        groups[(r["_file"], r["policy"], float(r["rate_multiplier"]))].append(r)
+    lines = [
+        "| sweep | policy | rate | runs | mean drift (95 % CI) | sd | runs over 10 % | Poisson floor | requests per quarter |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (name, policy, rate), rs in sorted(groups.items()):
+        d = [float(r["arrival_drift"]) for r in rs]
+        m, ci = mean_ci95(d)
+        sd = math.sqrt(math.fsum((x - m) ** 2 for x in d) / (len(d) - 1)) if len(d) > 1 else math.nan
+        q = [
+            (float(r["arrival_rate_start_per_s"]) + float(r["arrival_rate_end_per_s"])) / 2 * r["_quarter_s"]
+            for r in rs
+        ]
+        floor = math.fsum(poisson_over(x) for x in q) / len(q)
+        over = sum(1 for x in d if abs(x) > MAX_ARRIVAL_DRIFT)
+        ci_s = "n/a" if ci is None else f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+        lines.append(
+            f"| {name} | {policy} | {rate:g}x | {len(d)} | {100 * m:+.1f} % {ci_s} | {100 * sd:.1f} % "
+            f"| {over}/{len(d)} | {100 * floor:.0f} % | {math.fsum(q) / len(q):.0f} |"
+        )
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("json", nargs="+", type=Path, help="smetric simulate --json outputs")
+    a = ap.parse_args()
+    print("\n".join(table(rows(a.json))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The flow-control evidence table of docs/overload.md from `smetric simulate --json` outputs (or
+their `.runs.jsonl` sidecars, read while a sweep runs): per (policy, rate) and flow control off /
+on, the mean over seeds of TPS within SLO (colocated) or prefill tokens/s within SLO (P/D), the
+shed share, the agents' family completion time and slowdown, and the share of families done.
+
+    python -m smetric.bench.evidence.overload_table off.json "fc ttl 2 s=on.json"
+
+Each argument is a file, optionally prefixed by ``LABEL=`` (the flow-control column shows the
+label, else on / off).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def rows(path: Path) -> list[dict[str, object]]:
+    if path.suffix == ".jsonl":
+        out = []
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if "row" in r:
+                out.append(r["row"])
+        return out
+    return list(json.loads(path.read_text())["results"])
+
+
+def mean(xs: list[float]) -> float:
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def main(argv: list[str]) -> int:
+    groups: dict[tuple[str, float, str], list[dict[str, object]]] = defaultdict(list)
+    for arg in argv:
+        label, sep, name = arg.rpartition("=")
+        for r in rows(Path(name)):
+            fc = label if sep else ("on" if "fc_shed_share" in r else "off")
+            groups[(str(r["policy"]), float(r["rate_multiplier"]), fc)].append(r)  # type: ignore[arg-type]
+    print(
+        "| policy | load | flow control | seeds | TPS@SLO (prefill ktok/s P/D) | shed share | failed | family completion s | slowdown | families done |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (policy, rate, fc), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+        tps = [float(r["tps_within_slo"]) if r.get("tps_within_slo") is not None else math.nan for r in rs]  # type: ignore[arg-type]
+        if all(math.isnan(x) for x in tps):
+            tps = [float(r["prefill_tps_within_slo"]) / 1e3 for r in rs]  # type: ignore[arg-type]
+
+        def get(k: str, rs: list[dict[str, object]] = rs) -> float:
+            return mean([float(r[k]) if r.get(k) is not None else math.nan for r in rs])  # type: ignore[arg-type]
+
+        on = "fc_shed_share" in rs[0]
+        shed = f"{100 * get('fc_shed_share'):.1f} %" if on else "-"
+        failed = f"{100 * get('fc_failed_share'):.1f} %" if on else "-"
+        print(
+            f"| {policy} | {rate:g}x | {fc} | {len(rs)} | {mean(tps):.0f} "
+            f"({', '.join(f'{x:.0f}' for x in tps)}) | {shed} | {failed} | {get('family_completion_mean_s'):.0f} | "
+            f"{get('family_slowdown_mean'):.2f} | {100 * get('families_done_share'):.0f} % |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

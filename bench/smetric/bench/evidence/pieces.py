@@ -1,0 +1,110 @@
+"""Fair rivals: the product default, the paper-literal SMetric, the baselines as shipped and the
+baselines + the same framework pieces, at one rate per regime, from `smetric simulate` JSONs.
+
+Per regime: each policy's mean headline over seeds (TPS within SLO colocated, prefill TPS within the TTFT SLO
+disaggregated), its local share of prompt tokens and the share of its decisions the overload fallback made
+(reason ``overload`` for ``X+pieces``; for SMetric the fallback keeps its own reasons and is not counted here);
+then the paired margins (per seed ``a / b - 1``, mean and two-sided 95 % Student t-interval; ``win`` / ``loss``
+when the interval of the paired absolute differences excludes 0):
+
+* ``smetric`` (product default) vs the best baseline as shipped, and vs the best baseline + pieces;
+* ``smetric-paper`` vs the best baseline as shipped;
+* the best baseline + pieces vs the best baseline as shipped.
+
+"Best" is by mean at that rate. Usage: python -m smetric.bench.evidence.pieces OUT/i16-coloc-full.json
+OUT/i16-pd-full.json [--rate 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from smetric.policy.registry import BASELINE_POLICIES, BASELINES_WITH_PIECES
+from smetric.sim.stats import mean_ci95, verdict
+
+Row = Mapping[str, Any]
+
+
+def headline(doc: Mapping[str, Any]) -> str:
+    return (
+        "tps_within_slo"
+        if doc["config"].get("mode", "colocated") == "colocated"
+        else "prefill_tps_within_slo"
+    )
+
+
+def per_seed(rows: Sequence[Row], policy: str, key: str) -> dict[int, float]:
+    return {
+        int(r["seed"]): float(r[key]) for r in rows if r["policy"] == policy and math.isfinite(float(r[key]))
+    }
+
+
+def margin(a: Mapping[int, float], b: Mapping[int, float]) -> str:
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        return "-"
+    _, dci = mean_ci95([a[s] - b[s] for s in seeds])
+    pm, pci = mean_ci95([100.0 * (a[s] / b[s] - 1.0) for s in seeds if b[s] > 0])
+    interval = f" [{pci[0]:+.1f}, {pci[1]:+.1f}]" if pci else ""
+    return f"{pm:+.1f} %{interval} {verdict(dci)} (n={len(seeds)})"
+
+
+def regime(name: str, doc: Mapping[str, Any], rate: float | None) -> str:
+    key = headline(doc)
+    rows = [r for r in doc["results"] if rate is None or float(r["rate_multiplier"]) == rate]
+    rates = sorted({float(r["rate_multiplier"]) for r in rows})
+    if len(rates) != 1:
+        raise SystemExit(f"{name}: rows at rates {rates}; pass --rate")
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    vals = {p: per_seed(rows, p, key) for p in policies}
+    mean = {p: math.fsum(v.values()) / len(v) for p, v in vals.items() if v}
+    out = [
+        f"### {name} at {rates[0]:g}x ({key})",
+        "",
+        "| policy | mean | local share % | overload % |",
+        "|---|---|---|---|",
+    ]
+    for p in sorted(mean, key=mean.__getitem__, reverse=True):
+        prs = [r for r in rows if r["policy"] == p]
+        local = 100.0 * math.fsum(float(r["local_hit_ratio"]) for r in prs) / len(prs)
+        over = [
+            (r.get("decision_reasons") or {}).get("overload", 0)
+            / max(1, sum((r.get("decision_reasons") or {}).values()))
+            for r in prs
+        ]
+        out.append(f"| {p} | {mean[p]:.1f} | {local:.0f} | {100.0 * math.fsum(over) / len(over):.0f} |")
+    shipped = [p for p in mean if p in BASELINE_POLICIES]
+    pieces = [p for p in mean if p in BASELINES_WITH_PIECES]
+    best = max(shipped, key=mean.__getitem__) if shipped else None
+    best_p = max(pieces, key=mean.__getitem__) if pieces else None
+    out.append("")
+    if best and "smetric" in vals:
+        out.append(f"* smetric vs {best} (best as shipped): {margin(vals['smetric'], vals[best])}")
+    if best_p and "smetric" in vals:
+        out.append(f"* smetric vs {best_p} (best + pieces): {margin(vals['smetric'], vals[best_p])}")
+    if best and "smetric-paper" in vals:
+        out.append(f"* smetric-paper vs {best}: {margin(vals['smetric-paper'], vals[best])}")
+    if best and best_p:
+        out.append(f"* {best_p} vs {best}: {margin(vals[best_p], vals[best])}")
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("json", nargs="+")
+    ap.add_argument("--rate", type=float, default=None)
+    a = ap.parse_args(argv)
+    for path in a.json:
+        doc = json.loads(Path(path).read_text())
+        print(regime(Path(path).stem, doc, a.rate))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
