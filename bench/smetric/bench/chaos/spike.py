@@ -8,11 +8,11 @@ costs a whole prefill, :data:`PREFILL_S` on the default cost model, within a TTF
 :data:`SLO_S`). The pool's capacity is ``engines / PREFILL_S`` requests per second; the spike
 offers three times that, evenly spaced, for :data:`SPIKE_S` (quick: :data:`QUICK_SPIKE_S`).
 
-With flow control (a picker config with ``flowControl.enabled``, ``ttlS`` :data:`TTL_S`,
+With flow control (the row's picker config: ``flowControl.enabled``, ``ttlS`` :data:`TTL_S`,
 ``shedOnDeadline``) a request no engine can start in time waits in the picker's bounded queue
 and is answered 429 + Retry-After when its deadline passes: every request has its first byte or
-its refusal within the TTL (plus :data:`SLACK_S`). Without it (the guard off) every request is
-dispatched at once, the engines' queues grow by twice their capacity each second, and TTFT
+its refusal within the TTL (plus :data:`SLACK_S`). Without it (the guard off: patch ``no-flow-control``, the picker builds no
+gate whatever its config says) every request is dispatched at once, the engines' queues grow by twice their capacity each second, and TTFT
 grows with the spike's length.
 
 Also checked: the picker answers its health check within 0.25 s of its own CPU time throughout,
@@ -60,18 +60,11 @@ def _body(i: int) -> bytes:
     return orjson.dumps({"model": MODEL, "messages": messages, "stream": True, "max_tokens": 8})
 
 
-def _config(flow_control: bool) -> str:
-    lines = ["policy:", "  name: smetric"]
-    if flow_control:
-        lines += [
-            "flowControl:",
-            "  enabled: true",
-            f"  ttlS: {TTL_S:g}",
-            "  shedOnDeadline: true",
-            "  retryAfterS: 1",
-            "  maxQueued: 256",
-        ]
-    return "\n".join(lines) + "\n"
+def _config() -> str:
+    return (
+        "policy:\n  name: smetric\nflowControl:\n  enabled: true\n"
+        f"  ttlS: {TTL_S:g}\n  shedOnDeadline: true\n  retryAfterS: 1\n  maxQueued: 256\n"
+    )
 
 
 def _answered_s(r: Reply) -> float:
@@ -89,7 +82,7 @@ async def load_spike(st: ChaosStack, quick: bool) -> list[Row]:
     duration_s = QUICK_SPIKE_S if quick else SPIKE_S
     n = int(rate * duration_s)
     config = st.work / "spike-picker.yaml"
-    config.write_text(_config(flow_on))
+    config.write_text(_config())
     argv = st.picker_argv
     st.picker_argv = [a if not a.startswith("--config=") else f"--config={config}" for a in argv]
     slowdown = 1.0 / st.settings.time_scale
@@ -154,6 +147,7 @@ GUARDS: tuple[Guard, ...] = (
         "endpoint can start within its TTFT SLO waits in a bounded fair queue and is refused with 429 "
         "+ Retry-After past its deadline or TTL",
         ("load_spike",),
+        picker_patches=("no-flow-control",),
     ),
 )
 

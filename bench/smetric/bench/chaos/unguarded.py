@@ -190,8 +190,20 @@ def _unfair_body_budget() -> None:
     ExtProcServicer.__init__ = unfair  # type: ignore[method-assign]
 
 
+def _no_flow_control() -> None:
+    """The picker builds no flow-control gate whatever its config says: every request is
+    dispatched at once, as with ``flowControl.enabled: false``."""
+    from smetric.epp.server import app
+
+    def no_gate(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    app.FlowGate = no_gate  # type: ignore[assignment,misc]
+
+
 PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
     {
+        "no-flow-control": _no_flow_control,
         "kv-no-reconnect": _kv_no_reconnect,
         "whole-prompt-key": _whole_prompt_key,
         "ledger-client-id": _ledger_client_id,
