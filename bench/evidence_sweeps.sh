@@ -5,7 +5,7 @@
 # The regimes are bench/evidence_regimes.sh's (16 and 32 instances: colocated and PD x full, small
 # and no global tier, and full tier with asynchronous loads, LMCacheMPConnector); then the headroom
 # bound at 16 instances (free global-tier loads and HBM that never evicts, the request limit held
-# at 217,664 tokens). Tables: python bench/evidence.py OUT/i16-{coloc,pd}-{full,small,none}.json
+# at 217,664 tokens). Tables: python -m smetric.bench.evidence.knee OUT/i16-{coloc,pd}-{full,small,none}.json
 # OUT/i32-*.json --headroom OUT/i16-coloc-full.json=OUT/i16-coloc-ideal.json --headroom OUT/i16-pd-full.json=OUT/i16-pd-ideal.json
 # Usage: bench/evidence_sweeps.sh [OUT_DIR] (default results/evidence); with ten policies it took about 22 min
 # for the synchronous regimes and ~20 min for the asynchronous ones on 2 idle cores (now twenty: about twice that); add --resume to S after an interruption.
