@@ -145,16 +145,7 @@ class PdPool:
 
     def _request(self, key: int) -> tuple[EngineRequest, RequestView]:
         clone, i = divmod(key, self.n)
-        base = self.work.engine_request(i, clone)
-        req = EngineRequest(
-            base.request_id,
-            base.prompt_tokens,
-            base.output_tokens,
-            base.prompt_pieces,
-            base.output_pieces,
-            key,
-        )
-        return req, self.work.view(i, clone)
+        return self.work.keyed_request(key), self.work.view(i, clone)
 
     def _arrival(self, key: int, t: float) -> None:
         row = self.rows[key] = _Row(t)

@@ -366,16 +366,7 @@ class _Run:
 
     def request(self, key: int) -> tuple[EngineRequest, RequestView]:
         clone, i = divmod(key, self.n)
-        base = self.work.engine_request(i, clone)
-        req = EngineRequest(
-            base.request_id,
-            base.prompt_tokens,
-            base.output_tokens,
-            base.prompt_pieces,
-            base.output_pieces,
-            index=key,
-        )
-        return req, self.work.view(i, clone, fresh=self.joined_unwarmed(key))
+        return self.work.keyed_request(key), self.work.view(i, clone, fresh=self.joined_unwarmed(key))
 
     def snapshots(self, req: EngineRequest, rview: RequestView, t: float) -> list[EndpointSnapshot]:
         _, snaps = self.view.snapshots(req, rview)
