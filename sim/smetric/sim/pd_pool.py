@@ -35,9 +35,9 @@ from smetric.engine.global_tier import instances_per_node
 from smetric.policy.framework import Router
 from smetric.policy.registry import make_policy
 from smetric.policy.selective_pd import take_prefill_hop
+from smetric.sim.build import policy_params
 from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.config import SimConfig
-from smetric.sim.simulator import policy_params
 from smetric.sim.stats import mean_ci95
 from smetric.sim.view import RouterView, make_router_view
 from smetric.sim.workload import PreparedWorkload, prepare
