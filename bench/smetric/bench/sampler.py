@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
 
 from smetric.bench.promtext import EngineScrape, MetricsFormatError, parse_engine_metrics
+from smetric.core.stopping import cancel_and_wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +47,8 @@ class LoadSampler:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -13,11 +13,14 @@ outlive the command, re-parented to init and holding their ports.
 * :func:`sigterm_raises_interrupt` (synchronous commands: ``simulate --cluster``): the first
   SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does, so the same ``try/finally`` serves both;
   later SIGTERMs are ignored while that cleanup runs.
+* :func:`cancel_and_wait`: a component's ``stop()`` ends its background tasks and waits until
+  each has unwound.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
@@ -50,6 +53,17 @@ class Terminated(KeyboardInterrupt):
 
     def __init__(self) -> None:
         super().__init__("stopped by SIGTERM")
+
+
+async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel every task of ``tasks`` (``None`` is skipped), then await each in turn; its
+    ``CancelledError`` is swallowed, any other exception it ends with is raised."""
+    running = [t for t in tasks if t is not None]
+    for task in running:
+        task.cancel()
+    for task in running:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def interrupt_exit_code(exc: KeyboardInterrupt) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -12,6 +11,7 @@ import zmq.asyncio
 from aiohttp import web
 
 from smetric.core.blockhash import BlockHasher
+from smetric.core.stopping import cancel_and_wait
 from smetric.core.tokenizer import load_tokenizer
 from smetric.emulator.blockmap import BlockMap
 from smetric.emulator.config import EmulatorConfig
@@ -90,11 +90,7 @@ class RunningCluster:
 
     async def stop(self) -> None:
         await stop_servers(self.runners)
-        for task in self.drivers:
-            task.cancel()
-        for task in self.drivers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self.drivers)
         for inst in self.instances:
             if inst.publisher is not None:
                 inst.publisher.close()

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -57,12 +58,48 @@ if TYPE_CHECKING:  # Kubernetes clients are imported where used: a standalone pi
 log = logging.getLogger("smetric.epp")
 
 
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What :func:`serve` runs: built by :func:`build_parts`, nothing started yet."""
+
+    settings: PickerSettings
+    cfg: PickerConfig
+    registry: CollectorRegistry
+    datastore: Datastore
+    server: PickerServer
+    elector: LeaderElector | None
+    keeper: StateKeeper | None
+    reloader: ConfigReloader | None
+    metrics_server: MetricsServer | None
+
+
 async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> int:
+    """Build the picker, start it, serve until SIGTERM/SIGINT, then shut it down. 0 after a clean
+    shutdown, 1 when a server cannot start."""
+    if cfg is None:
+        cfg = load_config(settings.config, settings.config_text)
+    parts = build_parts(settings, cfg)
+    stop = stop_on_signals()
+    await parts.datastore.start()
+    if parts.elector is not None:
+        parts.elector.start()
+    try:
+        await start_serving(parts)
+        await stop.wait()
+        log.info("shutting down", extra={"grace_s": settings.drain_timeout_s})
+    except (OSError, RuntimeError) as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    finally:
+        await shut_down(parts)
+    return 0
+
+
+def build_parts(s: PickerSettings, cfg: PickerConfig) -> _Parts:
+    """The datastore, the picker and its servicer, the gRPC servers and the optional parts (leader
+    election, state keeper, config reloader, authenticated metrics), wired together."""
     from smetric.epp.datastore import build_datastore
 
-    s = settings
-    if cfg is None:
-        cfg = load_config(s.config, s.config_text)
     params = policy_params(cfg)
     registry = CollectorRegistry()
     models = ModelLabels(cfg.servedModels)  # the model label: served models (else /v1/models) + "other"
@@ -115,66 +152,78 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
         max_send_message_bytes=s.grpc_max_send_bytes,
         health_on_grpc_port=s.health_checking,
     )
+    keeper = state_keeper(s, datastore.index, picker.responses)
+    if keeper is not None and keeper.peers and picker.responses is not None:
+        servicer.peer_lookup = keeper.ask_peers  # a follow-up that beat the push asks the peers
+    return _Parts(
+        settings=s,
+        cfg=cfg,
+        registry=registry,
+        datastore=datastore,
+        server=server,
+        elector=elector,
+        keeper=keeper,
+        reloader=config_reloader(s, servicer, datastore, models),
+        metrics_server=authenticated_metrics(s, registry),
+    )
+
+
+def stop_on_signals() -> asyncio.Event:
+    """Set on SIGTERM or SIGINT; SIGUSR1 toggles the decision log."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, toggle_decision_log)
-    keeper = state_keeper(s, datastore.index, picker.responses)
-    if keeper is not None and keeper.peers and picker.responses is not None:
-        servicer.peer_lookup = keeper.ask_peers  # a follow-up that beat the push asks the peers
-    reloader = config_reloader(s, servicer, datastore, models)
-    metrics_server = authenticated_metrics(s, registry)
-    await datastore.start()
-    if elector is not None:
-        elector.start()
-    try:
-        if keeper is not None:  # before serving: the first decisions are already warm
-            await keeper.restore()
-            await keeper.start()
-        if metrics_server is None:
-            start_http_server(s.metrics_port, addr=s.bind_address, registry=registry)
-        else:
-            await metrics_server.start()
-        await server.start()
-        if reloader is not None:
-            reloader.start()
-        settle_gc()
-        log.info(
-            "picker serving",
-            extra={
-                "policy": cfg.policy.name,
-                "pd": cfg.pdDisaggregation.enabled,
-                "grpc_port": server.grpc_port,
-                "health_port": server.health_port,
-                "metrics_port": s.metrics_port,
-                "tls": s.secure_serving,
-            },
-        )
-        await stop.wait()
-        log.info("shutting down", extra={"grace_s": s.drain_timeout_s})
-    except OSError as exc:
-        log.error("cannot start: %s", exc)
-        return 1
-    except RuntimeError as exc:
-        log.error("cannot start: %s", exc)
-        return 1
-    finally:
-        if elector is not None:  # released first: a standby takes over while this one drains
-            await elector.stop(release=True)
-        if reloader is not None:
-            await reloader.stop()
-        await server.stop(s.drain_timeout_s)
-        if keeper is not None:
-            await keeper.stop()  # the final snapshot, after the last decision
-        await datastore.stop()
-        if metrics_server is not None:
-            await metrics_server.stop()
-            from smetric.epp.obs.metrics_server import KubeAuthorizer
+    return stop
 
-            if isinstance(metrics_server.authorizer, KubeAuthorizer):
-                await metrics_server.authorizer.close()
-    return 0
+
+async def start_serving(parts: _Parts) -> None:
+    """Start what serves, once discovery runs: the restored state first (the first decisions are
+    already warm), the metrics endpoint, the gRPC servers, the config reloader."""
+    s, keeper = parts.settings, parts.keeper
+    if keeper is not None:
+        await keeper.restore()
+        await keeper.start()
+    if parts.metrics_server is None:
+        start_http_server(s.metrics_port, addr=s.bind_address, registry=parts.registry)
+    else:
+        await parts.metrics_server.start()
+    await parts.server.start()
+    if parts.reloader is not None:
+        parts.reloader.start()
+    settle_gc()
+    log.info(
+        "picker serving",
+        extra={
+            "policy": parts.cfg.policy.name,
+            "pd": parts.cfg.pdDisaggregation.enabled,
+            "grpc_port": parts.server.grpc_port,
+            "health_port": parts.server.health_port,
+            "metrics_port": s.metrics_port,
+            "tls": s.secure_serving,
+        },
+    )
+
+
+async def shut_down(parts: _Parts) -> None:
+    """Stop every part, what a standby or the state needs first: the Lease is released (a standby
+    takes over while this one drains), the servers drain, then the final state snapshot."""
+    if parts.elector is not None:
+        await parts.elector.stop(release=True)
+    if parts.reloader is not None:
+        await parts.reloader.stop()
+    await parts.server.stop(parts.settings.drain_timeout_s)
+    if parts.keeper is not None:
+        await parts.keeper.stop()  # the final snapshot, after the last decision
+    await parts.datastore.stop()
+    metrics_server = parts.metrics_server
+    if metrics_server is not None:
+        await metrics_server.stop()
+        from smetric.epp.obs.metrics_server import KubeAuthorizer
+
+        if isinstance(metrics_server.authorizer, KubeAuthorizer):
+            await metrics_server.authorizer.close()
 
 
 def config_reloader(

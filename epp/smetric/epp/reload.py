@@ -13,7 +13,6 @@ once per bad content (the next change is tried again). Bounds: one read of at mo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from smetric.core.stopping import cancel_and_wait
 from smetric.epp.config import ConfigError, LoadedConfig, read_config
 
 log = logging.getLogger("smetric.epp.config")
@@ -109,8 +109,5 @@ class ConfigReloader:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="config-reload")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

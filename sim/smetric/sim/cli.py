@@ -15,14 +15,12 @@ skips the runs found there.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
 from smetric.core.names import MODES
@@ -30,13 +28,11 @@ from smetric.core.outputs import check_writable
 from smetric.core.presets import GPUS, KV_DTYPES, PRESETS
 from smetric.core.stopping import Terminated, interrupt_exit_code, sigterm_raises_interrupt
 from smetric.engine.global_tier import GLOBAL_TIER_KINDS, LOAD_MODES, PLACEMENTS
-from smetric.policy.params_mapping import CONTEXT_KEYS
 from smetric.policy.registry import REGISTRY, Registry
-from smetric.policy.tiered_params import TieredParams
 from smetric.sim import regimes as rg
 from smetric.sim.config import ARRIVALS, SimConfig
 from smetric.sim.driver import run_and_write
-from smetric.sim.param_flags import apply_params
+from smetric.sim.param_flags import flow_control_json, policy_parameters
 from smetric.sim.stream import sidecar_path
 from smetric.sim.sweep import (
     BASE_FAMILIES_PER_S_PER_32,
@@ -76,9 +72,8 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
     return vals
 
 
-def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
-    """The CLI; the policy names come from ``registry`` (:mod:`smetric.policy.registry`)."""
-    p = argparse.ArgumentParser(prog="smetric simulate", description=__doc__.split("\n\n")[0])
+def _workload_flags(p: argparse.ArgumentParser, registry: Registry) -> None:
+    """The trace, the cluster's size and mode, the policies, rates, seeds and arrivals."""
     p.add_argument(
         "--trace",
         type=Path,
@@ -128,6 +123,10 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         help=f"do not add rates past each policy's knee (default: until TPS@SLO is >= {100 * KNEE_DROP:.0f}%% "
         f"below the peak, at most {MAX_EXTENSIONS} extra rates)",
     )
+
+
+def _global_tier_flags(p: argparse.ArgumentParser) -> None:
+    """The global KV tier and its path (LMCache + Mooncake)."""
     p.add_argument("--global-tier", choices=GLOBAL_TIER_KINDS, default="full")
     p.add_argument(
         "--nic-gbit-s", type=float, default=200.0, help="per-node NIC bandwidth for global-tier loads"
@@ -187,6 +186,10 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         action="store_true",
         help="do not charge the write-back of computed KV to the links",
     )
+
+
+def _preset_flags(p: argparse.ArgumentParser) -> None:
+    """The model/GPU preset and its deployment variant."""
     p.add_argument("--preset", choices=sorted(PRESETS), default="qwen3-30b-h20")
     d = p.add_argument_group("deployment variant of the preset")
     d.add_argument(
@@ -203,6 +206,10 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         default=None,
         help="model context limit in tokens (default: the model's; 1048576 = Qwen3-Coder with YaRN)",
     )
+
+
+def _policy_flags(p: argparse.ArgumentParser) -> None:
+    """The policies' parameters: the picker's config file, --slack, --hit-ratio, --param."""
     p.add_argument(
         "--policy-config",
         type=Path,
@@ -236,6 +243,10 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         help="smetric-tiered ablation: comma-separated mechanisms to switch off "
         "(global, migration, node-local, footprint); other policies ignore it",
     )
+
+
+def _router_flags(p: argparse.ArgumentParser) -> None:
+    """The router's view of the cluster, flow control and the ledger."""
     p.add_argument("--refresh-ms", type=float, default=50.0, help="router metrics scrape interval")
     p.add_argument(
         "--router-view",
@@ -274,6 +285,10 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         help="reproduce the pre-fix ledger charge cost(L - local hit) even when the global tier supplies "
         "the tokens (phantom queued work; for comparison only)",
     )
+
+
+def _window_flags(p: argparse.ArgumentParser) -> None:
+    """The simulated window and the workload's families."""
     p.add_argument(
         "--warmup-s",
         type=float,
@@ -291,6 +306,10 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
         action="store_true",
         help="keep each family's system-prompt blocks unique (default: one shared id sequence per model)",
     )
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    """Where and how the runs execute, the regime map, --quick and the outputs."""
     p.add_argument("--workers", type=int, default=None, help="parallel processes (default: all cores)")
     p.add_argument(
         "--cluster",
@@ -321,6 +340,14 @@ def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
     )
     p.add_argument("--json", type=Path, default=None, help="write results as JSON")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG figure")
+
+
+def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
+    """The CLI; the policy names come from ``registry`` (:mod:`smetric.policy.registry`)."""
+    p = argparse.ArgumentParser(prog="smetric simulate", description=__doc__.split("\n\n")[0])
+    _workload_flags(p, registry)
+    for add in (_global_tier_flags, _preset_flags, _policy_flags, _router_flags, _window_flags, _run_flags):
+        add(p)
     return p
 
 
@@ -334,53 +361,6 @@ def _seeds(a: argparse.Namespace) -> tuple[int, ...]:
     if not seeds or any(x < 0 for x in seeds):
         raise ValueError(f"--seeds must be non-negative integers, got {a.seeds!r}")
     return seeds
-
-
-def policy_parameters(a: argparse.Namespace) -> tuple[str | None, str, list[str]]:
-    """``(policy of --policy-config or None, policy-owned parameters as canonical JSON, notes)``:
-    the file's ``policy.parameters`` without the context keys, then --slack, --hit-ratio, --param
-    and --tiered-off on top."""
-    from smetric.policy.pickerconfig import load_own_config, policy_params
-
-    name: str | None = None
-    given: dict[str, object] = {}
-    notes: list[str] = []
-    if a.policy_config is not None:
-        cfg = load_own_config(a.policy_config)
-        policy_params(cfg)  # validated exactly as the picker validates it
-        name = cfg.policy.name
-        given = {k: v for k, v in cfg.policy.parameters.items() if k not in CONTEXT_KEYS}
-        ignored = sorted(k for k in cfg.policy.parameters if k in CONTEXT_KEYS)
-        if ignored:
-            notes.append(
-                f"--policy-config: {', '.join(ignored)} set by the simulated cluster (--preset, --mode), "
-                "not the file"
-            )
-    if a.slack is not None:
-        given["slack"] = a.slack
-    if a.hit_ratio is not None:
-        given["hitRatio"] = a.hit_ratio
-    given = apply_params(given, a.param, getattr(a, "registry", REGISTRY))
-    off = [m.strip() for m in a.tiered_off.split(",") if m.strip()]
-    if off:
-        tiered = given.get("tiered", {})
-        if not isinstance(tiered, dict):
-            raise ValueError("policy parameters: tiered must be a mapping")
-        given["tiered"] = TieredParams.model_validate(tiered).without(*off).model_dump(by_alias=True)
-    return name, json.dumps(given, sort_keys=True), notes
-
-
-def flow_control_json(enabled: bool, pairs: list[str]) -> str:
-    """``SimConfig.flow_control`` from ``--flow-control`` and ``--fc KEY=VALUE`` (YAML scalars)."""
-    if not enabled and not pairs:
-        return ""
-    mapping: dict[str, object] = {"enabled": True}
-    for text in pairs:
-        key, sep, value = text.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--fc {text!r}: expected KEY=VALUE (e.g. ttl_s=30)")
-        mapping[key.strip()] = yaml.safe_load(value)
-    return json.dumps(mapping, sort_keys=True)
 
 
 def _spec(a: argparse.Namespace, notes: list[str] | None = None) -> SweepSpec:

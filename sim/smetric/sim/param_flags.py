@@ -9,16 +9,24 @@ several policies read (``hitRatio``) is set for all of them.
 Each key is checked against the named policy's model here, so a typo names the policy and its
 keys; the value's type and range are checked by the policies' parser afterwards, exactly as the
 picker checks its config.
+
+:func:`policy_parameters` puts the policy flags together (``--policy-config``, ``--slack``,
+``--hit-ratio``, ``--param``, ``--tiered-off``); :func:`flow_control_json` the flow-control ones
+(``--flow-control``, ``--fc``).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections.abc import Mapping, Sequence
 
 import yaml
 from pydantic import BaseModel
 
+from smetric.policy.params_mapping import CONTEXT_KEYS
 from smetric.policy.registry import REGISTRY, Registry
+from smetric.policy.tiered_params import TieredParams
 
 
 def _keys(model: type[BaseModel]) -> dict[str, str]:
@@ -93,3 +101,50 @@ def apply_params(
             node = child
         node[path[-1]] = value
     return out
+
+
+def policy_parameters(a: argparse.Namespace) -> tuple[str | None, str, list[str]]:
+    """``(policy of --policy-config or None, policy-owned parameters as canonical JSON, notes)``:
+    the file's ``policy.parameters`` without the context keys, then --slack, --hit-ratio, --param
+    and --tiered-off on top."""
+    from smetric.policy.pickerconfig import load_own_config, policy_params
+
+    name: str | None = None
+    given: dict[str, object] = {}
+    notes: list[str] = []
+    if a.policy_config is not None:
+        cfg = load_own_config(a.policy_config)
+        policy_params(cfg)  # validated exactly as the picker validates it
+        name = cfg.policy.name
+        given = {k: v for k, v in cfg.policy.parameters.items() if k not in CONTEXT_KEYS}
+        ignored = sorted(k for k in cfg.policy.parameters if k in CONTEXT_KEYS)
+        if ignored:
+            notes.append(
+                f"--policy-config: {', '.join(ignored)} set by the simulated cluster (--preset, --mode), "
+                "not the file"
+            )
+    if a.slack is not None:
+        given["slack"] = a.slack
+    if a.hit_ratio is not None:
+        given["hitRatio"] = a.hit_ratio
+    given = apply_params(given, a.param, getattr(a, "registry", REGISTRY))
+    off = [m.strip() for m in a.tiered_off.split(",") if m.strip()]
+    if off:
+        tiered = given.get("tiered", {})
+        if not isinstance(tiered, dict):
+            raise ValueError("policy parameters: tiered must be a mapping")
+        given["tiered"] = TieredParams.model_validate(tiered).without(*off).model_dump(by_alias=True)
+    return name, json.dumps(given, sort_keys=True), notes
+
+
+def flow_control_json(enabled: bool, pairs: list[str]) -> str:
+    """``SimConfig.flow_control`` from ``--flow-control`` and ``--fc KEY=VALUE`` (YAML scalars)."""
+    if not enabled and not pairs:
+        return ""
+    mapping: dict[str, object] = {"enabled": True}
+    for text in pairs:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--fc {text!r}: expected KEY=VALUE (e.g. ttl_s=30)")
+        mapping[key.strip()] = yaml.safe_load(value)
+    return json.dumps(mapping, sort_keys=True)

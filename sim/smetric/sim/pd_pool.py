@@ -35,9 +35,9 @@ from smetric.engine.global_tier import instances_per_node
 from smetric.policy.framework import Router
 from smetric.policy.registry import make_policy
 from smetric.policy.selective_pd import take_prefill_hop
+from smetric.sim.build import policy_params
 from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.config import SimConfig
-from smetric.sim.simulator import policy_params
 from smetric.sim.stats import mean_ci95
 from smetric.sim.view import RouterView, make_router_view
 from smetric.sim.workload import PreparedWorkload, prepare
@@ -145,16 +145,7 @@ class PdPool:
 
     def _request(self, key: int) -> tuple[EngineRequest, RequestView]:
         clone, i = divmod(key, self.n)
-        base = self.work.engine_request(i, clone)
-        req = EngineRequest(
-            base.request_id,
-            base.prompt_tokens,
-            base.output_tokens,
-            base.prompt_pieces,
-            base.output_pieces,
-            key,
-        )
-        return req, self.work.view(i, clone)
+        return self.work.keyed_request(key), self.work.view(i, clone)
 
     def _arrival(self, key: int, t: float) -> None:
         row = self.rows[key] = _Row(t)

@@ -29,23 +29,21 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-import numpy as np
-
-from smetric.core.presets import InstancePreset, get_preset
+from smetric.core.presets import get_preset
 from smetric.core.views import EndpointSnapshot, RequestView
-from smetric.engine import EngineConfig, EngineEvent, EngineRequest, Instance, StepModel, make_global_tier
-from smetric.engine.global_tier import instances_per_node
+from smetric.engine import EngineEvent, EngineRequest
 from smetric.engine.prefix_cache import count_blocks, slice_blocks
-from smetric.policy import DecodeStepModel, PolicyParams, Router, fetch_s_per_token, make_policy
+from smetric.policy import Router, make_policy
 from smetric.policy.registry import uses_node_facts, uses_tier_view
 from smetric.policy.tiered_params import SMetricTieredParams
+from smetric.sim.build import build_cluster, policy_params
 from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.config import SimConfig
 from smetric.sim.gateway import OverloadProbe, SimGateway
-from smetric.sim.metrics import LoadTracker, summarise
-from smetric.sim.requests import RequestRecord, RequestTable
+from smetric.sim.metrics import LoadTracker
+from smetric.sim.requests import RequestTable
+from smetric.sim.run_result import RunResult, family_metrics, request_metrics, request_records
 from smetric.sim.tier_view import TierView
 from smetric.sim.view import make_router_view
 from smetric.sim.workload import PreparedWorkload
@@ -54,69 +52,6 @@ from smetric.trace import SteadyAgents, agents_for_rate
 _ARRIVAL, _INSTANCE, _RETRY, _FLOW = 0, 1, 2, 3
 # queued requests probed per gateway drain (every scrape tick while any wait) before it gives up
 _DRAIN_PROBES = 4
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    policy: str
-    rate_multiplier: float
-    families_per_s: float
-    requests_per_s: float
-    metrics: dict[str, float | int]
-    events: int
-    sim_wall_s: float
-    reasons: dict[str, int] = field(default_factory=dict)
-    records: tuple[RequestRecord, ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "policy": self.policy,
-            "rate_multiplier": self.rate_multiplier,
-            "families_per_s": self.families_per_s,
-            **self.metrics,
-            "events": self.events,
-            "sim_wall_s": self.sim_wall_s,
-            "events_per_s": self.events / self.sim_wall_s if self.sim_wall_s > 0 else math.nan,
-            "decision_reasons": dict(self.reasons),
-        }
-
-
-def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> PolicyParams:
-    fetch_s = (
-        fetch_s_per_token(preset.model.kv_bytes_per_token, cfg.global_load_link_gbit_s(preset))
-        if cfg.global_aware_slo and cfg.global_tier != "none"
-        else None
-    )
-    return PolicyParams(
-        mode="colocated" if cfg.mode == "colocated" else "disaggregated",
-        slo=preset.slo,
-        cost_model=preset.cost_model,
-        decode_step=DecodeStepModel.from_preset_name(preset.name),
-        block_tokens=block_tokens,
-        seed=cfg.seed,
-        global_fetch_s_per_token=fetch_s,
-        global_chunk_tokens=cfg.global_chunk_tokens,
-        own=cfg.own_params,
-    )
-
-
-def build_cluster(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> list[Instance]:
-    model = StepModel.from_preset(preset)
-    tier = make_global_tier(
-        cfg.global_tier, preset, cfg.instances, block_tokens, cfg.nic_gbit_s, cfg.global_path
-    )
-    per_node = instances_per_node(preset)
-    return [
-        Instance(
-            f"instance-{i}",
-            model,
-            EngineConfig.from_preset(
-                preset, block_tokens, decode=cfg.mode == "colocated", node=i // per_node
-            ),
-            tier,
-        )
-        for i in range(cfg.instances)
-    ]
 
 
 class _Run:
@@ -366,16 +301,7 @@ class _Run:
 
     def request(self, key: int) -> tuple[EngineRequest, RequestView]:
         clone, i = divmod(key, self.n)
-        base = self.work.engine_request(i, clone)
-        req = EngineRequest(
-            base.request_id,
-            base.prompt_tokens,
-            base.output_tokens,
-            base.prompt_pieces,
-            base.output_pieces,
-            index=key,
-        )
-        return req, self.work.view(i, clone, fresh=self.joined_unwarmed(key))
+        return self.work.keyed_request(key), self.work.view(i, clone, fresh=self.joined_unwarmed(key))
 
     def snapshots(self, req: EngineRequest, rview: RequestView, t: float) -> list[EndpointSnapshot]:
         _, snaps = self.view.snapshots(req, rview)
@@ -519,74 +445,14 @@ class _Run:
     # -- result -----------------------------------------------------------------------------------
 
     def metrics(self) -> dict[str, float | int]:
-        cfg, work, table = self.cfg, self.work, self.table
-        idx = np.array([r.key % self.n for r in table.rows], dtype=np.int64)
-        prompt = np.array([r.prompt_tokens for r in work.engine], dtype=np.int64)[idx]
-        output = np.array([r.output_tokens for r in work.engine], dtype=np.int64)[idx]
-        first = table.column("first_token_s", np.float64)
-        finish = table.column("finish_s", np.float64)
-        done = finish if self.colocated else first
-        end_s = float(np.nanmax(done)) if np.isfinite(done).any() else self.horizon
-        out = summarise(
-            mode=cfg.mode,
-            slo=self.preset.slo,
-            prompt=prompt,
-            output=output,
-            send_s=table.column("send_s", np.float64),
-            first_s=first,
-            finish_s=finish,
-            local=table.column("local_hit_tokens", np.int64),
-            global_=table.column("global_hit_tokens", np.int64),
-            dropped=work.dropped[idx],
-            rejected=table.column("rejected", np.bool_),
-            window_loads=self.loads.window_loads(max(end_s, self.horizon)),
-            load_window_s=cfg.window_s,
-            lo_s=cfg.warmup_s,
-            hi_s=self.horizon,
-        )
-        out.update(self.session_metrics())
+        cfg, table = self.cfg, self.table
+        out = request_metrics(cfg, self.preset.slo, self.work, table, self.loads)
+        out.update(family_metrics(cfg, self.work, self.fam_start, self.fam_done))
         if self.gateway is not None:
             lo, hi = cfg.warmup_s, self.horizon
             out.update(self.gateway.metrics({r.key for r in table.rows if lo <= r.send_s < hi}))
             out["fc_enabled"] = 1
         return out
-
-    def session_metrics(self) -> dict[str, float | int]:
-        """The agents' view: how long a family (an agent's task: its sessions) took from its start
-        to its last answer, over the families started in the first half of the window (the
-        second half's may not end before the horizon), and the share of those that ended."""
-        lo = self.cfg.warmup_s
-        hi = lo + self.cfg.measure_s / 2
-        started = [fk for fk, s in self.fam_start.items() if lo <= s < hi]
-        done = [self.fam_done[fk] - self.fam_start[fk] for fk in started if fk in self.fam_done]
-        rec = [
-            (self.fam_done[fk] - self.fam_start[fk])
-            / max(1e-9, float(self.work.family_duration_s[fk % self.n_fam]))
-            for fk in started
-            if fk in self.fam_done
-        ]
-        return {
-            "families_started": len(started),
-            "families_done_share": len(done) / len(started) if started else math.nan,
-            "family_completion_mean_s": float(np.mean(done)) if done else math.nan,
-            "family_slowdown_mean": float(np.mean(rec)) if rec else math.nan,
-        }
-
-    def records(self) -> tuple[RequestRecord, ...]:
-        dropped = self.work.dropped
-        return tuple(
-            RequestRecord(
-                r.key,
-                r.send_s,
-                r.first_token_s,
-                r.finish_s,
-                r.instance,
-                bool(dropped[r.key % self.n]),
-                r.local_hit_tokens,
-                r.global_hit_tokens,
-            )
-            for r in self.table.rows
-        )
 
 
 def simulate(
@@ -619,5 +485,5 @@ def simulate(
         events=run.events,
         sim_wall_s=time.perf_counter() - wall0,
         reasons=run.reasons,
-        records=run.records() if keep_records else (),
+        records=request_records(work, run.table) if keep_records else (),
     )

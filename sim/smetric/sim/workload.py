@@ -119,6 +119,20 @@ class PreparedWorkload:
             index=base.index,
         )
 
+    def keyed_request(self, key: int) -> EngineRequest:
+        """Request ``key`` of a run (``clone * len(self) + i``: request ``i`` as sent by clone
+        ``clone`` of its family) with ``index=key``, so the engine's events name the run's key."""
+        clone, i = divmod(key, len(self.engine))
+        base = self.engine_request(i, clone)
+        return EngineRequest(
+            base.request_id,
+            base.prompt_tokens,
+            base.output_tokens,
+            base.prompt_pieces,
+            base.output_pieces,
+            index=key,
+        )
+
     def view(self, i: int, clone: int, fresh: bool = False) -> RequestView:
         """Request ``i``'s view as sent by clone ``clone``; ``fresh``: as a fresh history
         (:func:`fresh_view`)."""

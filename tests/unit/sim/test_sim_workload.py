@@ -62,6 +62,20 @@ def test_shared_ids_are_detected_and_kept_by_clones() -> None:
     assert v.session_id == "a~2" and v.turn == 1 and v.est_hit_tokens == 64 * 7
 
 
+def test_a_keyed_request_is_its_clones_request_indexed_by_the_run_key() -> None:
+    w = prepare(trace(), P30)
+    key = 2 * len(w) + 1  # request 1 as sent by clone 2
+    r, c = w.keyed_request(key), w.engine_request(1, 2)
+    assert r.index == key
+    assert (r.request_id, r.prompt_tokens, r.output_tokens, r.prompt_pieces, r.output_pieces) == (
+        c.request_id,
+        c.prompt_tokens,
+        c.output_tokens,
+        c.prompt_pieces,
+        c.output_pieces,
+    )
+
+
 def test_requests_over_the_limit_are_marked_dropped() -> None:
     limit = max_request_tokens(P30, 64)
     assert limit == min(P30.model.max_context_tokens, P30.kv_capacity_tokens // 64 * 64)

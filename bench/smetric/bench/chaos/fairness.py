@@ -11,7 +11,6 @@ normal requests meanwhile (1 kB to 400 kB, log-uniform) must succeed: at least 9
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +20,7 @@ import aiohttp
 from smetric.bench.chaos.guards import BODY_FAIRNESS
 from smetric.bench.chaos.row import Row
 from smetric.bench.chaos.stack import MODEL, ChaosStack
+from smetric.core.stopping import cancel_and_wait
 
 MAX_BODY_BYTES = 16 << 20  # the picker's default --max-body-bytes
 ATTACKERS = 4
@@ -97,11 +97,7 @@ async def body_hogs(st: ChaosStack, quick: bool) -> list[Row]:
     replies = await asyncio.gather(*(normal(i, size) for i, size in enumerate(sizes)))
     elapsed = time.monotonic() - t0
     stop.set()
-    for task in hogs:
-        task.cancel()
-    for task in hogs:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await cancel_and_wait(*hogs)
     ok = sum(1 for status, error in replies if status == 200 and not error)
     codes: dict[int, int] = {}
     for status, _ in replies:

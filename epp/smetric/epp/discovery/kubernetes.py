@@ -11,7 +11,6 @@ Needs RBAC: get/list/watch on pods and inferencepools in the namespace.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -20,6 +19,7 @@ from typing import Any
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from smetric.core.stopping import cancel_and_wait
 from smetric.epp.contracts import EndpointInfo
 from smetric.epp.discovery.base import OnEndpoints
 from smetric.epp.discovery.pool import (
@@ -105,11 +105,7 @@ class KubeDiscovery:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         if self._api is not None:
             await self._api.close()

@@ -26,6 +26,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
+from smetric.core.stopping import cancel_and_wait
 from smetric.epp.contracts import EndpointInfo
 from smetric.epp.kvevents.events import KvEventDecodeError, decode_payload
 from smetric.epp.kvevents.store import BlockStore
@@ -215,9 +216,7 @@ class KvEventManager:
     async def stop(self) -> None:
         for address in list(self._tasks):
             self._drop(address)
-        for task in list(self._closing):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._closing)  # cancelled already by _drop
         if self._ctx is not None:
             self._ctx.destroy(linger=0)
             self._ctx = None

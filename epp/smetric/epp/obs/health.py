@@ -14,12 +14,12 @@ the client side: what launchers, benchmarks and tests use to wait for a picker t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from smetric.core.stopping import cancel_and_wait
 from smetric.epp.contracts import EndpointSource
 from smetric.epp.obs.metrics import PickerMetrics
 
@@ -79,11 +79,8 @@ class HealthReporter:
         await self.refresh()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
 
 async def wait_serving(

@@ -18,11 +18,11 @@ a hostile or broken engine cannot stall the event loop or grow the picker's memo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
 
+from smetric.core.stopping import cancel_and_wait
 from smetric.epp.contracts import EngineMetrics
 from smetric.epp.scrape.http1 import BodyTooLarge, HttpError, KeepAliveGetter
 from smetric.epp.scrape.models import ModelLister
@@ -144,11 +144,7 @@ class ScrapeManager:
     async def stop(self) -> None:
         tasks = list(self._tasks.values())
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         for getter in self._getters.values():
             getter.close()
         self._getters.clear()

@@ -35,10 +35,10 @@ from smetric.core.names import ROLE_DECODE, ROLE_PREFILL
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.epp.contracts import EndpointInfo, EndpointSource, PrefixIndex, PromptKey
 from smetric.epp.parse.errors import RequestError
-from smetric.epp.parse.usage import Usage
 from smetric.epp.server.affinity import ResponseAffinity
+from smetric.epp.server.feedback import PickerFeedback
 from smetric.epp.server.flow import Held
-from smetric.epp.server.outlier import OutlierDetector, is_error_status
+from smetric.epp.server.outlier import OutlierDetector
 from smetric.epp.server.tier_facts import TierFacts
 from smetric.policy.base import Decision
 from smetric.policy.flowcontrol import FlowGate
@@ -47,8 +47,6 @@ from smetric.policy.selective_pd import PdDecider
 from smetric.router import DispatchLedger, PrefillRateEstimator, RouterCore, Saturation
 
 __all__ = ["Pick", "Picker", "Saturation"]
-
-_NONE: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +68,10 @@ class Pick:
     fetch_s: float = 0.0  # their global-tier fetch time (kept apart from cost_s)
 
 
-class Picker:
+class Picker(PickerFeedback):
     """One per picker replica; holds the ledger and the rate estimate, everything else is read.
-    The servicer reports responses through its feedback hooks (:class:`~smetric.epp.server.hooks.ResponseHooks`)."""
+    The servicer reports responses through its feedback hooks (:class:`~smetric.epp.server.hooks.ResponseHooks`,
+    implemented in :class:`~smetric.epp.server.feedback.PickerFeedback`)."""
 
     def __init__(
         self,
@@ -266,79 +265,6 @@ class Picker:
         """The prefix index's key of a prompt (the servicer computes it off the event loop for
         large bodies and hands it to :meth:`pick`)."""
         return self.index.key(prompt_text, token_ids)
-
-    # -- feedback hooks (smetric.epp.server.hooks.ResponseHooks) -----------------------------------
-
-    def on_prefill_done(self, pick: Pick, request_id: str) -> float | None:
-        ledger = self.core.ledger
-        if ledger.remove(request_id) is None:
-            return None
-        return ledger.queued_cost_s(pick.ledger_address)
-
-    def on_complete(self, pick: Pick, ttft_s: float, usage: Usage | None, prompt_known: bool) -> float | None:
-        rates = self.core.rates
-        if rates.observe(pick.ledger_address, self._observed_cost(pick, usage, prompt_known), ttft_s):
-            return rates.speed(pick.ledger_address)
-        return None
-
-    def on_response(
-        self, pick: Pick, status: int, served: str = "", attempts: int = 0, retry_after_s: float = 0.0
-    ) -> tuple[str, ...]:
-        """The response's status reached the picker: the endpoints of ``pick``'s list that failed
-        before the one that answered (``served`` when the gateway reports it, else the
-        ``attempts``-th entry) count an error each, the one that answered its status. Returns the
-        endpoints this response ejected (usually none)."""
-        o = self.outliers
-        if o is None or status <= 0:
-            return _NONE
-        dest, fallbacks = pick.destination, pick.fallbacks
-        if served and served != dest and served in fallbacks:
-            n = fallbacks.index(served) + 2
-        elif attempts > 1:
-            n = attempts
-        else:
-            n = 1
-        ejected = _NONE
-        if n > 1:
-            for a in (dest, *fallbacks[: n - 2]):
-                if o.failed(a):
-                    ejected = (*ejected, a)
-        answered = served or (dest if n == 1 else fallbacks[n - 2] if n - 2 < len(fallbacks) else "")
-        if not answered:  # past the picker's list: the gateway's own fallback answered
-            return ejected
-        if is_error_status(status):
-            if o.failed(answered, retry_after_s):
-                ejected = (*ejected, answered)
-        else:
-            o.succeeded(answered)
-        return ejected
-
-    def queued_cost_s(self, address: str) -> float:
-        return self.core.ledger.queued_cost_s(address)
-
-    def on_endpoint_removed(self, address: str) -> None:
-        self.core.rates.forget(address)
-        if self.responses is not None:  # its stored responses went with it
-            self.responses.forget_endpoint(address)
-        if self.outliers is not None:
-            self.outliers.forget(address)
-
-    def on_response_id(self, response_id: str, served: str) -> None:
-        if self.responses is not None:
-            self.responses.remember(response_id, served)
-
-    def _observed_cost(self, pick: Pick, usage: Usage | None, prompt_known: bool) -> float:
-        """Cost of the prefill as it happened, in the units the decision used (chars/4 tokens, or
-        the index's tokens), so the learned speed converts the picker's own cost estimates; the
-        engine's reported cached share (``cached_tokens / prompt_tokens``) replaces the estimated
-        hit when known."""
-        if not prompt_known or pick.prompt_tokens <= 0:
-            return pick.cost_s
-        if usage is not None and usage.prompt_tokens and usage.cached_tokens is not None:
-            L = pick.prompt_tokens
-            uncached = L * (1.0 - min(usage.cached_tokens, usage.prompt_tokens) / usage.prompt_tokens)
-            return self.core.cost_model.cost(uncached, L)
-        return pick.cost_s
 
     def top_scores(self, k: int = 4) -> list[dict[str, object]]:
         """The last decision's first ``k`` candidates in the policy's order (target, then

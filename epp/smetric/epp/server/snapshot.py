@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import os
 import socket
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     import aiohttp
     from aiohttp import web
 
+from smetric.core.stopping import cancel_and_wait
 from smetric.epp.server.affinity import PEER_ASK_TIMEOUT_S, ResponseAffinity, valid_id
 
 log = logging.getLogger(__name__)
@@ -337,11 +337,7 @@ class StateKeeper:
             self.save()
 
     async def stop(self) -> None:
-        for task in (self._task, self._pusher):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await cancel_and_wait(self._task, self._pusher)
         self._task = self._pusher = None
         if self._asker is not None:
             await self._asker.close()
