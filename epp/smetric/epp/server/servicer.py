@@ -155,12 +155,20 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         # --peers: where a follow-up's previous response lives, asked of the other replicas
         # (snapshot.StateKeeper.ask_peers) when this one has not heard of it
         self.peer_lookup: Callable[[str], Awaitable[str | None]] | None = None
+        self._endpoint_names(picker)
+
+    def _endpoint_names(self, picker: Picker) -> None:
+        """The metrics' endpoint labels name discovery's pods (``llm_d_epp_scheduler_attempts_total``)."""
+        source = getattr(picker, "source", None)
+        if source is not None:
+            self.metrics.llmd.names_from(source.ready_endpoints)
 
     def use_picker(self, picker: Picker, served_models: Iterable[str]) -> None:
         """A reloaded config: new requests go to ``picker`` (built with the running one's ledger,
         so the requests in flight finish in it) and its ``servedModels``."""
         self.picker = picker
         self.hooks = picker
+        self._endpoint_names(picker)
         self.settings = replace(self.settings, served_models=frozenset(served_models))
 
     async def Process(
@@ -168,6 +176,8 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
     ) -> AsyncIterator[ep.ProcessingResponse]:
         st = StreamState()
         self.metrics.active_streams.inc()
+        self.metrics.llmd.stream_opened()
+        opened_at, code = self.clock(), "OK"
         messages = request_iterator.__aiter__()
         try:
             while True:
@@ -201,11 +211,18 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
                     yield response
                 if closed:
                     return
+        except (asyncio.CancelledError, GeneratorExit):  # the gateway reset or cancelled the stream
+            code = "Canceled"
+            raise
+        except BaseException:
+            code = "Unknown"
+            raise
         finally:
             self._leave(st)
             self._drop_body(st)
             self._finish(st)
             self.metrics.active_streams.dec()
+            self.metrics.llmd.stream_closed(self.clock() - opened_at, code)
 
     async def _within_budget(
         self, st: StreamState, messages: AsyncIterator[ep.ProcessingRequest]
@@ -275,6 +292,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
     def _flow_shed(self, st: StreamState, exc: FlowShed) -> ep.ProcessingResponse:
         assert self.flow is not None
         self.metrics.immediate_responses.labels(code="429").inc()
+        self._refused(st, 429)
         log.info("flow control refused request %s: %s", st.request_id, exc)
         # Retry-After is whole seconds (RFC 9110 10.2.3)
         return msgs.immediate(429, str(exc), retry_after_s=math.ceil(self.flow.cfg.retry_after_s))
@@ -310,6 +328,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         self._leave(st)
         self.metrics.shed.labels(reason=exc.reason).inc()
         self.metrics.immediate_responses.labels(code="503").inc()
+        self._refused(st, 503)
         log.warning("shed request %s: %s", st.request_id, exc.message)
         return msgs.immediate(503, exc.message, retry_after_s=SHED_RETRY_AFTER_S)
 
@@ -403,7 +422,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         st.ledger_id = self.ledger_key(st.headers)
         if not path_allowed(st.headers.path, self.settings.allowed_paths):
             raise RequestError(404, f"path {st.headers.path.split('?', 1)[0]!r} is not an inference API")
-        st.admitted_at = self.clock()  # the decision budget runs from here (upload included)
+        st.admitted_at = st.received_at = self.clock()  # the decision budget runs from here (upload included)
         st.subset = msgs.subset_ips(m.metadata_context) if self.settings.subset_filter else None
         if m.request_headers.end_of_stream or st.req_mode not in (msgs.MODE_FULL_DUPLEX, msgs.MODE_BUFFERED):
             # No body will reach the picker (GET, or a body mode it does not take): route on headers.
@@ -488,15 +507,20 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         waited_s = None
         if self.flow is not None:
             waited_s = 0.0 if st.held_since is None else self.clock() - st.held_since
-        pick = self.picker.pick(
-            view,
-            text,
-            parsed.token_ids if parsed else (),
-            st.subset,
-            key=key,
-            previous_response_id=parsed.previous_response_id if parsed else "",
-            waited_s=waited_s,
-        )
+        try:
+            pick = self.picker.pick(
+                view,
+                text,
+                parsed.token_ids if parsed else (),
+                st.subset,
+                key=key,
+                previous_response_id=parsed.previous_response_id if parsed else "",
+                waited_s=waited_s,
+            )
+        except RequestError as exc:
+            if exc.status == 503:  # no endpoint could be chosen: a failed scheduling attempt
+                self.metrics.scheduling_failed(parsed.model if parsed else "")
+            raise
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
         self._leave(st)
         if self.settings.response_observer:
@@ -504,9 +528,11 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         m = self.metrics
         m.decision_latency.observe(time.perf_counter() - t0)
         m.decisions.labels(policy=pick.policy, reason=pick.reason).inc()
-        m.upstream.routed(
-            st.ledger_id, parsed.model if parsed else "", len(st.body), time.perf_counter() - t0
-        )
+        received = st.received_at if st.received_at is not None else st.dispatched_at
+        m.routed(
+            st.ledger_id, parsed.model if parsed else "", len(st.body), time.perf_counter() - t0, received,
+            st.dispatched_at, pick.destination,
+        )  # fmt: skip
         m.endpoint_local_hit.labels(endpoint=pick.ledger_address).set(pick.local_hit_tokens)
         self._queued_gauge(pick.ledger_address)
         if decision_log.isEnabledFor(logging.INFO):  # --decision-log / SIGUSR1 (obs.logging)
@@ -560,9 +586,14 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
     def _addresses(pick: Pick) -> tuple[str, ...]:
         return (pick.destination, *pick.fallbacks)
 
+    def _refused(self, st: StreamState, status: int) -> None:
+        """The upstream families' error counters for a request the picker answered itself."""
+        since = None if st.received_at is None or st.pick is not None else self.clock() - st.received_at
+        self.metrics.refused(st.parsed.model if st.parsed is not None else "", status, since)
+
     def _refuse(self, st: StreamState, status: int, message: str) -> ep.ProcessingResponse:
         self.metrics.immediate_responses.labels(code=str(status)).inc()
-        self.metrics.upstream.refused(st.parsed.model if st.parsed is not None else "", status)
+        self._refused(st, status)
         if status >= 500:
             log.warning("refused request %s with %d: %s", st.request_id, status, message)
         else:
