@@ -518,6 +518,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
                 waited_s=waited_s,
             )
         except RequestError as exc:
+            st.parsed = parsed  # the refusal's metrics carry its model, as upstream's
             if exc.status == 503:  # no endpoint could be chosen: a failed scheduling attempt
                 self.metrics.scheduling_failed(parsed.model if parsed else "")
             raise
