@@ -7,9 +7,9 @@ Names, types, label names and buckets are upstream's (``pkg/epp/metrics/llm_d_ro
 
 * per request, labels ``model_name``, ``target_model_name`` (bounded: a served model or ``other``,
   :mod:`smetric.epp.obs.labels`; no model rewriting, so the target is the same), ``fairness_id``
-  = ``default-flow`` (upstream's ``metadata.DefaultFairnessID``, consts.go:67: the picker has no
-  fairness header, every request is in the default flow) and ``priority`` = ``0`` (no
-  InferenceObjective priorities): ``request_total`` and ``request_size_bytes`` when the request
+  = ``default-flow`` (upstream's ``metadata.DefaultFairnessID``, consts.go:67: the picker keeps
+  no fairness queues, so every request is in the default flow, and no header value becomes a
+  label) and ``priority`` = ``0`` (no InferenceObjective priorities): ``request_total`` and ``request_size_bytes`` when the request
   is routed (server.go:497-498); ``request_running`` from then until its stream ends;
   ``request_error_total`` once per request, ``error_code`` = upstream's canonical code (a refusal:
   its status through :func:`~smetric.epp.obs.labels.error_code`; a model server's status other
