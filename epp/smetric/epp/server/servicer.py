@@ -60,6 +60,7 @@ from smetric.epp.server.offload import ParseOffload
 from smetric.epp.server.response_path import RESPONSE_KINDS, ResponsePath
 from smetric.epp.server.stream import StreamState
 from smetric.epp.settings import PickerSettings
+from smetric.policy.pickerconfig import DEFAULT_SESSION_HEADERS
 
 log = logging.getLogger("smetric.epp")
 decision_log = logging.getLogger("smetric.epp.decisions")  # one line per decision, off by default
@@ -102,13 +103,20 @@ class ServicerSettings:
     max_inflight_decisions: int = _FLAGS.max_inflight_decisions
     decision_budget_s: float = _FLAGS.decision_budget_s
     subset_filter: bool = _FLAGS.subset_filter  # honour the gateway's endpoint-subset hint
+    session_headers: tuple[str, ...] = DEFAULT_SESSION_HEADERS  # the config's sessionHeaders
 
     @classmethod
-    def from_picker(cls, settings: PickerSettings, served_models: Iterable[str] = ()) -> ServicerSettings:
-        """The running picker's values of every flag-backed field, and the config's served models."""
+    def from_picker(
+        cls,
+        settings: PickerSettings,
+        served_models: Iterable[str] = (),
+        session_headers: Sequence[str] = DEFAULT_SESSION_HEADERS,
+    ) -> ServicerSettings:
+        """The running picker's values of every flag-backed field, and the config's served models
+        and session headers."""
         picker = {f.name for f in fields(PickerSettings)}
         flags = {f.name: getattr(settings, f.name) for f in fields(cls) if f.name in picker}
-        return cls(served_models=frozenset(served_models), **flags)
+        return cls(served_models=frozenset(served_models), session_headers=tuple(session_headers), **flags)
 
 
 def _expire(st: StreamState, task: asyncio.Task[Any]) -> None:
@@ -163,13 +171,18 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         if source is not None:
             self.metrics.llmd.names_from(source.ready_endpoints)
 
-    def use_picker(self, picker: Picker, served_models: Iterable[str]) -> None:
+    def use_picker(
+        self, picker: Picker, served_models: Iterable[str], session_headers: Sequence[str] | None = None
+    ) -> None:
         """A reloaded config: new requests go to ``picker`` (built with the running one's ledger,
-        so the requests in flight finish in it) and its ``servedModels``."""
+        so the requests in flight finish in it), its ``servedModels`` and ``sessionHeaders``."""
         self.picker = picker
         self.hooks = picker
         self._endpoint_names(picker)
-        self.settings = replace(self.settings, served_models=frozenset(served_models))
+        headers = self.settings.session_headers if session_headers is None else tuple(session_headers)
+        self.settings = replace(
+            self.settings, served_models=frozenset(served_models), session_headers=headers
+        )
 
     async def Process(
         self, request_iterator: AsyncIterator[ep.ProcessingRequest], context: grpc.aio.ServicerContext
@@ -416,7 +429,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
             st.req_mode = m.protocol_config.request_body_mode
             st.resp_mode = m.protocol_config.response_body_mode
         raw = msgs.header_map(m.request_headers.headers)
-        st.headers = parse_headers(raw)
+        st.headers = parse_headers(raw, self.settings.session_headers)
         st.generated_id = HDR_REQUEST_ID not in raw
         st.client = msgs.downstream_connection(m.attributes)  # "" when the gateway sends none
         st.ledger_id = self.ledger_key(st.headers)
