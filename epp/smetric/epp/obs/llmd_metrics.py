@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from smetric.epp.contracts import EndpointInfo, EngineMetrics
+from smetric.epp.obs.chunk_histogram import ChunkHistogram, ChunkSeries
 from smetric.epp.obs.labels import MODEL_SERVER_ERROR, ModelLabels, error_code
 
 PREFIX = "llm_d_epp"
@@ -95,11 +96,12 @@ STREAM_BUCKETS = (
 class _Req:
     """One routed request until its stream ends."""
 
-    __slots__ = ("first_at", "headers_at", "last_at", "model", "proc_s", "received_at", "resp_bytes", "status",
-                 "streaming")  # fmt: skip
+    __slots__ = ("first_at", "headers_at", "itl", "last_at", "model", "proc_s", "received_at", "resp_bytes",
+                 "status", "streaming")  # fmt: skip
 
-    def __init__(self, model: str, received_at: float) -> None:
+    def __init__(self, model: str, received_at: float, itl: ChunkSeries) -> None:
         self.model = model
+        self.itl = itl  # its request_streaming_itl_seconds child: one label lookup per request
         self.received_at = received_at
         self.status = 0
         self.streaming = False
@@ -175,9 +177,10 @@ class LlmdMetrics:
             "Time per output token of a stream, (e2e - TTFT) / (output_tokens - 1), in seconds.",
             TPOT_BUCKETS,
         )
-        self.itl = hist(
-            "request_streaming_itl_seconds", "Time between consecutive response chunks of a stream, in seconds.",
-            ITL_BUCKETS,
+        # one observation per response chunk: the lock-free histogram of the per-chunk path
+        self.itl = ChunkHistogram(
+            f"{p}_request_streaming_itl_seconds", "Time between consecutive response chunks of a stream, in seconds.",
+            REQ_LABELS, ITL_BUCKETS, r,
         )  # fmt: skip
 
         def pool_gauge(name: str, doc: str) -> Gauge:
@@ -261,7 +264,7 @@ class LlmdMetrics:
         self.scheduler.observe(decision_s)
         self.attempts.labels("success", model, *self.endpoint_labels(endpoint)).inc()
         self.req_proc.observe(max(0.0, now - received_at))
-        self._running[request_id] = _Req(model, received_at)
+        self._running[request_id] = _Req(model, received_at, self.itl.labels(*labels))
 
     def scheduling_failed(self, model: str) -> None:
         """No endpoint could be chosen (the policy's 503)."""
@@ -288,7 +291,7 @@ class LlmdMetrics:
             req.first_at = now
         if req.streaming:
             if req.last_at is not None:
-                self.itl.labels(*self._labels(req.model)).observe(max(0.0, now - req.last_at))
+                req.itl.observe(max(0.0, now - req.last_at))
             req.last_at = now
 
     def handler_time(self, request_id: str, seconds: float) -> None:
