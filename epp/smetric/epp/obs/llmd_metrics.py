@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -93,15 +94,48 @@ STREAM_BUCKETS = (
 )  # grpc_stream_metrics.go:44
 
 
+class _Series:
+    """The per-request series of one model label value, looked up once per value (at most
+    :data:`~smetric.epp.obs.labels.MAX_MODEL_LABELS` + 2) instead of once per request."""
+
+    __slots__ = ("_errors", "_m", "cached", "duration", "input", "itl", "ntpot", "output", "req_size",
+                 "requests", "resp_size", "running", "tpot", "ttft", "values")  # fmt: skip
+
+    def __init__(self, m: LlmdMetrics, model: str) -> None:
+        v = self.values = (model, model, FAIRNESS_ID, PRIORITY)
+        self._m = m
+        self._errors: dict[str, Any] = {}
+        self.requests, self.req_size, self.running = (
+            m.requests.labels(*v),
+            m.req_size.labels(*v),
+            m.running.labels(*v),
+        )
+        self.duration, self.resp_size, self.ntpot = (
+            m.duration.labels(*v),
+            m.resp_size.labels(*v),
+            m.ntpot.labels(*v),
+        )
+        self.input, self.output = m.input_tokens.labels(*v), m.output_tokens.labels(*v)
+        self.cached, self.tpot = m.cached_tokens.labels(*v), m.tpot.labels(*v)
+        self.ttft = {streaming: m.ttft.labels(*v, str(streaming).lower()) for streaming in (True, False)}
+        self.itl: ChunkSeries = m.itl.labels(*v)
+
+    def error(self, code: str) -> None:
+        """``request_error_total`` of ``code`` (upstream's canonical codes: a bounded set)."""
+        child = self._errors.get(code)
+        if child is None:
+            child = self._errors[code] = self._m.errors.labels(*self.values, code)
+        child.inc()
+
+
 class _Req:
     """One routed request until its stream ends."""
 
-    __slots__ = ("first_at", "headers_at", "itl", "last_at", "model", "proc_s", "received_at", "resp_bytes",
-                 "status", "streaming")  # fmt: skip
+    __slots__ = ("first_at", "headers_at", "last_at", "proc_s", "received_at", "resp_bytes", "series", "status",
+                 "streaming")  # fmt: skip
 
-    def __init__(self, model: str, received_at: float, itl: ChunkSeries) -> None:
-        self.model = model
-        self.itl = itl  # its request_streaming_itl_seconds child: one label lookup per request
+    def __init__(self, series: _Series, received_at: float) -> None:
+        self.series = series
         self.received_at = received_at
         self.status = 0
         self.streaming = False
@@ -130,6 +164,7 @@ class LlmdMetrics:
         self.namespace = namespace
         self.models = models
         self._running: dict[str, _Req] = {}  # request id -> its state, until its stream ends
+        self._series: dict[str, _Series] = {}  # model label value -> its per-request series
         self._names: dict[str, str] = {}  # address -> pod name (the ready endpoints)
         self._endpoints: Callable[[], Sequence[EndpointInfo]] = tuple
         self._per_endpoint: set[str] = set()
@@ -232,8 +267,13 @@ class LlmdMetrics:
         self.streams = Counter(f"{p}_extproc_streams", "Completed ext_proc streams by gRPC status code.", ("code",),
                                registry=r)  # fmt: skip
 
-    def _labels(self, model: str) -> tuple[str, str, str, str]:
-        return (model, model, FAIRNESS_ID, PRIORITY)
+    def _of(self, model: str) -> _Series:
+        """The series of a request's model (through the bounded model label)."""
+        value = self.models(model)
+        series = self._series.get(value)
+        if series is None:
+            series = self._series[value] = _Series(self, value)
+        return series
 
     # -- endpoints --------------------------------------------------------------------------------
 
@@ -256,15 +296,14 @@ class LlmdMetrics:
         self, request_id: str, model: str, body_bytes: int, decision_s: float, received_at: float, now: float,
         endpoint: str,
     ) -> None:  # fmt: skip
-        model = self.models(model)
-        labels = self._labels(model)
-        self.requests.labels(*labels).inc()
-        self.req_size.labels(*labels).observe(body_bytes)
-        self.running.labels(*labels).inc()
+        series = self._of(model)
+        series.requests.inc()
+        series.req_size.observe(body_bytes)
+        series.running.inc()
         self.scheduler.observe(decision_s)
-        self.attempts.labels("success", model, *self.endpoint_labels(endpoint)).inc()
+        self.attempts.labels("success", series.values[0], *self.endpoint_labels(endpoint)).inc()
         self.req_proc.observe(max(0.0, now - received_at))
-        self._running[request_id] = _Req(model, received_at, self.itl.labels(*labels))
+        self._running[request_id] = _Req(series, received_at)
 
     def scheduling_failed(self, model: str) -> None:
         """No endpoint could be chosen (the policy's 503)."""
@@ -272,8 +311,7 @@ class LlmdMetrics:
 
     def refused(self, model: str, status: int, processing_s: float | None) -> None:
         """The picker answered the request itself (never routed)."""
-        model = self.models(model)
-        self.errors.labels(*self._labels(model), error_code(status)).inc()
+        self._of(model).error(error_code(status))
         if processing_s is not None:
             self.req_proc.observe(max(0.0, processing_s))
 
@@ -291,7 +329,7 @@ class LlmdMetrics:
             req.first_at = now
         if req.streaming:
             if req.last_at is not None:
-                req.itl.observe(max(0.0, now - req.last_at))
+                req.series.itl.observe(max(0.0, now - req.last_at))
             req.last_at = now
 
     def handler_time(self, request_id: str, seconds: float) -> None:
@@ -309,10 +347,10 @@ class LlmdMetrics:
         req = self._running.pop(request_id, None)
         if req is None:
             return
-        labels = self._labels(req.model)
-        self.running.labels(*labels).dec()
+        series = req.series
+        series.running.dec()
         if req.status not in (0, 200):
-            self.errors.labels(*labels, MODEL_SERVER_ERROR).inc()
+            series.error(MODEL_SERVER_ERROR)
         if req.streaming and req.proc_s > 0:
             self.resp_proc.observe(req.proc_s)
         elif not req.streaming and complete and req.headers_at is not None:
@@ -321,23 +359,23 @@ class LlmdMetrics:
             return
         duration = now - req.received_at
         if duration > 0:
-            self.duration.labels(*labels).observe(duration)
+            series.duration.observe(duration)
             if completion > 0:
-                self.ntpot.labels(*labels).observe(duration / completion)
-        self.resp_size.labels(*labels).observe(req.resp_bytes)
+                series.ntpot.observe(duration / completion)
+        series.resp_size.observe(req.resp_bytes)
         if prompt > 0:
-            self.input_tokens.labels(*labels).observe(prompt)
+            series.input.observe(prompt)
         if completion > 0:
-            self.output_tokens.labels(*labels).observe(completion)
+            series.output.observe(completion)
         if cached is not None:
-            self.cached_tokens.labels(*labels).observe(cached)
+            series.cached.observe(cached)
         first = req.first_at if req.streaming else now  # upstream buffers a non-streaming answer
         if first is None or first <= req.received_at:
             return
         ttft = first - req.received_at
-        self.ttft.labels(*labels, "true" if req.streaming else "false").observe(ttft)
+        series.ttft[req.streaming].observe(ttft)
         if req.streaming and completion > 1 and now > first:
-            self.tpot.labels(*labels).observe((duration - ttft) / (completion - 1))
+            series.tpot.observe((duration - ttft) / (completion - 1))
 
     # -- streams ----------------------------------------------------------------------------------
 
