@@ -213,3 +213,30 @@ def test_the_claims_and_the_docs_tables_list_the_same_names() -> None:
     for claimed, skipped in ((LLMD_CLAIMS, LLMD_NOT_EXPORTED), (GIE_CLAIMS, GIE_NOT_EXPORTED)):
         names = [c.name for c in claimed] + [n.name for n in skipped]
         assert len(names) == len(set(names)), "a name is both claimed and not exported, or listed twice"
+
+
+async def test_a_dropped_endpoint_takes_its_scheduling_attempt_series_with_it(serve: Any) -> None:
+    """Pods come and go: the attempt series of an address discovery dropped go, as the picker's
+    own per-endpoint series do (``PickerMetrics.forget_endpoint``)."""
+    metrics = await _traffic(serve)
+    get = metrics.registry.get_sample_value
+    routed = [
+        (pod, address)
+        for pod, address in (("qwen-0", PODS[0].address), ("qwen-1", PODS[1].address))
+        if get("llm_d_epp_scheduler_attempts_total", {"status": "success", "target_model_name": "qwen",
+                                                      "endpoint_name": pod, "namespace": "", "port": "8000"})
+    ]  # fmt: skip
+    assert routed
+    for pod, address in routed:
+        metrics.forget_endpoint(address)
+        attempt = {"status": "success", "target_model_name": "qwen", "namespace": "", "port": "8000"}
+        assert get("llm_d_epp_scheduler_attempts_total", {**attempt, "endpoint_name": pod}) is None
+        assert get("inference_extension_scheduler_attempts_total", {**attempt, "pod_name": pod}) is None
+    failed = {
+        "status": "failure",
+        "target_model_name": "qwen",
+        "endpoint_name": "",
+        "namespace": "",
+        "port": "",
+    }
+    assert get("llm_d_epp_scheduler_attempts_total", failed) == 1.0

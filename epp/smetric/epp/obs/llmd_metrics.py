@@ -166,6 +166,7 @@ class LlmdMetrics:
         self._running: dict[str, _Req] = {}  # request id -> its state, until its stream ends
         self._series: dict[str, _Series] = {}  # model label value -> its per-request series
         self._names: dict[str, str] = {}  # address -> pod name (the ready endpoints)
+        self._attempted: dict[str, tuple[str, str, str]] = {}  # address -> its attempts' endpoint labels
         self._endpoints: Callable[[], Sequence[EndpointInfo]] = tuple
         self._per_endpoint: set[str] = set()
 
@@ -288,7 +289,18 @@ class LlmdMetrics:
         if address not in self._names:
             self._names = {e.address: e.pod_name or e.address for e in self._endpoints()}
         host, _, port = address.rpartition(":")
-        return self._names.get(address, address), self.namespace, port if host else ""
+        labels = (self._names.get(address, address), self.namespace, port if host else "")
+        self._attempted[address] = labels  # until discovery drops the address (forget)
+        return labels
+
+    def forget(self, address: str) -> tuple[str, str, str] | None:
+        """Discovery dropped ``address``: its scheduling-attempt series go; returns the endpoint
+        labels they had (``None``: none)."""
+        labels = self._attempted.pop(address, None)
+        if labels is not None:
+            name, namespace, port = labels
+            self.attempts.remove_by_labels({"endpoint_name": name, "namespace": namespace, "port": port})
+        return labels
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -175,6 +175,10 @@ class PickerMetrics:
         ):
             metric.remove(address)  # no-op when the endpoint has no series
         self.endpoint_errors.remove_by_labels({"endpoint": address})
+        labels = self.llmd.forget(address)  # the upstream families' scheduling attempts
+        if labels is not None:
+            name, namespace, port = labels
+            self.upstream.attempts.remove_by_labels({"pod_name": name, "namespace": namespace, "port": port})
 
 
 class KvEventGapCounter:
