@@ -66,7 +66,8 @@ async def serve(settings: PickerSettings, cfg: PickerConfig | None = None) -> in
     params = policy_params(cfg)
     registry = CollectorRegistry()
     models = ModelLabels(cfg.servedModels)  # the model label: served models (else /v1/models) + "other"
-    metrics = PickerMetrics(registry, s.pool_name, models)
+    # the pool's namespace labels scheduling attempts (none with --endpoints: no pods)
+    metrics = PickerMetrics(registry, s.pool_name, models, s.pool_namespace if s.pool_name else "")
     datastore = build_datastore(s, KvEventGapCounter(metrics).on_gap)
     models.discover_from(datastore.serves)
     picker = build_picker(

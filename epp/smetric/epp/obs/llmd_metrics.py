@@ -95,47 +95,38 @@ STREAM_BUCKETS = (
 
 
 class _Series:
-    """The per-request series of one model label value, looked up once per value (at most
-    :data:`~smetric.epp.obs.labels.MAX_MODEL_LABELS` + 2) instead of once per request."""
+    """The per-request series of one model label value, each looked up once per value (at most
+    :data:`~smetric.epp.obs.labels.MAX_MODEL_LABELS` + 2 values) instead of once per request,
+    and made at its first observation (a series upstream never observed is not exposed)."""
 
-    __slots__ = ("_errors", "_m", "cached", "duration", "input", "itl", "ntpot", "output", "req_size",
-                 "requests", "resp_size", "running", "tpot", "ttft", "values")  # fmt: skip
+    __slots__ = ("_children", "req_size", "requests", "running", "values")
 
     def __init__(self, m: LlmdMetrics, model: str) -> None:
-        v = self.values = (model, model, FAIRNESS_ID, PRIORITY)
-        self._m = m
-        self._errors: dict[str, Any] = {}
-        self.requests, self.req_size, self.running = (
-            m.requests.labels(*v),
-            m.req_size.labels(*v),
-            m.running.labels(*v),
-        )
-        self.duration, self.resp_size, self.ntpot = (
-            m.duration.labels(*v),
-            m.resp_size.labels(*v),
-            m.ntpot.labels(*v),
-        )
-        self.input, self.output = m.input_tokens.labels(*v), m.output_tokens.labels(*v)
-        self.cached, self.tpot = m.cached_tokens.labels(*v), m.tpot.labels(*v)
-        self.ttft = {streaming: m.ttft.labels(*v, str(streaming).lower()) for streaming in (True, False)}
-        self.itl: ChunkSeries = m.itl.labels(*v)
+        self.values = (model, model, FAIRNESS_ID, PRIORITY)
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
+        # observed for every routed request
+        self.requests = m.requests.labels(*self.values)
+        self.req_size = m.req_size.labels(*self.values)
+        self.running = m.running.labels(*self.values)
 
-    def error(self, code: str) -> None:
-        """``request_error_total`` of ``code`` (upstream's canonical codes: a bounded set)."""
-        child = self._errors.get(code)
+    def __call__(self, metric: Any, *extra: str) -> Any:
+        """``metric``'s child for this model (``extra``: its further label values, bounded)."""
+        key = (metric, extra)
+        child = self._children.get(key)
         if child is None:
-            child = self._errors[code] = self._m.errors.labels(*self.values, code)
-        child.inc()
+            child = self._children[key] = metric.labels(*self.values, *extra)
+        return child
 
 
 class _Req:
     """One routed request until its stream ends."""
 
-    __slots__ = ("first_at", "headers_at", "last_at", "proc_s", "received_at", "resp_bytes", "series", "status",
-                 "streaming")  # fmt: skip
+    __slots__ = ("first_at", "headers_at", "itl", "last_at", "proc_s", "received_at", "resp_bytes", "series",
+                 "status", "streaming")  # fmt: skip
 
     def __init__(self, series: _Series, received_at: float) -> None:
         self.series = series
+        self.itl: ChunkSeries | None = None  # its inter-token series, from its first gap
         self.received_at = received_at
         self.status = 0
         self.streaming = False
@@ -323,7 +314,7 @@ class LlmdMetrics:
 
     def refused(self, model: str, status: int, processing_s: float | None) -> None:
         """The picker answered the request itself (never routed)."""
-        self._of(model).error(error_code(status))
+        self._of(model)(self.errors, error_code(status)).inc()
         if processing_s is not None:
             self.req_proc.observe(max(0.0, processing_s))
 
@@ -341,7 +332,9 @@ class LlmdMetrics:
             req.first_at = now
         if req.streaming:
             if req.last_at is not None:
-                req.series.itl.observe(max(0.0, now - req.last_at))
+                if req.itl is None:
+                    req.itl = req.series(self.itl)
+                req.itl.observe(max(0.0, now - req.last_at))
             req.last_at = now
 
     def handler_time(self, request_id: str, seconds: float) -> None:
@@ -362,7 +355,7 @@ class LlmdMetrics:
         series = req.series
         series.running.dec()
         if req.status not in (0, 200):
-            series.error(MODEL_SERVER_ERROR)
+            series(self.errors, MODEL_SERVER_ERROR).inc()
         if req.streaming and req.proc_s > 0:
             self.resp_proc.observe(req.proc_s)
         elif not req.streaming and complete and req.headers_at is not None:
@@ -371,23 +364,23 @@ class LlmdMetrics:
             return
         duration = now - req.received_at
         if duration > 0:
-            series.duration.observe(duration)
+            series(self.duration).observe(duration)
             if completion > 0:
-                series.ntpot.observe(duration / completion)
-        series.resp_size.observe(req.resp_bytes)
+                series(self.ntpot).observe(duration / completion)
+        series(self.resp_size).observe(req.resp_bytes)
         if prompt > 0:
-            series.input.observe(prompt)
+            series(self.input_tokens).observe(prompt)
         if completion > 0:
-            series.output.observe(completion)
+            series(self.output_tokens).observe(completion)
         if cached is not None:
-            series.cached.observe(cached)
+            series(self.cached_tokens).observe(cached)
         first = req.first_at if req.streaming else now  # upstream buffers a non-streaming answer
         if first is None or first <= req.received_at:
             return
         ttft = first - req.received_at
-        series.ttft[req.streaming].observe(ttft)
+        series(self.ttft, "true" if req.streaming else "false").observe(ttft)
         if req.streaming and completion > 1 and now > first:
-            series.tpot.observe((duration - ttft) / (completion - 1))
+            series(self.tpot).observe((duration - ttft) / (completion - 1))
 
     # -- streams ----------------------------------------------------------------------------------
 
