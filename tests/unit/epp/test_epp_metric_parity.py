@@ -181,6 +181,9 @@ async def test_the_llmd_series_count_what_upstreams_count(serve: Any) -> None:
     }
     assert get("llm_d_epp_scheduler_attempts_total", failed) == 1.0
     assert get("llm_d_epp_extproc_streams_total", {"code": "OK"}) == 5.0
+    # request headers to the routing reply or the refusal: 3 routed, the 400 and the 503
+    assert get("llm_d_epp_request_processing_duration_seconds_count") == 5.0
+    assert get("llm_d_epp_response_processing_duration_seconds_count") == 3.0
     assert get("llm_d_epp_extproc_streams_inflight") == 0.0
     pool = {"name": "qwen-pool"}
     assert get("llm_d_epp_ready_endpoints", pool) == 2.0

@@ -425,6 +425,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
     # -- request path ---------------------------------------------------------------------------
 
     def _request_headers(self, st: StreamState, m: ep.ProcessingRequest) -> Responses:
+        st.received_at = self.clock()  # upstream's RequestReceivedTimestamp (a refusal below counts too)
         if m.HasField("protocol_config"):
             st.req_mode = m.protocol_config.request_body_mode
             st.resp_mode = m.protocol_config.response_body_mode
@@ -435,7 +436,7 @@ class ExtProcServicer(ResponsePath, ep_grpc.ExternalProcessorServicer):
         st.ledger_id = self.ledger_key(st.headers)
         if not path_allowed(st.headers.path, self.settings.allowed_paths):
             raise RequestError(404, f"path {st.headers.path.split('?', 1)[0]!r} is not an inference API")
-        st.admitted_at = st.received_at = self.clock()  # the decision budget runs from here (upload included)
+        st.admitted_at = self.clock()  # the decision budget runs from here (upload included)
         st.subset = msgs.subset_ips(m.metadata_context) if self.settings.subset_filter else None
         if m.request_headers.end_of_stream or st.req_mode not in (msgs.MODE_FULL_DUPLEX, msgs.MODE_BUFFERED):
             # No body will reach the picker (GET, or a body mode it does not take): route on headers.
