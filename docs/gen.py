@@ -12,8 +12,11 @@ in the file :data:`BLOCKS` names for it; only that text changes. Sources:
   (``smetric.policy.params_mapping.CONTEXT_MODEL``, defaults from ``PolicyParams()``) and every
   registered policy's ``Params`` model (``smetric.policy.registry.REGISTRY``);
 - ``picker-flags`` (docs/picker.md): the picker's flag table ``smetric.core.pickerflags.FLAGS``;
-- ``picker-metrics``, ``upstream-metrics`` (docs/picker.md): the series
-  ``smetric.epp.obs.metrics.PickerMetrics`` registers;
+- ``picker-metrics``, ``upstream-metrics``, ``llmd-metrics`` (docs/picker.md): the series
+  ``smetric.epp.obs.metrics.PickerMetrics`` registers (ours, GIE's, llm-d-router's; the last with
+  each claim's upstream source line, ``smetric.epp.obs.parity``);
+- ``llmd-not-exported``, ``gie-not-exported`` (docs/picker.md): the upstream series not exported,
+  and why (``smetric.epp.obs.parity``);
 - ``crd-fields``, ``crd-validations`` (docs/crd-reference.md): the CRD's ``.spec`` schema as
   ``smetric-operator gen-crd`` generates it from ``SMetricPoolSpec``.
 """
@@ -36,6 +39,7 @@ from pydantic_core import PydanticUndefined
 
 from smetric.core.pickerflags import FLAGS
 from smetric.epp.obs.metrics import PickerMetrics
+from smetric.epp.obs.parity import GIE_NOT_EXPORTED, LLMD_CLAIMS, LLMD_NOT_EXPORTED, NotExported
 from smetric.operator.gencrd import spec_schema
 from smetric.policy.base import PolicyParams
 from smetric.policy.params_mapping import CONTEXT_MODEL
@@ -174,8 +178,13 @@ def policy_context() -> str:
     return _table(("key", "default", "range", "meaning"), rows)
 
 
-def _series(upstream: bool) -> list[list[object]]:
-    """The series a fresh :class:`PickerMetrics` registers (``smetric_epp_*`` or the others).
+def _family(name: str) -> str:
+    return "ours" if name.startswith("smetric_epp_") else "llmd" if name.startswith("llm_d_epp_") else "gie"
+
+
+def _series(which: str) -> list[list[object]]:
+    """The series a fresh :class:`PickerMetrics` registers of one family: ``ours``
+    (``smetric_epp_*``), ``llmd`` (``llm_d_epp_*``) or ``gie`` (the others).
     prometheus_client has no public listing of a registry's collectors or of a metric's label
     names; ``_collector_to_names`` and ``_labelnames`` are read here (the staleness test fails
     loudly if they change)."""
@@ -185,15 +194,19 @@ def _series(upstream: bool) -> list[list[object]]:
     names: set[str] = set()
     for collector in list(registry._collector_to_names):
         (desc,) = collector.describe()  # type: ignore[attr-defined]
-        ours = desc.name.startswith("smetric_epp_")
-        if ours == upstream:
+        if _family(desc.name) != which:
             continue
         exposed = f"{desc.name}_total" if desc.type == "counter" else desc.name
         names.add(exposed)
         labels = ", ".join(f"`{label}`" for label in getattr(collector, "_labelnames", ()))
         rows.append((exposed, desc.type, labels, desc.documentation))
-    if not upstream:
+    if which == "ours":
         return [[f"`{name}`", kind, labels, doc] for name, kind, labels, doc in rows]
+    if which == "llmd":
+        source = {c.name: c.source for c in LLMD_CLAIMS}
+        return [
+            [f"`{name}`", kind, labels, f"`{source.get(name, '?')}`", doc] for name, kind, labels, doc in rows
+        ]
     # one row for a series both per-model families export (GIE v1.0.0 and v1.1.0+ names)
     out: list[list[object]] = []
     for name, kind, labels, doc in rows:
@@ -228,11 +241,29 @@ def picker_flags() -> str:
 
 
 def picker_metrics() -> str:
-    return _table(("series", "type", "labels", "meaning"), _series(upstream=False))
+    return _table(("series", "type", "labels", "meaning"), _series("ours"))
 
 
 def upstream_metrics() -> str:
-    return _table(("series", "type", "labels", "meaning"), _series(upstream=True))
+    return _table(("series", "type", "labels", "meaning"), _series("gie"))
+
+
+def llmd_metrics() -> str:
+    return _table(("series", "type", "labels", "llm-d-router v0.10.0 source", "meaning"), _series("llmd"))
+
+
+def _not_exported(entries: Sequence[NotExported]) -> str:
+    return _table(
+        ("series", "upstream source", "why not"), [[f"`{e.name}`", f"`{e.source}`", e.why] for e in entries]
+    )
+
+
+def llmd_not_exported() -> str:
+    return _not_exported(LLMD_NOT_EXPORTED)
+
+
+def gie_not_exported() -> str:
+    return _not_exported(GIE_NOT_EXPORTED)
 
 
 def _crd_rows(
@@ -315,6 +346,9 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "picker-flags": ("picker.md", picker_flags),
     "picker-metrics": ("picker.md", picker_metrics),
     "upstream-metrics": ("picker.md", upstream_metrics),
+    "gie-not-exported": ("picker.md", gie_not_exported),
+    "llmd-metrics": ("picker.md", llmd_metrics),
+    "llmd-not-exported": ("picker.md", llmd_not_exported),
     "crd-fields": ("crd-reference.md", crd_fields),
     "crd-validations": ("crd-reference.md", crd_validations),
 }

@@ -23,6 +23,10 @@ Shape (the operator renders exactly the ``policy`` block)::
       slack: 1.0                  # an endpoint meets when its estimate <= slack x the SLO time left
       maxEngineWaiting: 0         # an endpoint whose engine has more waiting takes none
       kvHeadroom: true            # the request's uncached tokens must fit the endpoint's free KV
+    sessionHeaders: [x-session-token]  # request headers naming the session, first non-empty wins:
+                                  # llmd-session's session id, flow control's flow (lower case)
+    prefixIndex: null             # smetric-epp only: {mode: precise | approximate, blockSize,
+                                  # tokenizer, hashSeed}; null = the --prefix-index flags decide
 
 It lives in the core because two subsystems read it: the picker (``smetric-epp --config``,
 :mod:`smetric.epp.config`, which also accepts the upstream ``EndpointPickerConfig`` and
@@ -33,9 +37,10 @@ format only).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -123,12 +128,41 @@ class FlowControlSection(_Strict):
         )
 
 
+class PrefixIndexSection(_Strict):
+    """The prefix index the picker keeps (``smetric-epp``; the simulator has its own). Unset
+    fields leave the flags' values (``--tokenizer``, ``--block-size``, ``--hash-seed``)."""
+
+    mode: Literal["precise", "approximate"]
+    blockSize: int | None = Field(default=None, ge=1, le=65536)  # tokens per engine KV block
+    tokenizer: str = ""  # the engines' tokenizer (precise): a path or a model name
+    hashSeed: str | None = None  # the engines' PYTHONHASHSEED (precise block hashes)
+
+
+DEFAULT_SESSION_HEADERS: tuple[str, ...] = ("x-session-token",)
+MAX_SESSION_HEADERS = 16  # a stated bound: each request looks each one up
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9a-z-]{1,128}$")  # an RFC 9110 token, lower case
+
+
 class PickerConfig(_Strict):
     policy: PolicySection = Field(default_factory=PolicySection)
     pdDisaggregation: PdSection = Field(default_factory=PdSection)
     saturation: SaturationSection = Field(default_factory=SaturationSection)
     servedModels: tuple[str, ...] = ()
     flowControl: FlowControlSection = Field(default_factory=FlowControlSection)
+    sessionHeaders: tuple[str, ...] = Field(
+        default=DEFAULT_SESSION_HEADERS, min_length=1, max_length=MAX_SESSION_HEADERS
+    )
+    prefixIndex: PrefixIndexSection | None = None
+
+    @field_validator("sessionHeaders")
+    @classmethod
+    def _header_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        """Lower case (Envoy hands the picker lower-case names); each a header-name token."""
+        out = tuple(dict.fromkeys(n.strip().lower() for n in names))
+        bad = [n for n in out if not _HEADER_NAME.match(n)]
+        if bad:
+            raise ValueError(f"not an HTTP header name: {bad[0]!r}")
+        return out
 
 
 def validate_config(doc: object, source: str = "<config>") -> PickerConfig:

@@ -103,7 +103,8 @@ def build_parts(s: PickerSettings, cfg: PickerConfig) -> _Parts:
     params = policy_params(cfg)
     registry = CollectorRegistry()
     models = ModelLabels(cfg.servedModels)  # the model label: served models (else /v1/models) + "other"
-    metrics = PickerMetrics(registry, s.pool_name, models)
+    # the pool's namespace labels scheduling attempts (none with --endpoints: no pods)
+    metrics = PickerMetrics(registry, s.pool_name, models, s.pool_namespace if s.pool_name else "")
     datastore = build_datastore(s, KvEventGapCounter(metrics).on_gap)
     models.discover_from(datastore.serves)
     picker = build_picker(
@@ -125,7 +126,7 @@ def build_parts(s: PickerSettings, cfg: PickerConfig) -> _Parts:
     servicer = ExtProcServicer(
         picker,
         metrics,
-        ServicerSettings.from_picker(s, cfg.servedModels),
+        ServicerSettings.from_picker(s, cfg.servedModels, cfg.sessionHeaders),
         renderer=renderer,
         key_recipe=KeyRecipe.of(s),
     )
@@ -247,8 +248,14 @@ def config_reloader(
             on_dispatch=datastore.dispatched,
             succeeds=servicer.picker,
         )
-        servicer.use_picker(picker, cfg.servedModels)
+        servicer.use_picker(picker, cfg.servedModels, cfg.sessionHeaders)
         models.configure(cfg.servedModels)
+        if cfg.prefixIndex is not None and cfg.prefixIndex.mode != s.prefix_index:
+            log.warning(
+                "config: prefixIndex %s needs a restart; the running %s index is kept",
+                cfg.prefixIndex.mode,
+                s.prefix_index,
+            )
 
     return ConfigReloader(s.config, apply)
 
@@ -346,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         loaded = load_picker_config(args.config, args.config_text)  # fail fast, before any server starts
-        settings = PickerSettings.from_flags(args)
+        settings = PickerSettings.from_flags(args).with_config_index(loaded.config.prefixIndex)
         loop_factory = event_loop_factory(args.event_loop)
     except (ConfigError, ValueError) as exc:
         print(f"smetric-epp: {exc}", file=sys.stderr)

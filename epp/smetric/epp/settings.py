@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from smetric.core.pickerflags import DRAIN_TIMEOUT_S, POOL_GAUGE_INTERVAL_S, build_parser
 from smetric.epp.server.outlier import OutlierSettings
 from smetric.epp.upstream.flags import resolve as resolve_upstream
+from smetric.policy.pickerconfig import PrefixIndexSection
 
 
 def resolve_prefix_index(flag: str, tokenizer: str) -> str:
@@ -80,6 +81,27 @@ class PickerSettings:
     drain_timeout_s: float  # open streams' grace after SIGTERM
     grpc_max_recv_bytes: int  # largest ext_proc message received
     grpc_max_send_bytes: int  # largest ext_proc message sent; -1 = gRPC's default, no limit
+
+    def with_config_index(self, section: PrefixIndexSection | None) -> PickerSettings:
+        """The config's ``prefixIndex`` over the index flags: its mode, block size and hash seed
+        where set; the tokenizer of ``--tokenizer`` when given (a local copy of the same model),
+        else the config's. A precise index without a tokenizer is a ``ValueError``, never a
+        quiet approximate one."""
+        if section is None:
+            return self
+        tokenizer = self.tokenizer or section.tokenizer
+        if section.mode == "precise" and not tokenizer:
+            raise ValueError(
+                "config prefixIndex: mode precise needs the engines' tokenizer (prefixIndex.tokenizer, an "
+                "upstream token-producer's modelName, or --tokenizer)"
+            )
+        return replace(
+            self,
+            prefix_index=section.mode,
+            tokenizer=tokenizer,
+            block_size=section.blockSize or self.block_size,
+            hash_seed=self.hash_seed if section.hashSeed is None else section.hashSeed,
+        )
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace) -> PickerSettings:

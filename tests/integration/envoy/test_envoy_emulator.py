@@ -138,3 +138,12 @@ async def test_agent_session_sticks_to_its_cache_through_envoy(cluster: Cluster)
     # every streamed answer gave the picker its first-token time (inline or via the observer)
     ttft = await _samples(cluster.session, cluster.metrics_url, "smetric_epp_ttft_seconds_count")
     assert sum(ttft.values()) == 4
+    # llm-d-router's series from the same real streams (docs/picker.md, llm_d_epp_*)
+    url, session = cluster.metrics_url, cluster.session
+    requests = await _samples(session, url, "llm_d_epp_request_total")
+    assert sum(requests.values()) == 4 and {dict(k)["fairness_id"] for k in requests} == {"default-flow"}
+    streamed = await _samples(session, url, "llm_d_epp_request_ttft_seconds_count")
+    assert {dict(k)["streaming"]: v for k, v in streamed.items()} == {"true": 4.0}
+    assert sum((await _samples(session, url, "llm_d_epp_request_streaming_itl_seconds_count")).values()) >= 4
+    assert sum((await _samples(session, url, "llm_d_epp_request_running")).values()) == 0
+    assert sum((await _samples(session, url, "llm_d_epp_extproc_streams_total")).values()) >= 4

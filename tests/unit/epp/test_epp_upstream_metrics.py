@@ -85,8 +85,11 @@ async def test_a_routed_request_and_a_refusal_fill_both_upstream_families(serve:
 
     s = _samples(metrics.registry)
     labels = (("model_name", "qwen"), ("target_model_name", "qwen"))
+    assert s[("inference_model_request_total", labels)] == 1.0
+    assert (
+        s[("inference_objective_request_total", (labels[0], ("priority", "0"), labels[1]))] == 1.0
+    )  # v1.5.0
     for family in ("inference_model", "inference_objective"):
-        assert s[(f"{family}_request_total", labels)] == 1.0
         assert s[(f"{family}_running_requests", (("model_name", "qwen"),))] == 0.0
         assert s[(f"{family}_input_tokens_count", labels)] == 1.0
         assert s[(f"{family}_input_tokens_sum", labels)] == 120.0
@@ -98,7 +101,7 @@ async def test_a_routed_request_and_a_refusal_fill_both_upstream_families(serve:
             s[
                 (
                     f"{family}_request_error_total",
-                    (("error_code", "400"), ("model_name", ""), ("target_model_name", "")),
+                    (("error_code", "BadRequest"), ("model_name", ""), ("target_model_name", "")),
                 )
             ]
             == 1.0

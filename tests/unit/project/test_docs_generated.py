@@ -73,7 +73,9 @@ def test_every_registered_series_is_listed() -> None:
         f"{family.name}_total" if family.type == "counter" else family.name for family in registry.collect()
     }
     rows = [
-        line for table in (gen.picker_metrics(), gen.upstream_metrics()) for line in table.splitlines()[2:]
+        line
+        for table in (gen.picker_metrics(), gen.upstream_metrics(), gen.llmd_metrics())
+        for line in table.splitlines()[2:]
     ]
     listed = {name.strip(" `") for row in rows for name in row.split("|")[1].split(",")}
     assert listed == exported

@@ -56,8 +56,21 @@ class HealthReporter:
         endpoints = self._source.ready_endpoints()
         self._metrics.ready_endpoints.set(len(endpoints))
         self._metrics.stale_endpoints.set(sum(1 for e in endpoints if self._is_stale(e.address)))
-        fresh = [m for m in (self._source.metrics(e.address) for e in endpoints) if m is not None]
-        self._metrics.upstream.pool(len(endpoints), [m.kv_usage for m in fresh], [m.waiting for m in fresh])
+        current = [
+            (e, m) for e, m in ((e, self._source.metrics(e.address)) for e in endpoints) if m is not None
+        ]
+        scraped = [m for _, m in current]
+        per_pod = {e.pod_name or e.address: m.waiting for e, m in current}
+        self._metrics.upstream.pool(
+            len(endpoints),
+            [m.kv_usage for m in scraped],
+            [m.waiting for m in scraped],
+            [m.running for m in scraped],
+            per_pod,
+        )
+        # llm-d-router: the pool's summary over the endpoints whose metrics are fresh
+        fresh = [m for e, m in current if not self._is_stale(e.address)]
+        self._metrics.llmd.pool(endpoints, fresh, current)
         ready = self._synced() and not self._draining and (self._is_leader is None or self._is_leader())
         for name in READY_SERVICES:
             await self.servicer.set(name, SERVING if ready else NOT_SERVING)

@@ -76,3 +76,25 @@ class ModelLabels:
 def status_label(status: int) -> str:
     """An HTTP status as a label: 100-599, else ``"other"`` (a broken or hostile upstream)."""
     return str(status) if 100 <= status <= 599 else OTHER
+
+
+# Upstream's canonical error codes (GIE v1.5.0 and llm-d-router v0.10.0 pkg/common/error/error.go
+# lines 58-69): the ``error_code`` label of ``*_request_error_total``. A refusal's HTTP status maps
+# back through upstream's BuildErrResponse table (error.go lines 91-107); a status that table does
+# not produce is Unknown.
+MODEL_SERVER_ERROR = "ModelServerError"
+_CANONICAL = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    412: "PreconditionFailed",
+    429: "ResourceExhausted",
+    500: "Internal",
+    503: "ServiceUnavailable",
+}
+
+
+def error_code(status: int) -> str:
+    """The canonical code of a request the picker itself answered with ``status``."""
+    return _CANONICAL.get(status, "Unknown")

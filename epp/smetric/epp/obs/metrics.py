@@ -9,7 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from smetric.epp.obs.labels import ModelLabels, status_label
-from smetric.epp.obs.upstream_metrics import UpstreamMetrics
+from smetric.epp.obs.llmd_metrics import LlmdMetrics
+from smetric.epp.obs.upstream_metrics import UpstreamMetrics, build_ref
 
 # 50 us .. 1 s: the decision itself is sub-millisecond; the tail shows GC / event-loop stalls.
 LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
@@ -17,13 +18,20 @@ LATENCY_BUCKETS_S = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
 
 class PickerMetrics:
     def __init__(
-        self, registry: CollectorRegistry, pool_name: str = "", models: ModelLabels | None = None
+        self,
+        registry: CollectorRegistry,
+        pool_name: str = "",
+        models: ModelLabels | None = None,
+        pool_namespace: str = "",
     ) -> None:
         """``models``: the bounded model label values (default: no served model known, every
-        named model is ``other`` until :meth:`ModelLabels.discover_from` / ``configure``)."""
+        named model is ``other`` until :meth:`ModelLabels.discover_from` / ``configure``);
+        ``pool_namespace``: the pool's namespace (the ``namespace`` label of scheduling attempts)."""
         self.registry = registry
         self.models = models if models is not None else ModelLabels()
-        self.upstream = UpstreamMetrics(registry, pool_name, self.models)  # upstream's series, beside these
+        self.upstream = UpstreamMetrics(registry, pool_name, self.models)  # GIE's series, beside these
+        # llm-d-router's llm_d_epp_* series
+        self.llmd = LlmdMetrics(registry, pool_name, pool_namespace, self.models, build_ref())
         self.decisions = Counter(
             "smetric_epp_decisions",
             "Routing decisions by policy and reason (stick/migrate/balance/evicted)",
@@ -129,6 +137,30 @@ class PickerMetrics:
             registry=registry,
         )
 
+    # -- the upstream families (GIE's and llm-d-router's) ------------------------------------------
+
+    def routed(
+        self, request_id: str, model: str, body_bytes: int, decision_s: float, received_at: float, now: float,
+        destination: str,
+    ) -> None:  # fmt: skip
+        """A request was routed to ``destination``: ``received_at`` its request headers' time and
+        ``now`` the decision's (the servicer's clock)."""
+        self.upstream.routed(
+            request_id, model, body_bytes, decision_s, self.llmd.endpoint_labels(destination)
+        )
+        self.llmd.routed(request_id, model, body_bytes, decision_s, received_at, now, destination)
+
+    def scheduling_failed(self, model: str) -> None:
+        """No endpoint could be chosen (the policy's 503)."""
+        self.upstream.scheduling_failed(model)
+        self.llmd.scheduling_failed(model)
+
+    def refused(self, model: str, status: int, processing_s: float | None) -> None:
+        """The picker answered the request with ``status`` itself; ``processing_s``: request
+        headers to the refusal, ``None`` for a request already routed."""
+        self.upstream.refused(model, status)
+        self.llmd.refused(model, status, processing_s)
+
     def endpoint_error(self, endpoint: str, status: int) -> None:
         self.endpoint_errors.labels(endpoint=endpoint, code=status_label(status)).inc()
 
@@ -143,6 +175,10 @@ class PickerMetrics:
         ):
             metric.remove(address)  # no-op when the endpoint has no series
         self.endpoint_errors.remove_by_labels({"endpoint": address})
+        labels = self.llmd.forget(address)  # the upstream families' scheduling attempts
+        if labels is not None:
+            name, namespace, port = labels
+            self.upstream.attempts.remove_by_labels({"pod_name": name, "namespace": namespace, "port": port})
 
 
 class KvEventGapCounter:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from smetric.epp.parse.errors import RequestError
@@ -57,8 +57,12 @@ def _slo_seconds(headers: Mapping[str, str], name: str) -> float | None:
     return ms / 1000.0
 
 
-def parse_headers(headers: Mapping[str, str]) -> RequestHeaders:
-    """Parse lower-cased request headers (HTTP/2 pseudo-headers included). Raises :class:`RequestError`."""
+def parse_headers(
+    headers: Mapping[str, str], session_headers: Sequence[str] = (HDR_SESSION_TOKEN,)
+) -> RequestHeaders:
+    """Parse lower-cased request headers (HTTP/2 pseudo-headers included). Raises :class:`RequestError`.
+    ``session_headers``: where the session id is read, the first non-empty wins (the config's
+    ``sessionHeaders``; an upstream config's ``agent-identity`` adds the agents' own headers)."""
     objective = headers.get(HDR_OBJECTIVE, "")
     sheddable = (
         headers.get(HDR_SHEDDABLE, "").strip().lower() in _TRUE or objective.strip().lower() == "sheddable"
@@ -69,7 +73,7 @@ def parse_headers(headers: Mapping[str, str]) -> RequestHeaders:
         request_id=headers.get(HDR_REQUEST_ID) or uuid.uuid4().hex,
         ttft_slo_s=_slo_seconds(headers, HDR_SLO_TTFT_MS),
         tpot_slo_s=_slo_seconds(headers, HDR_SLO_TPOT_MS),
-        session_token=headers.get(HDR_SESSION_TOKEN) or None,
+        session_token=next((v for v in (headers.get(n) for n in session_headers) if v), None),
         sheddable=sheddable,
         objective=objective,
         fairness_id=headers.get(HDR_FAIRNESS_ID, ""),

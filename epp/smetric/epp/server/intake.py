@@ -47,8 +47,8 @@ def _expire(st: StreamState, task: asyncio.Task[Any]) -> None:
 
 class RequestIntake:
     """Needs the servicer's ``admission``, ``budget``, ``offload``, ``metrics``, ``clock``, the
-    settings' ``max_body_bytes`` / ``offload_parse_bytes``, and its ``_index_key`` (how a body
-    parsed on a worker is keyed)."""
+    settings' ``max_body_bytes`` / ``offload_parse_bytes``, its ``_index_key`` (how a body
+    parsed on a worker is keyed) and ``_refused`` (the error counters of a refusal)."""
 
     admission: Admission
     budget: BodyBudget
@@ -58,6 +58,9 @@ class RequestIntake:
     settings: IntakeSettings
 
     def _index_key(self, parsed: ParsedBody) -> tuple[str, PromptKey]:
+        raise NotImplementedError
+
+    def _refused(self, st: StreamState, status: int) -> None:
         raise NotImplementedError
 
     async def _within_budget(
@@ -125,6 +128,7 @@ class RequestIntake:
         self._leave(st)
         self.metrics.shed.labels(reason=exc.reason).inc()
         self.metrics.immediate_responses.labels(code="503").inc()
+        self._refused(st, 503)
         log.warning("shed request %s: %s", st.request_id, exc.message)
         return msgs.immediate(503, exc.message, retry_after_s=SHED_RETRY_AFTER_S)
 

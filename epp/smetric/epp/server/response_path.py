@@ -13,6 +13,7 @@ through: the response path never refuses.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
@@ -70,6 +71,7 @@ class ResponsePath:
 
     def _response(self, st: StreamState, m: ep.ProcessingRequest, kind: str) -> Responses:
         """Response path: never refuse; on a bug log it and pass the data through unchanged."""
+        t0 = time.perf_counter()
         try:
             if kind == "response_body":
                 return self._response_body(st, m.response_body)
@@ -88,6 +90,8 @@ class ResponsePath:
                 return (msgs.CONTINUE_RESPONSE_BODY,)
             if kind == "response_headers":
                 return (msgs.CONTINUE_RESPONSE_HEADERS,)
+        finally:  # llm_d_epp_response_processing_duration_seconds: the picker's time on the message
+            self.metrics.llmd.handler_time(st.ledger_id, time.perf_counter() - t0)
         return (msgs.CONTINUE_RESPONSE_TRAILERS,)
 
     def _response_headers(self, st: StreamState, part: ep.HttpHeaders) -> Responses:
@@ -98,6 +102,9 @@ class ResponsePath:
             st.resp_status = 0
         st.resp_sse = raw.get("content-type", "").startswith("text/event-stream")
         st.usage = UsageReader(st.resp_sse)
+        # upstream's modelServerStreaming: the request asked for a stream, or the answer is one
+        streaming = st.resp_sse or (st.parsed is not None and st.parsed.stream)
+        self.metrics.llmd.response_headers(st.ledger_id, st.resp_status, streaming, self.clock())
         if st.resp_status == 200 and st.parsed is not None and st.parsed.api == API_RESPONSES:
             st.resp_head = bytearray()  # its response id: a follow-up's previous_response_id
         if st.pick is not None:
@@ -105,7 +112,9 @@ class ResponsePath:
                 # the endpoint Envoy reports, when it is one the picker named (a label never takes a
                 # value from outside the pool)
                 served = (
-                    st.served if st.served in (st.pick.destination, *st.pick.fallbacks) else st.pick.destination
+                    st.served
+                    if st.served in (st.pick.destination, *st.pick.fallbacks)
+                    else st.pick.destination
                 )
                 self.metrics.endpoint_error(served, st.resp_status)
             self._outcome(st, raw)
@@ -131,6 +140,8 @@ class ResponsePath:
             log.warning("endpoint %s ejected from routing: errors or failed attempts in a row", address)
 
     def _response_body(self, st: StreamState, part: ep.HttpBody) -> Responses:
+        st.resp_bytes += len(part.body)
+        self.metrics.llmd.response_chunk(st.ledger_id, len(part.body), self.clock())
         # The first token: the first chunk, or for a stream the first with more than opening events.
         if st.first_byte_at is None and (not st.resp_sse or carries_output(part.body)):
             st.first_byte_at = self.clock()
@@ -186,15 +197,21 @@ class ResponsePath:
                 if value:
                     m.labels(kind=kind).inc(value)
         if pick is not None:
+            prompt = (usage.prompt_tokens or 0) if usage is not None else 0
+            completion = (usage.completion_tokens or 0) if usage is not None else 0
+            now = self.clock()
             self.metrics.upstream.finished(
                 st.ledger_id,
                 st.resp_status,
-                self.clock() - st.dispatched_at,
-                (usage.prompt_tokens or 0) if usage is not None else 0,
-                (usage.completion_tokens or 0) if usage is not None else 0,
+                now - st.dispatched_at,
+                prompt,
+                completion,
                 ttft_s=st.first_byte_at - st.dispatched_at if st.resp_sse and st.first_byte_at else None,
                 cached_tokens=(usage.cached_tokens or 0) if usage is not None else 0,
+                response_bytes=st.resp_bytes,
             )
+            cached = usage.cached_tokens if usage is not None else None
+            self.metrics.llmd.finished(st.ledger_id, now, True, prompt, completion, cached)
         if pick is None or st.first_byte_at is None or not st.resp_sse or st.resp_status != 200:
             return
         ttft_s = st.first_byte_at - st.dispatched_at
@@ -225,6 +242,7 @@ class ResponsePath:
             self._complete(st)
         self._prefill_done(st)
         self.metrics.upstream.finished(st.ledger_id, st.resp_status, None, 0, 0)  # no response: not running
+        self.metrics.llmd.finished(st.ledger_id, self.clock(), False)
         self.observers.done(st)
 
     # -- response observer (--response-path=observer) --------------------------------------------

@@ -61,6 +61,7 @@ from smetric.epp.server.offload import ParseOffload
 from smetric.epp.server.response_path import RESPONSE_KINDS, ResponsePath
 from smetric.epp.server.stream import StreamState
 from smetric.epp.settings import PickerSettings
+from smetric.policy.pickerconfig import DEFAULT_SESSION_HEADERS
 
 log = logging.getLogger("smetric.epp")
 decision_log = logging.getLogger("smetric.epp.decisions")  # one line per decision, off by default
@@ -103,13 +104,20 @@ class ServicerSettings:
     max_inflight_decisions: int = _FLAGS.max_inflight_decisions
     decision_budget_s: float = _FLAGS.decision_budget_s
     subset_filter: bool = _FLAGS.subset_filter  # honour the gateway's endpoint-subset hint
+    session_headers: tuple[str, ...] = DEFAULT_SESSION_HEADERS  # the config's sessionHeaders
 
     @classmethod
-    def from_picker(cls, settings: PickerSettings, served_models: Iterable[str] = ()) -> ServicerSettings:
-        """The running picker's values of every flag-backed field, and the config's served models."""
+    def from_picker(
+        cls,
+        settings: PickerSettings,
+        served_models: Iterable[str] = (),
+        session_headers: Sequence[str] = DEFAULT_SESSION_HEADERS,
+    ) -> ServicerSettings:
+        """The running picker's values of every flag-backed field, and the config's served models
+        and session headers."""
         picker = {f.name for f in fields(PickerSettings)}
         flags = {f.name: getattr(settings, f.name) for f in fields(cls) if f.name in picker}
-        return cls(served_models=frozenset(served_models), **flags)
+        return cls(served_models=frozenset(served_models), session_headers=tuple(session_headers), **flags)
 
 
 class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServicer):
@@ -148,13 +156,26 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
         # --peers: where a follow-up's previous response lives, asked of the other replicas
         # (snapshot.StateKeeper.ask_peers) when this one has not heard of it
         self.peer_lookup: Callable[[str], Awaitable[str | None]] | None = None
+        self._endpoint_names(picker)
 
-    def use_picker(self, picker: Picker, served_models: Iterable[str]) -> None:
+    def _endpoint_names(self, picker: Picker) -> None:
+        """The metrics' endpoint labels name discovery's pods (``llm_d_epp_scheduler_attempts_total``)."""
+        source = getattr(picker, "source", None)
+        if source is not None:
+            self.metrics.llmd.names_from(source.ready_endpoints)
+
+    def use_picker(
+        self, picker: Picker, served_models: Iterable[str], session_headers: Sequence[str] | None = None
+    ) -> None:
         """A reloaded config: new requests go to ``picker`` (built with the running one's ledger,
-        so the requests in flight finish in it) and its ``servedModels``."""
+        so the requests in flight finish in it), its ``servedModels`` and ``sessionHeaders``."""
         self.picker = picker
         self.hooks = picker
-        self.settings = replace(self.settings, served_models=frozenset(served_models))
+        self._endpoint_names(picker)
+        headers = self.settings.session_headers if session_headers is None else tuple(session_headers)
+        self.settings = replace(
+            self.settings, served_models=frozenset(served_models), session_headers=headers
+        )
         gate = getattr(picker, "flow_gate", None)
         if gate is not None:  # flow control on in the new config: its queue bounds, from now on
             if self.flow is None:
@@ -168,6 +189,8 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
     ) -> AsyncIterator[ep.ProcessingResponse]:
         st = StreamState()
         self.metrics.active_streams.inc()
+        self.metrics.llmd.stream_opened()
+        opened_at, code = self.clock(), "OK"
         messages = request_iterator.__aiter__()
         try:
             while True:
@@ -201,11 +224,18 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
                     yield response
                 if closed:
                     return
+        except (asyncio.CancelledError, GeneratorExit):  # the gateway reset or cancelled the stream
+            code = "Canceled"
+            raise
+        except BaseException:
+            code = "Unknown"
+            raise
         finally:
             self._leave(st)
             self._drop_body(st)
             self._finish(st)
             self.metrics.active_streams.dec()
+            self.metrics.llmd.stream_closed(self.clock() - opened_at, code)
 
     async def _ask_peers(self, st: StreamState, response_id: str) -> Responses:
         """Ask the peer replicas where ``response_id`` lives (within the decision budget), then
@@ -241,6 +271,7 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
     def _flow_shed(self, st: StreamState, exc: FlowShed) -> ep.ProcessingResponse:
         assert self.flow is not None
         self.metrics.immediate_responses.labels(code="429").inc()
+        self._refused(st, 429)
         log.info("flow control refused request %s: %s", st.request_id, exc)
         # Retry-After is whole seconds (RFC 9110 10.2.3)
         return msgs.immediate(429, str(exc), retry_after_s=math.ceil(self.flow.cfg.retry_after_s))
@@ -289,11 +320,12 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
     # -- request path ---------------------------------------------------------------------------
 
     def _request_headers(self, st: StreamState, m: ep.ProcessingRequest) -> Responses:
+        st.received_at = self.clock()  # upstream's RequestReceivedTimestamp (a refusal below counts too)
         if m.HasField("protocol_config"):
             st.req_mode = m.protocol_config.request_body_mode
             st.resp_mode = m.protocol_config.response_body_mode
         raw = msgs.header_map(m.request_headers.headers)
-        st.headers = parse_headers(raw)
+        st.headers = parse_headers(raw, self.settings.session_headers)
         st.generated_id = HDR_REQUEST_ID not in raw
         st.client = msgs.downstream_connection(m.attributes)  # "" when the gateway sends none
         st.ledger_id = self.ledger_key(st.headers)
@@ -384,15 +416,21 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
         waited_s = None
         if self.flow is not None:
             waited_s = 0.0 if st.held_since is None else self.clock() - st.held_since
-        pick = self.picker.pick(
-            view,
-            text,
-            parsed.token_ids if parsed else (),
-            st.subset,
-            key=key,
-            previous_response_id=parsed.previous_response_id if parsed else "",
-            waited_s=waited_s,
-        )
+        try:
+            pick = self.picker.pick(
+                view,
+                text,
+                parsed.token_ids if parsed else (),
+                st.subset,
+                key=key,
+                previous_response_id=parsed.previous_response_id if parsed else "",
+                waited_s=waited_s,
+            )
+        except RequestError as exc:
+            st.parsed = parsed  # the refusal's metrics carry its model, as upstream's
+            if exc.status == 503:  # no endpoint could be chosen: a failed scheduling attempt
+                self.metrics.scheduling_failed(parsed.model if parsed else "")
+            raise
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
         self._leave(st)
         if self.settings.response_observer:
@@ -400,9 +438,11 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
         m = self.metrics
         m.decision_latency.observe(time.perf_counter() - t0)
         m.decisions.labels(policy=pick.policy, reason=pick.reason).inc()
-        m.upstream.routed(
-            st.ledger_id, parsed.model if parsed else "", len(st.body), time.perf_counter() - t0
-        )
+        received = st.received_at if st.received_at is not None else st.dispatched_at
+        m.routed(
+            st.ledger_id, parsed.model if parsed else "", len(st.body), time.perf_counter() - t0, received,
+            st.dispatched_at, pick.destination,
+        )  # fmt: skip
         m.endpoint_local_hit.labels(endpoint=pick.ledger_address).set(pick.local_hit_tokens)
         self._queued_gauge(pick.ledger_address)
         if decision_log.isEnabledFor(logging.INFO):  # --decision-log / SIGUSR1 (obs.logging)
@@ -456,9 +496,14 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
     def _addresses(pick: Pick) -> tuple[str, ...]:
         return (pick.destination, *pick.fallbacks)
 
+    def _refused(self, st: StreamState, status: int) -> None:
+        """The upstream families' error counters for a request the picker answered itself."""
+        since = None if st.received_at is None or st.pick is not None else self.clock() - st.received_at
+        self.metrics.refused(st.parsed.model if st.parsed is not None else "", status, since)
+
     def _refuse(self, st: StreamState, status: int, message: str) -> ep.ProcessingResponse:
         self.metrics.immediate_responses.labels(code=str(status)).inc()
-        self.metrics.upstream.refused(st.parsed.model if st.parsed is not None else "", status)
+        self._refused(st, status)
         if status >= 500:
             log.warning("refused request %s with %d: %s", st.request_id, status, message)
         else:

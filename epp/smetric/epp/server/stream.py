@@ -37,8 +37,10 @@ class StreamState:
         "prekey",
         "preparsed",
         "pretext",
+        "received_at",
         "req_mode",
         "reserved",
+        "resp_bytes",
         "resp_head",
         "resp_mode",
         "resp_sse",
@@ -56,6 +58,7 @@ class StreamState:
         self.held_since: float | None = None
         self.resume: Callable[[], Sequence[Any]] | None = None
         self.admitted_at: float | None = None  # headers arrived, no decision yet (decision budget)
+        self.received_at: float | None = None  # request headers arrived (upstream's RequestReceivedTimestamp)
         self.asked_peers = False  # its previous_response_id was looked up at the picker's peers
         self.counted = False  # body complete, counted by admission control until decided
         self.deadline: asyncio.TimerHandle | None = None  # ... the end of its decision budget
@@ -76,6 +79,7 @@ class StreamState:
         self.dispatched_at = 0.0
         self.first_byte_at: float | None = None
         self.resp_status = 0
+        self.resp_bytes = 0  # response body bytes seen
         self.resp_sse = False
         # The first bytes of a 200 Responses answer, until its response id is found (None: not
         # looked for, or done)

@@ -21,6 +21,18 @@ upstream config is read for what it asks of the pool and mapped to the nearest b
   (Bailian's linear mix of KV reuse and batch size is the weighted sum's nearest form); a prefix
   scorer alone -> ``bailian`` ``lambda: 1``; load scorers alone -> ``load-balance``; no scorer ->
   ``random`` (every score ties, as upstream's max-score picker then picks at random).
+* ``prefix-cache-affinity-filter`` (llm-d-router v0.10.0: stick to endpoints holding most of the
+  prompt unless their in-flight tokens make the TTFT worse, then the least token load) ->
+  ``lmetric``, whose score (queued prefill tokens + uncached tokens) x batch is that trade in one
+  number.
+* **Session key.** ``agent-identity`` (llm-d-router v0.10.0) adds the agents' session headers
+  (its ``additionalSessionHeaders`` first) to ``sessionHeaders``, after the picker's own
+  ``x-session-token``; a ``session-affinity-scorer`` with ``strategy: session_id`` adds its header
+  sources (an ``attribute: agent-identity`` source: the agents' headers) in its order.
+* **Precise prefix index.** ``precise-prefix-cache-producer`` (or the older
+  ``precise-prefix-cache-scorer``) -> ``prefixIndex: {mode: precise}`` with its
+  ``tokenProcessorConfig`` block size (``blockSizeTokens``, or the deprecated ``blockSize``) and
+  hash seed, and the ``token-producer``'s ``modelName`` as the tokenizer.
 * ``utilization-detector`` ``queueDepthThreshold`` / ``kvCacheUtilThreshold`` -> ``saturation``.
 * Types whose work is built in here (role filters, the OpenAI parser, the data layer, the P/D
   headers handler) are accepted without a warning; any other type gets a warning naming it and
@@ -34,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from smetric.epp.upstream.epc import EndpointPickerConfig, PluginSpec, SchedulingProfile
+from smetric.policy.pickerconfig import DEFAULT_SESSION_HEADERS
 from smetric.policy.registry import POLICY_NAMES, default_policy
 
 SMETRIC_PICKER = "smetric-picker"
@@ -43,6 +56,15 @@ PD_HANDLERS = ("pd-profile-handler", "disagg-profile-handler")
 PREFIX_DECIDER = "prefix-based-pd-decider"
 ALWAYS_DECIDER = "always-disagg-pd-decider"
 DETECTOR = "utilization-detector"
+AGENT_IDENTITY = "agent-identity"
+# llm-d-router v0.10.0 pkg/epp/framework/plugins/requestcontrol/requestheader/agentidentity/
+# agent_identity.go lines 40-55: the built-in headers, in their priority order
+AGENT_HEADERS = ("x-claude-code-session-id", "x-session-affinity", "session-id", "session_id")
+# sessionaffinity README (same tag): the session_id strategy's default source
+SESSION_ID_DEFAULT_HEADER = "x-session-id"
+AFFINITY_FILTERS = frozenset({"prefix-cache-affinity-filter"})
+PRECISE_PRODUCERS = ("precise-prefix-cache-producer", "precise-prefix-cache-scorer")
+TOKEN_PRODUCER = "token-producer"
 
 PREFIX_SCORERS = frozenset({"prefix-cache-scorer", "precise-prefix-cache-scorer"})
 LOAD_SCORERS = frozenset(
@@ -73,8 +95,11 @@ BUILT_IN = frozenset(
         "inflight-load-producer",
         "token-producer",
         "tokenizer",
+        "endpoint-notification-source",  # the precise index subscribes to the engines' KV events itself
+        "precise-prefix-cache-producer",  # -> prefixIndex
     }
 )
+
 
 class TranslateError(ValueError):
     """An upstream config that cannot mean anything here (a dangling reference, two policies)."""
@@ -158,6 +183,12 @@ def translate(cfg: EndpointPickerConfig) -> Translation:
     saturation = _saturation(r)
     if saturation:
         doc["saturation"] = saturation
+    headers = _session_headers(r)
+    if headers is not None:
+        doc["sessionHeaders"] = headers
+    index = _prefix_index(r)
+    if index is not None:
+        doc["prefixIndex"] = index
     _report_unknown(r)
     return Translation(doc, tuple(r.warnings))
 
@@ -288,6 +319,8 @@ def _nearest(
         return _mapped(r, where, listed, "llmd-slo", {})
     if any(t in SESSION_SCORERS for t in weight):
         return _mapped(r, where, listed, "llmd-session", {})
+    if any(t in AFFINITY_FILTERS for t in weight):
+        return _mapped(r, where, listed, "lmetric", {})
     if prefix > 0:
         lam = round(prefix / (prefix + load), 4)
         return _mapped(r, where, listed, "bailian", {"lambda": lam})
@@ -330,6 +363,71 @@ def _saturation(r: _Reader) -> dict[str, Any]:
     return out
 
 
+def _str_list(p: PluginSpec, value: object, key: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise TranslateError(f"plugins[{p.ref}]: {key} must be a list of header names")
+    return list(value)
+
+
+def _session_headers(r: _Reader) -> list[str] | None:
+    """``sessionHeaders`` from ``agent-identity`` and a ``session_id`` session-affinity scorer
+    (``None``: neither, the default stays)."""
+    agents = r.of_type(AGENT_IDENTITY)
+    agent_headers: list[str] = []
+    for a in agents[:1]:
+        extra = _str_list(a, _params(a).get("additionalSessionHeaders"), "additionalSessionHeaders")
+        agent_headers = [*extra, *AGENT_HEADERS]
+    sources: list[str] = []
+    for scorer in r.of_type(*SESSION_SCORERS):
+        params = _params(scorer)
+        if params.get("strategy") != "session_id":
+            continue
+        listed = _mapping(params.get("sessionIdConfig")).get("sources")
+        for src in listed if isinstance(listed, list) else [{"header": SESSION_ID_DEFAULT_HEADER}]:
+            src = _mapping(src)
+            if isinstance(src.get("header"), str) and src["header"]:
+                sources.append(src["header"])
+            elif src.get("attribute") == AGENT_IDENTITY:
+                sources.extend(agent_headers or AGENT_HEADERS)
+            else:
+                r.warn(f"plugins[{scorer.ref}]: session source {dict(src)!r} is not a header; ignored")
+    if not agents and not sources:
+        return None
+    # the picker's own header first (as upstream's explicit fairness header wins), then the rest
+    return list(dict.fromkeys([*DEFAULT_SESSION_HEADERS, *sources, *agent_headers]))
+
+
+def _prefix_index(r: _Reader) -> dict[str, Any] | None:
+    """``prefixIndex`` from a precise producer (``None``: none configured, the flags decide)."""
+    producers = r.of_type(*PRECISE_PRODUCERS)
+    if not producers:
+        return None
+    p = producers[0]
+    tp = _mapping(_params(p).get("tokenProcessorConfig"))
+    out: dict[str, Any] = {"mode": "precise"}
+    # llm-d-router v0.10.0 pkg/kvcache/kvblock/token_processor.go lines 36-48: blockSizeTokens, the
+    # deprecated blockSize, hashSeed (the engines' PYTHONHASHSEED; "" = unset)
+    block = tp.get("blockSizeTokens") or tp.get("blockSize")
+    if block is not None:
+        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+            raise TranslateError(
+                f"plugins[{p.ref}]: tokenProcessorConfig block size must be a positive integer"
+            )
+        out["blockSize"] = block
+    if tp.get("hashSeed") not in (None, ""):
+        out["hashSeed"] = str(tp["hashSeed"])
+    models = [str(_params(t).get("modelName") or "") for t in r.of_type(TOKEN_PRODUCER)]
+    legacy = _mapping(_params(p).get("tokenizersPoolConfig")).get("modelName")  # the scorer's own
+    tokenizer = next((m for m in models if m), str(legacy or ""))
+    if tokenizer:
+        out["tokenizer"] = tokenizer
+    else:
+        r.warn(f"plugins[{p.ref}]: the precise index needs the engines' tokenizer: pass --tokenizer")
+    return out
+
+
 def _report_unknown(r: _Reader) -> None:
     known = (
         PREFIX_SCORERS
@@ -338,7 +436,8 @@ def _report_unknown(r: _Reader) -> None:
         | LATENCY_SCORERS
         | PICKERS
         | BUILT_IN
-        | {SINGLE_HANDLER, *PD_HANDLERS, PREFIX_DECIDER, ALWAYS_DECIDER, DETECTOR}
+        | AFFINITY_FILTERS
+        | {SINGLE_HANDLER, *PD_HANDLERS, PREFIX_DECIDER, ALWAYS_DECIDER, DETECTOR, AGENT_IDENTITY}
     )
     for p in r.cfg.plugins:
         if p.type not in known and not _policy_type(p.type):
