@@ -1,6 +1,6 @@
 """CPU the llm-d-router ``llm_d_epp_*`` series add to the picker's data path.
 
-    python bench/picker_metrics_cost.py [--requests 2000] [--chunks 20000] [--reps 11]
+    python -m smetric.bench.latency.metrics_cost [--requests 2000] [--chunks 20000] [--reps 11]
 
 Drives one :class:`~smetric.epp.server.servicer.ExtProcServicer` in process (three static
 endpoints, the approximate index) through ``handle`` as the gRPC loop would, with the series on
