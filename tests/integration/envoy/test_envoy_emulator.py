@@ -144,6 +144,7 @@ async def test_agent_session_sticks_to_its_cache_through_envoy(cluster: Cluster)
     assert sum(requests.values()) == 4 and {dict(k)["fairness_id"] for k in requests} == {"default-flow"}
     streamed = await _samples(session, url, "llm_d_epp_request_ttft_seconds_count")
     assert {dict(k)["streaming"]: v for k, v in streamed.items()} == {"true": 4.0}
-    assert sum((await _samples(session, url, "llm_d_epp_request_streaming_itl_seconds_count")).values()) >= 4
+    # one observation per chunk after a stream's first; a loaded box can deliver an answer in one chunk
+    assert sum((await _samples(session, url, "llm_d_epp_request_streaming_itl_seconds_count")).values()) >= 1
     assert sum((await _samples(session, url, "llm_d_epp_request_running")).values()) == 0
     assert sum((await _samples(session, url, "llm_d_epp_extproc_streams_total")).values()) >= 4
