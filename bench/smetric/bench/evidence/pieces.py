@@ -12,7 +12,8 @@ when the interval of the paired absolute differences excludes 0):
 * the best baseline + pieces vs the best baseline as shipped.
 
 "Best" is by mean at that rate. Usage: python -m smetric.bench.evidence.pieces OUT/i16-coloc-full.json
-OUT/i16-pd-full.json [--rate 3]
+OUT/i16-pd-full.json [--rate 3]. A ``.runs.jsonl`` sidecar (an interrupted or still running
+sweep) is read as the JSON of the runs it holds.
 """
 
 from __future__ import annotations
@@ -94,14 +95,31 @@ def regime(name: str, doc: Mapping[str, Any], rate: float | None) -> str:
     return "\n".join(out)
 
 
+def load(path: str) -> dict[str, Any]:
+    """A ``smetric simulate`` JSON, or the rows of its ``.runs.jsonl`` sidecar (header line first,
+    then one finished run per line; a torn last line is skipped). A sidecar does not carry the
+    mode: its rows are P/D rows when none has a colocated TPS within SLO."""
+    if not path.endswith(".runs.jsonl"):
+        doc: dict[str, Any] = json.loads(Path(path).read_text())
+        return doc
+    rows = []
+    for line in Path(path).read_text().splitlines()[1:]:
+        try:
+            rows.append(json.loads(line)["row"])
+        except (json.JSONDecodeError, KeyError):
+            continue
+    pd = bool(rows) and all(r.get("tps_within_slo") is None for r in rows)
+    return {"config": {"mode": "disaggregated" if pd else "colocated"}, "results": rows}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", nargs="+")
     ap.add_argument("--rate", type=float, default=None)
     a = ap.parse_args(argv)
     for path in a.json:
-        doc = json.loads(Path(path).read_text())
-        print(regime(Path(path).stem, doc, a.rate))
+        doc = load(path)
+        print(regime(Path(path).name.removesuffix(".runs.jsonl").removesuffix(".json"), doc, a.rate))
         print()
     return 0
 

@@ -1,0 +1,43 @@
+"""The fair-rivals table (smetric.bench.evidence.pieces): margins from a sweep's JSON, and the same
+table from its ``.runs.jsonl`` sidecar (an interrupted or running sweep)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from smetric.bench.evidence.pieces import load, regime
+
+
+def _row(policy: str, seed: int, value: float, pd: bool) -> dict[str, object]:
+    return {
+        "policy": policy,
+        "seed": seed,
+        "rate_multiplier": 5.0,
+        "tps_within_slo": None if pd else value,
+        "prefill_tps_within_slo": value if pd else 0.0,
+        "local_hit_ratio": 0.5,
+        "decision_reasons": {"overload": 1, "stick": 3} if policy.endswith("+pieces") else {"stick": 4},
+    }
+
+
+def _rows(pd: bool) -> list[dict[str, object]]:
+    values = {"smetric": 110.0, "smetric-paper": 90.0, "lmetric": 100.0, "lmetric+pieces": 108.0}
+    return [_row(p, s, v + s, pd) for p, v in values.items() for s in (10, 11, 12)]
+
+
+def test_a_sidecar_gives_the_table_of_its_sweeps_json(tmp_path: Path) -> None:
+    for pd in (False, True):
+        rows = _rows(pd)
+        doc = {"config": {"mode": "disaggregated" if pd else "colocated"}, "results": rows}
+        path = tmp_path / f"x{pd}.json"
+        path.write_text(json.dumps(doc))
+        sidecar = tmp_path / f"x{pd}.runs.jsonl"
+        lines = [json.dumps({"format": "smetric-sim-runs/1", "fingerprint": "f"})]
+        lines += [json.dumps({"key": ["", r["policy"], r["seed"], 5.0], "row": r}) for r in rows]
+        sidecar.write_text("\n".join(lines) + '\n{"key": ["", "torn')  # a torn last line
+        table = regime("x", load(str(path)), None)
+        assert regime("x", load(str(sidecar)), None) == table
+        assert ("prefill_tps_within_slo" in table) == pd
+        assert "smetric vs lmetric (best as shipped): +9.0 %" in table
+        assert "smetric-paper vs lmetric" in table and "loss" in table.split("smetric-paper vs")[1]
