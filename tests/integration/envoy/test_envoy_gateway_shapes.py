@@ -35,7 +35,7 @@ from smetric.epp.datastore import build_datastore
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.server.app import PickerServer, build_picker
-from smetric.epp.server.servicer import ExtProcServicer
+from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 from smetric.epp.settings import PickerSettings
 from tests.support.envoy_stack import Backend, session_body
 
@@ -87,9 +87,12 @@ Mutate = Callable[[dict[str, Any]], None]
 
 
 @asynccontextmanager
-async def _stack(pool: bool, dying: bool, mutate: Mutate) -> AsyncIterator[tuple[str, Backend, Backend]]:
+async def _stack(
+    pool: bool, dying: bool, mutate: Mutate, destination_list: str = "all"
+) -> AsyncIterator[tuple[str, Backend, Backend]]:
     """The bundled bootstrap (pool cluster with override_host when ``pool``), then ``mutate`` on
-    its config: the gateway's cluster and route retry policy put in."""
+    its config: the gateway's cluster and route retry policy put in. ``destination_list``: the
+    picker's ``--destination-list``."""
     async with AsyncExitStack() as stack:
         first = (Dying if dying else Backend)("127.0.0.1")
         good = Backend("127.0.0.2")
@@ -103,7 +106,14 @@ async def _stack(pool: bool, dying: bool, mutate: Mutate) -> AsyncIterator[tuple
         cfg = parse_config({"policy": {"name": "smetric"}}, "test")
         picker = build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0, is_stale=ds.is_stale)
         server = PickerServer(
-            ExtProcServicer(picker, PickerMetrics(CollectorRegistry())), None, grpc_port=0, health_port=None
+            ExtProcServicer(
+                picker,
+                PickerMetrics(CollectorRegistry()),
+                ServicerSettings(destination_list=destination_list),
+            ),
+            None,
+            grpc_port=0,
+            health_port=None,
         )
         await server.start()
         stack.push_async_callback(server.stop, 0)
@@ -165,6 +175,19 @@ async def test_an_original_dst_cluster_on_the_protocol_header_refuses_the_picker
         results = await _send(url, 6)
     assert all(status == 503 for status, _ in results), results
     assert not first.seen and not good.seen, (first.seen, good.seen)
+
+
+async def test_the_primary_alone_routes_through_that_cluster() -> None:
+    """The same cluster with the picker at ``--destination-list primary`` (what the operator renders
+    for ``envoy-gateway`` and ``kgateway``): every request reaches the engine the picker chose."""
+    mutate = gateway(
+        "protocol_header", eg_retry("connect-failure,reset,5xx"), protocol_header_cluster("protocol_header")
+    )
+    async with _stack(False, False, mutate, destination_list="primary") as (url, first, good):
+        results = await _send(url, 6)
+    assert all(status == 200 for status, _ in results), results
+    assert {served for _, served in results} <= {first.address, good.address}, results
+    assert len(first.seen) + len(good.seen) == len(results), (first.seen, good.seen)
 
 
 async def test_envoy_gateway_retry_on_original_dst_resends_to_the_same_host() -> None:

@@ -51,3 +51,16 @@ def test_no_provider_object_carries_a_retry_or_an_outlier_detection(provider: st
         if path.rsplit(".", 1)[-1] in RETRY_FIELDS
     ]
     assert not found, f"{found}: see docs/operator.md, 'Retries and outlier detection per gateway'"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_original_dst_gateways_get_the_primary_alone(provider: str) -> None:
+    """Envoy AI Gateway (``envoy-gateway``) and kgateway route on ``x-gateway-destination-endpoint``
+    with ORIGINAL_DST, which reads one ip:port: the picker runs with ``--destination-list=primary``
+    there (the list would be a 503, tests/integration/envoy/test_envoy_gateway_shapes.py); override_host
+    gateways (Istio) and the rest keep the fallbacks."""
+    children = render(spec(gateway={"parentRef": {"name": "gw"}, "provider": provider}))
+    (picker,) = [c for c in children if c["kind"] == "Deployment" and c["metadata"]["name"].endswith("-epp")]
+    args = picker["spec"]["template"]["spec"]["containers"][0]["args"]
+    expected = ["--destination-list=primary"] if provider in ("envoy-gateway", "kgateway") else []
+    assert [a for a in args if a.startswith("--destination-list")] == expected
