@@ -205,6 +205,16 @@ FLAGS: tuple[Flag, ...] = (
         "filter in observability_mode reports it and Envoy never waits for the picker on responses",
         choices=("inline", "observer"),
     ),
+    Flag(
+        "destination-list",
+        str,
+        "all",
+        "what x-gateway-destination-endpoint and its envoy.lb metadata carry: all = the primary, "
+        "then the fallbacks a gateway's retries walk (override_host: Istio, the bundled Envoy); "
+        "primary = the primary alone, for a gateway whose pool cluster is ORIGINAL_DST on that "
+        "header (Envoy AI Gateway, kgateway), which reads one ip:port and answers 503 to a list",
+        choices=("all", "primary"),
+    ),
     Flag("log-level", str, "info", "debug | info | warning | error"),
     Flag(
         "secure-serving",

@@ -77,6 +77,7 @@ class PickerSettings:
     metrics_auth: bool
     health_checking: bool  # grpc.health.v1 on the ext_proc port too
     subset_filter: bool  # honour x-gateway-destination-endpoint-subset
+    destination_list: str  # all | primary: the fallbacks in the routing header and metadata or not
     pool_gauge_interval_s: float
     drain_timeout_s: float  # open streams' grace after SIGTERM
     grpc_max_recv_bytes: int  # largest ext_proc message received
@@ -153,6 +154,7 @@ class PickerSettings:
             metrics_auth=up.metrics_auth,
             health_checking=args.health_checking,
             subset_filter=not args.disable_endpoint_subset_filter,
+            destination_list=args.destination_list,
             pool_gauge_interval_s=up.pool_gauge_interval_s or POOL_GAUGE_INTERVAL_S,
             drain_timeout_s=DRAIN_TIMEOUT_S if up.drain_timeout_s is None else up.drain_timeout_s,
             # BUFFERED: the whole body arrives in one message

@@ -142,6 +142,15 @@ def policy_config_text(spec: SMetricPoolSpec) -> str:
     return yaml.safe_dump(policy_config(spec), sort_keys=False)
 
 
+# Gateways whose InferencePool cluster is ORIGINAL_DST on x-gateway-destination-endpoint: Envoy AI
+# Gateway (the InferencePool path of Envoy Gateway; ai-gateway v1.1.0
+# internal/extensionserver/post_cluster_modify.go l. 67-96) and kgateway (v2.0
+# endpointpicker/plugin.go processBackendObjectIR). That cluster parses the header as one ip:port
+# and answers 503 to the picker's list, and a retry there goes back to the same host anyway, so
+# the picker sends them the primary alone (docs/operator.md, "Retries and outlier detection").
+ORIGINAL_DST_PROVIDERS = ("envoy-gateway", "kgateway")
+
+
 def picker_args(pool: PoolRef, spec: SMetricPoolSpec) -> list[str]:
     values: dict[str, object] = {
         "grpc-port": GRPC_PORT,
@@ -173,6 +182,8 @@ def picker_args(pool: PoolRef, spec: SMetricPoolSpec) -> list[str]:
         values["decision-log"] = "true"
     if spec.router.leader_election:
         values["ha-enable-leader-election"] = "true"
+    if spec.gateway is not None and spec.gateway.provider in ORIGINAL_DST_PROVIDERS:
+        values["destination-list"] = "primary"
     return render_args(values)
 
 

@@ -27,6 +27,14 @@ What each gateway gets (the pinned versions of docs/deploy.md):
   timeout, 5 minutes, otherwise cuts a longer prefill).
 
 Kubernetes durations are whole seconds here, rounded up (:func:`whole_seconds`).
+
+No retry and no outlier detection is rendered next to these timeouts (docs/operator.md, "Retries
+and outlier detection per gateway"): Envoy Gateway's InferencePool cluster (built by Envoy AI
+Gateway's extension server) and kgateway's are ORIGINAL_DST on ``x-gateway-destination-endpoint``,
+where a retry goes back to the engine that failed and health is not consulted; Istio's is
+override_host, which already retries connect failures on the picker's fallbacks with its default
+route retry, and the HTTPRoute ``retry`` that would add more is not in the pinned standard-channel
+CRD; GKE's GCPBackendPolicy has no such field.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from smetric.epp.contracts import EndpointInfo, EngineMetrics, PromptKey
 from smetric.epp.obs.metrics import PickerMetrics
 from smetric.epp.parse.body import parse_body
 from smetric.epp.server.decide import Picker
-from smetric.epp.server.servicer import ExtProcServicer
+from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
 from smetric.epp.server.static import StaticEndpointSource, idle_metrics
 from smetric.policy.base import PolicyParams
 from smetric.policy.framework import Router
@@ -61,6 +61,18 @@ async def test_full_duplex_streamed_body_in_chunks(serve: object) -> None:
     assert [e.end_of_stream for e in echoed] == [False] * (len(echoed) - 1) + [True]
     assert index.routed == [addrs[0]]
     assert decisions(metrics, "balance") == 1
+
+
+async def test_destination_list_primary_sends_one_endpoint(serve: object) -> None:
+    """``--destination-list primary`` (the operator sets it for Envoy AI Gateway and kgateway, whose
+    ORIGINAL_DST cluster reads one ip:port): header and metadata carry the primary alone, still equal."""
+    servicer, *_ = build(settings=ServicerSettings(destination_list="primary"))
+    stub = await serve(servicer)  # type: ignore[operator]
+    out = await exchange(stub, [headers_msg(BASE_HEADERS), *body_msgs(chat())])
+    hdrs = set_headers(out[0])
+    lb = out[0].dynamic_metadata.fields["envoy.lb"].struct_value.fields["x-gateway-destination-endpoint"]
+    primary = hdrs["x-smetric-destination-primary"]
+    assert primary in EPS and hdrs["x-gateway-destination-endpoint"] == lb.string_value == primary
 
 
 async def test_buffered_mode_routes_on_the_body_response(serve: object) -> None:

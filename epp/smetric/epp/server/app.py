@@ -23,7 +23,7 @@ from smetric.policy.framework import Router
 from smetric.policy.registry import make_policy, uses_node_facts, uses_tier_view
 from smetric.policy.selective_pd import PdDecider
 
-MAX_FALLBACKS = 4  # keeps the destination metadata short; the header carries only the primary
+MAX_FALLBACKS = 4  # keeps the destination list short (header and metadata; --destination-list)
 
 
 def build_picker(

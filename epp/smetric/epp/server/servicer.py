@@ -104,6 +104,7 @@ class ServicerSettings:
     max_inflight_decisions: int = _FLAGS.max_inflight_decisions
     decision_budget_s: float = _FLAGS.decision_budget_s
     subset_filter: bool = _FLAGS.subset_filter  # honour the gateway's endpoint-subset hint
+    destination_list: str = _FLAGS.destination_list  # "primary": no fallbacks sent to the gateway
     session_headers: tuple[str, ...] = DEFAULT_SESSION_HEADERS  # the config's sessionHeaders
 
     @classmethod
@@ -431,6 +432,8 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
             if exc.status == 503:  # no endpoint could be chosen: a failed scheduling attempt
                 self.metrics.scheduling_failed(parsed.model if parsed else "")
             raise
+        if self.settings.destination_list == "primary":  # an ORIGINAL_DST gateway: one ip:port
+            pick = replace(pick, fallbacks=())
         st.parsed, st.pick, st.dispatched_at = parsed, pick, self.clock()
         self._leave(st)
         if self.settings.response_observer:
