@@ -55,7 +55,7 @@ def _try_import(name: str) -> str:
     return "ok"
 
 
-def _connector(name: str) -> dict[str, str]:
+def _connector(name: str) -> dict[str, Any]:
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
     try:
