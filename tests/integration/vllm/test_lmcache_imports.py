@@ -163,6 +163,18 @@ def request_(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def main_probe(request_: dict[str, Any]) -> dict[str, Any]:
+    has_lmcache = subprocess.run(
+        [
+            str(_venv_python()),
+            "-c",
+            "import importlib.util as u, sys; sys.exit(u.find_spec('lmcache') is None)",
+        ],
+        timeout=60,
+    )
+    if has_lmcache.returncode != 0:
+        pytest.skip(
+            f"no LMCache in {VENV} (a venv from before install_vllm_tier.sh added it: run that again)"
+        )
     return _probe("main", request_)
 
 
