@@ -73,6 +73,7 @@ def lmcache_config_text(pool: PoolRef, spec: SMetricPoolSpec, pod_ip: str = "${P
 
 
 LMCACHE_MP_PORT = 5555  # LMCacheMPConnector's default lmcache.mp.port (vLLM 0.32.0, LMCache 0.5.6)
+LMCACHE_L1_EVICTION_POLICY = "LRU"  # the async path's LMCache server L1 (lmcache_server_args)
 
 
 def lmcache_connector(pool: PoolRef, spec: SMetricPoolSpec) -> dict[str, Any]:
@@ -93,8 +94,11 @@ def lmcache_connector(pool: PoolRef, spec: SMetricPoolSpec) -> dict[str, Any]:
 
 def lmcache_server_args(pool: PoolRef, spec: SMetricPoolSpec, pod_ip: str = "$(POD_IP)") -> str:
     """``lmcache server`` options of the async path (the connector adds ``--host``/``--port``):
-    chunk size, the CPU L1 cache and Mooncake as the L2 adapter, set up as the LMCache file sets
-    up LMCacheConnectorV1's Mooncake backend. ``pod_ip`` is expanded by the kubelet."""
+    chunk size, the CPU L1 cache with its eviction policy and Mooncake as the L2 adapter, set up
+    as the LMCache file sets up LMCacheConnectorV1's Mooncake backend. ``pod_ip`` is expanded by
+    the kubelet. LMCache 0.5.6's server refuses an L1 size without ``--eviction-policy`` (no
+    default: lmcache/v1/distributed/config.py 905-913, 1071-1074); LRU is the policy its own
+    hint names (lmcache/integration/vllm/vllm_multi_process_adapter.py 321)."""
     kv = spec.global_kv
     host = pool.mooncake_host()
     master = kv.master
@@ -113,6 +117,8 @@ def lmcache_server_args(pool: PoolRef, spec: SMetricPoolSpec, pod_ip: str = "$(P
         str(kv.lmcache.chunk_size),
         "--l1-size-gb",
         str(kv.lmcache.max_local_cpu_size_gb),
+        "--eviction-policy",
+        LMCACHE_L1_EVICTION_POLICY,
         "--l2-adapter",
         json.dumps(l2, separators=(",", ":")),
     ]

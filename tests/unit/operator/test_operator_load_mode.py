@@ -69,6 +69,7 @@ def test_async_renders_lmcache_mp_connector_with_its_server() -> None:
     assert extra["lmcache.mp.autostart"] is True  # the connector starts the server in the container
     args = shlex.split(extra["lmcache.mp.autostart.server_args"])
     assert flag(args, "--chunk-size") == "256" and flag(args, "--l1-size-gb") == "5.0"
+    assert flag(args, "--eviction-policy") == "LRU"  # LMCache 0.5.6 refuses an L1 without one
     l2 = json.loads(flag(args, "--l2-adapter"))
     host = POOL.mooncake_host()
     assert l2 == {
