@@ -63,6 +63,12 @@ MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         ("tests/unit/operator/test_spec_values.py",),
         ("tests/unit/operator/test_operator_spec.py", "tests/unit/operator/test_operator_gencrd.py"),
     ),
+    # the spec's shared base model (extra="forbid", frozen) and router.parameters
+    "operator.spec_params": (
+        "operator/smetric/operator/spec_params.py",
+        ("tests/unit/operator/test_spec_values.py",),
+        ("tests/unit/operator/test_operator_spec.py", "tests/unit/operator/test_operator_gencrd.py"),
+    ),
     "epp.parse.headers": (
         "epp/smetric/epp/parse/headers.py",
         ("tests/unit/epp/test_epp_parse_values.py",),
