@@ -181,6 +181,11 @@ def test_global_segment_tokens_are_one_pods_segment_over_kv_bytes_per_token() ->
     assert params_from_mapping(params).global_segment_tokens == params["globalSegmentTokens"]
     assert params["globalChunkTokens"] == 256  # LMCache chunk_size: the write estimate's unit
     assert policy_config(pool(9)) == policy_config(pool(4))  # scaling leaves the config alone
+    # a segment smaller than one token's KV still counts as one token (never 0: no tier at all)
+    tiny = SMetricPoolSpec.model_validate(
+        {"model": model, "topology": {"mode": "colocated", "replicas": 1}, "globalKV": {"enabled": True, "segmentSize": "32Ki"}}
+    )
+    assert policy_config(tiny)["policy"]["parameters"]["globalSegmentTokens"] == 1
     explicit = pool(4, router={"parameters": {"globalSegmentTokens": 1000}})
     assert policy_config(explicit)["policy"]["parameters"]["globalSegmentTokens"] == 1000
     no_tier = SMetricPoolSpec.model_validate(
@@ -215,3 +220,17 @@ def test_the_picker_config_names_the_served_model_when_the_spec_names_them_all()
     assert "servedModels" not in cfg(command=["smetric", "emulate"])  # a custom engine: discovered
     assert "servedModels" not in cfg(extraArgs=["--enable-lora", "--max-loras", "4"])
     assert "servedModels" not in cfg(extraArgs=["--lora-modules=a=/adapters/a"])
+    assert "servedModels" not in cfg(extraArgs=["--served-model-name", "a", "b"])  # more names
+    assert "servedModels" not in cfg(extraArgs=["--served-model-name=a"])
+    assert cfg(extraArgs=["--max-num-seqs=8"])["servedModels"] == ["Qwen/Qwen3-8B"]
+    pd = SMetricPoolSpec.model_validate(  # a role's own arguments count too
+        {
+            "model": {"name": "Qwen/Qwen3-8B"},
+            "topology": {
+                "mode": "disaggregated",
+                "prefill": {"replicas": 1, "extraArgs": ["--enable-lora"]},
+                "decode": {"replicas": 1},
+            },
+        }
+    )
+    assert "servedModels" not in policy_config(pd)

@@ -421,12 +421,15 @@ def test_replicas_share_the_responses_map_through_a_headless_service() -> None:
 
     out = picker(POOL, parse_spec(raw()))
     (peers,) = [m for m in out if m["metadata"]["name"] == "p-epp-peers"]
+    assert peers["apiVersion"] == "v1" and peers["kind"] == "Service"
     assert peers["spec"]["clusterIP"] == "None" and peers["spec"]["selector"] == SELECTOR
     assert peers["spec"]["ports"] == [{"name": "snapshot", "port": 9004, "targetPort": 9004}]
     args = next(m for m in out if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
         "args"
     ]
     assert "--snapshot-port=9004" in args and "--peers=p-epp-peers.team-a.svc:9004" in args
+    ports = next(m for m in out if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert ports[-1] == {"name": "snapshot", "containerPort": 9004, "protocol": "TCP"}  # the Service's targetPort
     (epp_policy, *_) = network_policies(POOL, parse_spec(raw()))
     rule = epp_policy["spec"]["ingress"][-1]
     assert rule["ports"] == [{"port": 9004, "protocol": "TCP"}]
@@ -437,3 +440,13 @@ def test_replicas_share_the_responses_map_through_a_headless_service() -> None:
         "args"
     ]
     assert not any(a.startswith(("--peers", "--snapshot-port")) for a in one_args)
+    one_ports = next(m for m in one if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
+        "ports"
+    ]
+    assert [p["name"] for p in one_ports] == ["grpc", "grpc-health", "metrics"]
+    two = picker(POOL, parse_spec(raw(router={"replicas": 2})))  # the smallest count with peers
+    assert any(m["metadata"]["name"] == "p-epp-peers" for m in two)
+    two_ports = next(m for m in two if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
+        "ports"
+    ]
+    assert two_ports[-1]["name"] == "snapshot"

@@ -49,7 +49,12 @@ MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "operator.render_picker": (
         "operator/smetric/operator/render_picker.py",
         ("tests/unit/operator/test_render_picker_values.py",),
-        ("tests/unit/operator/test_operator_render_picker.py",),
+        (
+            "tests/unit/operator/test_operator_render_picker.py",
+            "tests/unit/operator/test_operator_gateway_retry.py",
+            "tests/unit/operator/test_operator_flow_control.py",
+            "tests/unit/operator/test_operator_deploy.py",
+        ),
     ),
     "operator.spec": (
         "operator/smetric/operator/spec.py",
