@@ -463,3 +463,18 @@ def test_deprecated_policies_name() -> None:
 def test_spec_must_be_a_mapping() -> None:
     with pytest.raises(InvalidSpecError, match=r"^spec must be a mapping$"):
         parse_spec(["model"])
+
+
+def test_router_parameters_read_camel_case_names_and_stay_frozen() -> None:
+    """router.parameters (spec_params.PolicyParameters): the untyped-alias field (costModel) is read
+    by the alias generator, field names work too, and a parsed value cannot be changed."""
+    import pydantic
+
+    from smetric.operator.spec_params import PolicyParameters
+
+    p = PolicyParameters.model_validate({"costModel": {"cLinS": 1e-4, "cAttS": 0.0}, "tpotSloS": 0.03})
+    assert p.cost_model is not None and p.cost_model.c_lin_s == 1e-4 and p.tpot_slo_s == 0.03
+    assert p.policy_owned == {}  # costModel is a typed field, not a policy-owned extra
+    assert PolicyParameters(tpot_slo_s=0.05).tpot_slo_s == 0.05  # populate_by_name
+    with pytest.raises(pydantic.ValidationError):
+        p.tpot_slo_s = 0.5  # type: ignore[misc]
