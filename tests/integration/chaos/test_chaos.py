@@ -30,7 +30,7 @@ def test_chaos_quick_passes_every_row(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,  # a hang guard: ~2.5 min idle, past 5 min beside a mutation run
     )
     assert out.exists(), proc.stderr[-3000:]
     doc = json.loads(out.read_text())
