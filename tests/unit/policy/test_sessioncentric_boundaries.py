@@ -233,3 +233,60 @@ def test_meets_estimates() -> None:
     assert local._meets_times_s(req, eps, balance) == pytest.approx([0.9, 0.9])
     both_local = smetric(p, meets_estimate="local", balance_estimate="local")
     assert both_local._meets_times_s(req, eps, [7.0, 8.0]) == [7.0, 8.0]
+
+
+# ---- the least-loaded fallback's own boundaries (survivors of the mutation run) -------------------
+
+
+class Recording(SessionCentric):
+    """A rule with the least-loaded fallback on that records what the skeleton asks it."""
+
+    def __init__(self, params: PolicyParams, answer: list[bool] | None) -> None:
+        super().__init__(params)
+        self._nobody_least_loaded = True
+        self.answer = answer
+        self.asked: list[int] = []
+
+    def eligible(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], prev: int, times_s: Sequence[float]
+    ) -> list[bool] | None:
+        self.asked.append(prev)
+        return None if self.answer is None else list(self.answer)
+
+
+MOVABLE = [ep(q=3.0, waiting=2, g=1000), ep(hit=500, q=5.0, running=9, g=1000), ep(q=2.0, waiting=1, g=1000)]
+
+
+def test_the_skeleton_keeps_the_fallback_off_unless_a_rule_turns_it_on() -> None:
+    # a movable follow-up (the tier holds it) that nobody admits: the skeleton sticks, as without a tier
+    d = NobodyEligible(TIER).pick(FOLLOW_UP, MOVABLE)
+    assert (d.target, d.reason) == (1, "stick")
+
+
+def test_the_fallback_asks_the_rule_before_any_session_is_known() -> None:
+    rule = Recording(TIER, [False, False, False])
+    d = rule.pick(FOLLOW_UP, MOVABLE)
+    assert rule.asked == [-1]  # no previous endpoint yet (prev = -1)
+    assert (d.target, d.reason, d.scores) == (2, "migrate", (8.0, 9.0, 4.0))  # the least 4 x waiting + running
+
+
+def test_the_fallback_needs_an_answer_and_a_refusal_by_everyone() -> None:
+    # unconditional stick (no answer) and an admitted endpoint both leave the fallback out
+    unconditional = Recording(TIER, None).pick(FOLLOW_UP, MOVABLE)
+    assert (unconditional.target, unconditional.reason) == (1, "stick")
+    admits_prev = Recording(TIER, [False, True, False]).pick(FOLLOW_UP, MOVABLE)
+    assert (admits_prev.target, admits_prev.reason) == (1, "stick")
+    admits_other = Recording(TIER, [True, False, False]).pick(FOLLOW_UP, MOVABLE)
+    assert (admits_other.target, admits_other.reason) == (0, "migrate")  # the rule's, not the queues' (2)
+
+
+def test_the_fallbacks_reasons_for_a_first_turn_and_at_the_cached_bound() -> None:
+    rule = Recording(TIER, [False, False, False])
+    first = rule.pick(replace(FOLLOW_UP, turn=0), MOVABLE)
+    assert (first.target, first.reason) == (2, "balance")
+    # exactly HIT_RATIO x est_hit (0.5 x 400 = 200) on prev is not cached: evicted, not migrate
+    at_bound = [ep(q=3.0, waiting=2, g=1000), ep(hit=200, q=5.0, running=9, g=1000), ep(q=2.0, waiting=1, g=1000)]
+    d = rule.pick(FOLLOW_UP, at_bound)
+    assert (d.target, d.reason) == (2, "evicted")
+    above = [ep(q=3.0, waiting=2, g=1000), ep(hit=201, q=5.0, running=9, g=1000), ep(q=2.0, waiting=1, g=1000)]
+    assert rule.pick(FOLLOW_UP, above).reason == "migrate"
