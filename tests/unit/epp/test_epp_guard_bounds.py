@@ -182,3 +182,39 @@ def test_admission_accepts_the_smallest_bounds() -> None:
     a.enter()
     with pytest.raises(Shed):
         a.enter()
+
+
+# ---- the body budget's large-body share (survivors of the full mutation run) ----------------------
+
+
+def test_large_share_and_threshold_bounds() -> None:
+    from smetric.epp.server.guard import BodyBudget
+
+    assert BodyBudget(100, large_share=1.0).large_limit_bytes == 100  # the whole budget is allowed
+    assert BodyBudget(100, large_bytes=1).large_bytes == 1
+    for bad in ({"large_share": 0.0}, {"large_share": 1.01}, {"large_bytes": 0}):
+        with pytest.raises(ValueError, match="large_share must be in"):
+            BodyBudget(100, **bad)  # type: ignore[arg-type]
+
+
+def test_take_and_refusal_defaults_hold_nothing_and_name_no_client() -> None:
+    from smetric.epp.server.guard import BodyBudget
+
+    # a 10-byte body at a 10-byte threshold is not large: nothing counts against a 5-byte share
+    small_share = BodyBudget(1000, large_bytes=10, large_share=0.005)
+    assert small_share.refusal(10) == "" and small_share.take(10) and small_share.large_used_bytes == 0
+    # without a client no per-connection bound applies (40 + 40 > 50 would pass it)
+    b = BodyBudget(1000, large_bytes=10, large_share=1.0, client_large_bytes=50)
+    assert b.take(40) and b.take(40) and b.large_used_bytes == 80
+
+
+def test_the_large_share_admits_up_to_its_limit_and_give_returns_exactly() -> None:
+    from smetric.epp.server.guard import BodyBudget
+
+    b = BodyBudget(100, large_bytes=10, large_share=0.5)  # large share 50 bytes
+    assert b.take(20, 0, "a") and b.take(30, 0, "b")  # 50: exactly the limit
+    assert not b.take(11, 0, "c")
+    b.give(20, "a")
+    assert b.large_used_bytes == 30 and b.used_bytes == 30
+    b.give(30, "b")
+    assert b.large_used_bytes == 0 and b._by_client == {}  # no empty per-connection entries left

@@ -118,7 +118,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "epp.server.guard": (
         "epp/smetric/epp/server/guard.py",
         ("tests/unit/epp/test_epp_guard_bounds.py",),
-        ("tests/unit/epp/test_epp_hostile.py", "tests/unit/epp/test_epp_admission.py"),
+        ("tests/unit/epp/test_epp_hostile.py", "tests/unit/epp/test_epp_admission.py", "tests/unit/epp/test_epp_body_fairness.py"),
     ),
     "epp.server.outlier": (
         "epp/smetric/epp/server/outlier.py",
