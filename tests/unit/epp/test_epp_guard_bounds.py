@@ -193,7 +193,7 @@ def test_large_share_and_threshold_bounds() -> None:
     assert BodyBudget(100, large_share=1.0).large_limit_bytes == 100  # the whole budget is allowed
     assert BodyBudget(100, large_bytes=1).large_bytes == 1
     for bad in ({"large_share": 0.0}, {"large_share": 1.01}, {"large_bytes": 0}):
-        with pytest.raises(ValueError, match="large_share must be in"):
+        with pytest.raises(ValueError, match=r"^large_share must be in \(0, 1\] and large_bytes positive$"):
             BodyBudget(100, **bad)  # type: ignore[arg-type]
 
 
