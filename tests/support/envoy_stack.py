@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +96,65 @@ class Backend:
             'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="4096"} 1.0\n'
         )
         return web.Response(text=text, content_type="text/plain")
+
+
+class Dying(Backend):
+    """Closes every generation request's connection before answering (a reset before the
+    response); its /metrics answers, so the picker keeps choosing it."""
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append(request.headers.get("x-request-id", ""))
+        assert request.transport is not None
+        request.transport.abort()
+        return web.Response(status=500)  # never reaches the client: the connection is gone
+
+
+async def picker_and_envoy(
+    stack: AsyncExitStack,
+    backends: Sequence[Backend],
+    *,
+    pool: bool,
+    settings: ServicerSettings | None = None,
+    mutate: Callable[[dict[str, Any]], None] | None = None,
+    **envoy: Any,
+) -> str:
+    """The picker (``smetric``, 50 ms scrapes, over ``backends``) and Envoy in front of it, each
+    stopped by ``stack``: the served-by header, the pool cluster over the backends when ``pool``,
+    ``envoy`` more EnvoyOptions, ``mutate`` applied to the bootstrap. Returns Envoy's URL once every
+    backend is ready."""
+    addresses = tuple(b.address for b in backends)
+    ds = build_datastore(
+        PickerSettings.from_argv(["--endpoints", ",".join(addresses), "--refresh-interval-ms", "50"])
+    )
+    await ds.start()
+    stack.push_async_callback(ds.stop)
+    cfg = parse_config({"policy": {"name": "smetric"}}, "test")
+    picker = build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0, is_stale=ds.is_stale)
+    server = PickerServer(
+        ExtProcServicer(picker, PickerMetrics(CollectorRegistry()), settings),
+        None,
+        grpc_port=0,
+        health_port=None,
+    )
+    await server.start()
+    stack.push_async_callback(server.stop, 0)
+    opts = EnvoyOptions(
+        listen_port=free_port(),
+        admin_port=free_port(),
+        picker_port=server.grpc_port,
+        pool_endpoints=addresses if pool else (),
+        served_by_header=True,
+        **envoy,
+    )
+    config = bootstrap(opts)
+    if mutate is not None:
+        mutate(config)
+    proc = EnvoyProcess(config)
+    await proc.start()
+    stack.push_async_callback(proc.stop)
+    while len(ds.ready_endpoints()) < len(backends):
+        await asyncio.sleep(0.05)
+    return f"http://127.0.0.1:{opts.listen_port}"
 
 
 @dataclass

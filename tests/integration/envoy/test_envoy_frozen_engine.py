@@ -20,33 +20,14 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
-from smetric.epp.config import parse_config, policy_params
-from smetric.epp.datastore import build_datastore
-from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
-from smetric.epp.obs.metrics import PickerMetrics
-from smetric.epp.server.app import PickerServer, build_picker
-from smetric.epp.server.servicer import ExtProcServicer
-from smetric.epp.settings import PickerSettings
-from tests.support.envoy_stack import Backend, session_body
+from tests.support.envoy_stack import Backend, Dying, picker_and_envoy, session_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PER_TRY_S = 2.0
 IDLE_S = 8.0
 LATE_S = 1.5  # below PER_TRY_S: the per-try idle timeout does not reset the late fallback itself
-
-
-class Dying(Backend):
-    """Closes every generation request's connection before answering (a reset before the
-    response); its /metrics answers, so the picker keeps choosing it."""
-
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        self.seen.append(request.headers.get("x-request-id", ""))
-        assert request.transport is not None
-        request.transport.abort()
-        return web.Response(status=500)  # never reaches the client: the connection is gone
 
 
 class Late(Backend):
@@ -71,37 +52,21 @@ async def _stack(
             await b.start()
             stack.push_async_callback(b.stop)
         stack.callback(frozen.held.set)  # let its handlers end before the backend stops
-        spec = f"{frozen.address},{good.address}"
-        ds = build_datastore(PickerSettings.from_argv(["--endpoints", spec, "--refresh-interval-ms", "50"]))
-        await ds.start()
-        stack.push_async_callback(ds.stop)
-        cfg = parse_config({"policy": {"name": "smetric"}}, "test")
-        picker = build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0, is_stale=ds.is_stale)
-        server = PickerServer(
-            ExtProcServicer(picker, PickerMetrics(CollectorRegistry())), None, grpc_port=0, health_port=None
-        )
-        await server.start()
-        stack.push_async_callback(server.stop, 0)
-        opts = EnvoyOptions(
-            listen_port=free_port(),
-            admin_port=free_port(),
-            picker_port=server.grpc_port,
-            pool_endpoints=(frozen.address, good.address) if pool else (),
-            served_by_header=True,
-            **{"stream_idle_timeout_s": IDLE_S, **envoy},
-        )
-        config = bootstrap(opts)
-        if route_to:
+
+        def reroute(config: dict[str, Any]) -> None:  # the route's cluster replaced, its retry policy kept
             hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
             hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["cluster"] = (
                 route_to
             )
-        proc = EnvoyProcess(config)
-        await proc.start()
-        stack.push_async_callback(proc.stop)
-        while len(ds.ready_endpoints()) < 2:
-            await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{opts.listen_port}", frozen, good
+
+        url = await picker_and_envoy(
+            stack,
+            (frozen, good),
+            pool=pool,
+            mutate=reroute if route_to else None,
+            **{"stream_idle_timeout_s": IDLE_S, **envoy},
+        )
+        yield url, frozen, good
 
 
 async def _send(url: str, n: int, headers: dict[str, str] | None = None) -> list[tuple[int, str, float]]:

@@ -27,17 +27,9 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from aiohttp import web
-from prometheus_client import CollectorRegistry
 
-from smetric.epp.config import parse_config, policy_params
-from smetric.epp.datastore import build_datastore
-from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, bootstrap, free_port
-from smetric.epp.obs.metrics import PickerMetrics
-from smetric.epp.server.app import PickerServer, build_picker
-from smetric.epp.server.servicer import ExtProcServicer, ServicerSettings
-from smetric.epp.settings import PickerSettings
-from tests.support.envoy_stack import Backend, session_body
+from smetric.epp.server.servicer import ServicerSettings
+from tests.support.envoy_stack import Backend, Dying, picker_and_envoy, session_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -72,17 +64,6 @@ def protocol_header_cluster(name: str) -> dict[str, Any]:
     }
 
 
-class Dying(Backend):
-    """Closes every generation request's connection before answering (a reset before the
-    response); its /metrics answers, so the picker keeps choosing it."""
-
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        self.seen.append(request.headers.get("x-request-id", ""))
-        assert request.transport is not None
-        request.transport.abort()
-        return web.Response(status=500)  # never reaches the client: the connection is gone
-
-
 Mutate = Callable[[dict[str, Any]], None]
 
 
@@ -99,40 +80,15 @@ async def _stack(
         for b in (first, good):
             await b.start()
             stack.push_async_callback(b.stop)
-        spec = f"{first.address},{good.address}"
-        ds = build_datastore(PickerSettings.from_argv(["--endpoints", spec, "--refresh-interval-ms", "50"]))
-        await ds.start()
-        stack.push_async_callback(ds.stop)
-        cfg = parse_config({"policy": {"name": "smetric"}}, "test")
-        picker = build_picker(cfg, policy_params(cfg), ds, ds.index, staleness_s=2.0, is_stale=ds.is_stale)
-        server = PickerServer(
-            ExtProcServicer(
-                picker,
-                PickerMetrics(CollectorRegistry()),
-                ServicerSettings(destination_list=destination_list),
-            ),
-            None,
-            grpc_port=0,
-            health_port=None,
-        )
-        await server.start()
-        stack.push_async_callback(server.stop, 0)
-        opts = EnvoyOptions(
-            listen_port=free_port(),
-            admin_port=free_port(),
-            picker_port=server.grpc_port,
-            pool_endpoints=(first.address, good.address) if pool else (),
-            served_by_header=True,
+        url = await picker_and_envoy(
+            stack,
+            (first, good),
+            pool=pool,
+            settings=ServicerSettings(destination_list=destination_list),
+            mutate=mutate,
             stream_idle_timeout_s=8.0,
         )
-        config = bootstrap(opts)
-        mutate(config)
-        proc = EnvoyProcess(config)
-        await proc.start()
-        stack.push_async_callback(proc.stop)
-        while len(ds.ready_endpoints()) < 2:
-            await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{opts.listen_port}", first, good
+        yield url, first, good
 
 
 def _route(config: dict[str, Any]) -> dict[str, Any]:
