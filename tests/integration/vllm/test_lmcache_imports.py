@@ -29,12 +29,12 @@ import yaml
 from smetric.operator.render_kv import LMCACHE_CONFIG_DIR
 from smetric.operator.spec import TopologySpec
 from tests.support.operator_render import VARIANTS, container, flag, render, spec
+from tests.support.vllm_tier import VENV, tier_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 ROOT = Path(__file__).parents[3]
 HERE = Path(__file__).parent
-VENV = Path(os.environ.get("SMETRIC_VLLM_VENV", ROOT / ".venv-vllm"))
 PROBE = HERE / "lmcache_probe.py"
 POD_IP = "10.0.0.7"
 ASYNC = {"enabled": True, "loadMode": "async", "lmcache": {"mooncakeL2Adapter": True}}
@@ -53,24 +53,12 @@ IMAGE_SUPPLIED = CUDA_RUNTIME | {
 MISSING_LIBRARY = re.compile(r"^ImportError: (\S+): cannot open shared object file")
 
 
-def _venv_python() -> Path:
-    if os.environ.get("SMETRIC_VLLM_TIER") == "0":
-        pytest.skip("vLLM tier disabled (SMETRIC_VLLM_TIER=0)")
-    py = VENV / "bin" / "python"
-    if not py.exists():
-        pytest.skip(
-            f"vLLM tier not installed ({py} missing; run bash tests/integration/vllm/install_vllm_tier.sh "
-            ".venv-vllm (README, Tests) or set SMETRIC_VLLM_VENV)"
-        )
-    return py
-
-
 def _probe(mode: str, request: dict[str, Any], pythonpath: str | None = None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LMCACHE_", "PYTHONPATH"))}
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
     result = subprocess.run(
-        [str(_venv_python()), str(PROBE), mode],
+        [str(tier_python()), str(PROBE), mode],
         input=json.dumps(request),
         capture_output=True,
         text=True,
@@ -165,7 +153,7 @@ def request_(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def main_probe(request_: dict[str, Any]) -> dict[str, Any]:
     has_lmcache = subprocess.run(
         [
-            str(_venv_python()),
+            str(tier_python()),
             "-c",
             "import importlib.util as u, sys; sys.exit(u.find_spec('lmcache') is None)",
         ],

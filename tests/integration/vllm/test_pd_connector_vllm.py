@@ -9,19 +9,17 @@ Needs the vLLM tier's venv (``bash tests/integration/vllm/install_vllm_tier.sh .
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import typing
-from pathlib import Path
 
 import pytest
 
 from smetric.operator.spec import TopologySpec
 from tests.support.operator_render import by_name, container, env, flag, render, spec
+from tests.support.vllm_tier import tier_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
-VENV = Path(os.environ.get("SMETRIC_VLLM_VENV", Path(__file__).parents[3] / ".venv-vllm"))
 PROBE = """
 import json, os, sys
 from vllm.config import KVTransferConfig
@@ -42,14 +40,7 @@ print(json.dumps(out))
 
 
 def test_rendered_connectors_are_accepted_by_vllm() -> None:
-    if os.environ.get("SMETRIC_VLLM_TIER") == "0":
-        pytest.skip("vLLM tier disabled (SMETRIC_VLLM_TIER=0)")
-    py = VENV / "bin" / "python"
-    if not py.exists():
-        pytest.skip(
-            f"vLLM tier not installed ({py} missing; run bash tests/integration/vllm/install_vllm_tier.sh "
-            ".venv-vllm (README, Tests) or set SMETRIC_VLLM_VENV)"
-        )
+    py = tier_python()
     cases = []
     for connector in typing.get_args(TopologySpec.model_fields["pd_connector"].annotation):
         for global_kv in (False, True):

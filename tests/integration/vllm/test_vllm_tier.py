@@ -45,12 +45,11 @@ from smetric.epp.scrape.parse import parse_vllm_metrics
 from smetric.epp.scrape.scraper import ScrapeManager
 from smetric.policy.framework import Router
 from smetric.policy.registry import make_policy
+from tests.support.vllm_tier import VENV, tier_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 HERE = Path(__file__).parent
-VENV = Path(os.environ.get("SMETRIC_VLLM_VENV", HERE.parents[2] / ".venv-vllm"))
-INSTALL = "bash tests/integration/vllm/install_vllm_tier.sh .venv-vllm (README, Tests)"
 BLOCK = 32
 SEED = "0"
 START_TIMEOUT_S = 480.0
@@ -63,11 +62,7 @@ def _free_port() -> int:
 
 
 def _vllm_python() -> Path:
-    if os.environ.get("SMETRIC_VLLM_TIER") == "0":
-        pytest.skip("vLLM tier disabled (SMETRIC_VLLM_TIER=0)")
-    py = VENV / "bin" / "python"
-    if not py.exists():
-        pytest.skip(f"vLLM tier not installed ({py} missing; run {INSTALL} or set SMETRIC_VLLM_VENV)")
+    py = tier_python()
     probe = subprocess.run([str(py), "-c", "import vllm"], capture_output=True, text=True, timeout=300)
     if probe.returncode != 0:
         pytest.skip(f"vLLM not importable in {VENV}: {probe.stderr.strip().splitlines()[-1:]}")
