@@ -35,6 +35,16 @@ PODS = (
 )
 
 
+# the failed scheduling attempt's series: no endpoint was chosen
+FAILED_ATTEMPT = {
+    "status": "failure",
+    "target_model_name": "qwen",
+    "endpoint_name": "",
+    "namespace": "",
+    "port": "",
+}
+
+
 def _hdrs(pairs: dict[str, str], eos: bool = False) -> ep.HttpHeaders:
     hm = base_pb2.HeaderMap(
         headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in pairs.items()]
@@ -172,14 +182,7 @@ async def test_the_llmd_series_count_what_upstreams_count(serve: Any) -> None:
         for pod in ("qwen-0", "qwen-1")
     )
     assert ok == 3.0
-    failed = {
-        "status": "failure",
-        "target_model_name": "qwen",
-        "endpoint_name": "",
-        "namespace": "",
-        "port": "",
-    }
-    assert get("llm_d_epp_scheduler_attempts_total", failed) == 1.0
+    assert get("llm_d_epp_scheduler_attempts_total", FAILED_ATTEMPT) == 1.0
     assert get("llm_d_epp_extproc_streams_total", {"code": "OK"}) == 5.0
     # request headers to the routing reply or the refusal: 3 routed, the 400 and the 503
     assert get("llm_d_epp_request_processing_duration_seconds_count") == 5.0
@@ -235,11 +238,4 @@ async def test_a_dropped_endpoint_takes_its_scheduling_attempt_series_with_it(se
         attempt = {"status": "success", "target_model_name": "qwen", "namespace": "", "port": "8000"}
         assert get("llm_d_epp_scheduler_attempts_total", {**attempt, "endpoint_name": pod}) is None
         assert get("inference_extension_scheduler_attempts_total", {**attempt, "pod_name": pod}) is None
-    failed = {
-        "status": "failure",
-        "target_model_name": "qwen",
-        "endpoint_name": "",
-        "namespace": "",
-        "port": "",
-    }
-    assert get("llm_d_epp_scheduler_attempts_total", failed) == 1.0
+    assert get("llm_d_epp_scheduler_attempts_total", FAILED_ATTEMPT) == 1.0
