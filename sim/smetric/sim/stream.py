@@ -29,23 +29,20 @@ def fingerprint(config: object) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def read_done(path: Path, fp: str) -> dict[RunKey, dict[str, Any]]:
-    """Rows of a previous run of the same sweep (empty when there is no sidecar)."""
-    if not path.exists():
-        return {}
-    done: dict[RunKey, dict[str, Any]] = {}
+def read_rows(path: Path) -> tuple[dict[str, Any], dict[RunKey, dict[str, Any]]]:
+    """A sidecar's header and the rows of its finished runs (a torn line is skipped); empty for an
+    empty file. Raises ``ValueError`` for a file that is not a sidecar."""
     with path.open("r", encoding="utf-8") as fh:
         lines = fh.read().splitlines()
     if not lines:
-        return {}
+        return {}, {}
     try:
         head = json.loads(lines[0])
     except json.JSONDecodeError:
         raise ValueError(f"{path}: not a sweep sidecar (bad header)") from None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise ValueError(f"{path}: not a sweep sidecar ({FORMAT})")
-    if head.get("fingerprint") != fp:
-        raise ValueError(f"{path} belongs to a different sweep (config changed); remove it or drop --resume")
+    done: dict[RunKey, dict[str, Any]] = {}
     for line in lines[1:]:
         try:
             rec = json.loads(line)
@@ -56,6 +53,16 @@ def read_done(path: Path, fp: str) -> dict[RunKey, dict[str, Any]]:
             continue  # a line torn by an interruption
         if isinstance(row, dict):
             done[key] = row
+    return head, done
+
+
+def read_done(path: Path, fp: str) -> dict[RunKey, dict[str, Any]]:
+    """Rows of a previous run of the same sweep (empty when there is no sidecar)."""
+    if not path.exists():
+        return {}
+    head, done = read_rows(path)
+    if head and head.get("fingerprint") != fp:
+        raise ValueError(f"{path} belongs to a different sweep (config changed); remove it or drop --resume")
     return done
 
 

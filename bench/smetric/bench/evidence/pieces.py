@@ -27,6 +27,7 @@ from typing import Any
 
 from smetric.policy.registry import BASELINE_POLICIES, BASELINES_WITH_PIECES
 from smetric.sim.stats import mean_ci95, verdict
+from smetric.sim.stream import read_rows
 
 Row = Mapping[str, Any]
 
@@ -102,12 +103,8 @@ def load(path: str) -> dict[str, Any]:
     if not path.endswith(".runs.jsonl"):
         doc: dict[str, Any] = json.loads(Path(path).read_text())
         return doc
-    rows = []
-    for line in Path(path).read_text().splitlines()[1:]:
-        try:
-            rows.append(json.loads(line)["row"])
-        except (json.JSONDecodeError, KeyError):
-            continue
+    _, done = read_rows(Path(path))
+    rows = list(done.values())
     pd = bool(rows) and all(r.get("tps_within_slo") is None for r in rows)
     return {"config": {"mode": "disaggregated" if pd else "colocated"}, "results": rows}
 
