@@ -26,13 +26,13 @@ mean peak in ``REAL``: a loose upper bound on what routing could gain.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smetric.bench.evidence.pieces import load as load_one
 from smetric.policy.pieces import PIECES_SUFFIX
 from smetric.sim.stats import mean_ci95, verdict
 
@@ -209,11 +209,9 @@ def per_rate(name: str, doc: Mapping[str, Any], knee: float | None = None) -> st
 
 
 def load(spec: str) -> dict[str, Any]:
-    """One regime's document: a JSON file, or ``A.json+B.json`` (the first's config, both's rows)."""
-    parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in spec.split("+")]
-    doc = dict(parts[0])
-    doc["results"] = [r for d in parts for r in d["results"]]
-    return doc
+    """One regime's document (:func:`smetric.bench.evidence.pieces.load`: a JSON, a sweep's
+    ``.runs.jsonl`` sidecar, or ``A.json+B.json``)."""
+    return load_one(spec)
 
 
 def _name(spec: str) -> str:

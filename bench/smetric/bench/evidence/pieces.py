@@ -12,7 +12,7 @@ when the interval of the paired absolute differences excludes 0):
 * the best baseline + pieces vs the best baseline as shipped.
 
 "Best" is by mean at that rate. Usage: python -m smetric.bench.evidence.pieces OUT/i16-coloc-full.json
-OUT/i16-pd-full.json [--rate 3]. A ``.runs.jsonl`` sidecar (an interrupted or still running
+OUT/i16-pd-full.json [--rate 3 | --peak]. A ``.runs.jsonl`` sidecar (an interrupted or still running
 sweep) is read as the JSON of the runs it holds.
 """
 
@@ -41,9 +41,13 @@ def headline(doc: Mapping[str, Any]) -> str:
 
 
 def per_seed(rows: Sequence[Row], policy: str, key: str) -> dict[int, float]:
-    return {
-        int(r["seed"]): float(r[key]) for r in rows if r["policy"] == policy and math.isfinite(float(r[key]))
-    }
+    """The policy's value per seed; over several rates its best (its peak on that seed)."""
+    out: dict[int, float] = {}
+    for r in rows:
+        if r["policy"] == policy and r[key] is not None and math.isfinite(float(r[key])):
+            seed = int(r["seed"])
+            out[seed] = max(out.get(seed, -math.inf), float(r[key]))
+    return out
 
 
 def margin(a: Mapping[int, float], b: Mapping[int, float]) -> str:
@@ -56,17 +60,18 @@ def margin(a: Mapping[int, float], b: Mapping[int, float]) -> str:
     return f"{pm:+.1f} %{interval} {verdict(dci)} (n={len(seeds)})"
 
 
-def regime(name: str, doc: Mapping[str, Any], rate: float | None) -> str:
+def regime(name: str, doc: Mapping[str, Any], rate: float | None, peak: bool = False) -> str:
+    """``peak``: over every rate, each policy's best per seed (its peak) instead of one rate."""
     key = headline(doc)
     rows = [r for r in doc["results"] if rate is None or float(r["rate_multiplier"]) == rate]
     rates = sorted({float(r["rate_multiplier"]) for r in rows})
-    if len(rates) != 1:
-        raise SystemExit(f"{name}: rows at rates {rates}; pass --rate")
+    if len(rates) != 1 and not peak:
+        raise SystemExit(f"{name}: rows at rates {rates}; pass --rate or --peak")
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     vals = {p: per_seed(rows, p, key) for p in policies}
     mean = {p: math.fsum(v.values()) / len(v) for p, v in vals.items() if v}
     out = [
-        f"### {name} at {rates[0]:g}x ({key})",
+        f"### {name} at {rates[0]:g}x ({key})" if len(rates) == 1 else f"### {name}, peaks over {rates} ({key})",
         "",
         "| policy | mean | local share % | overload % |",
         "|---|---|---|---|",
@@ -96,27 +101,33 @@ def regime(name: str, doc: Mapping[str, Any], rate: float | None) -> str:
     return "\n".join(out)
 
 
-def load(path: str) -> dict[str, Any]:
-    """A ``smetric simulate`` JSON, or the rows of its ``.runs.jsonl`` sidecar (header line first,
-    then one finished run per line; a torn last line is skipped). A sidecar does not carry the
-    mode: its rows are P/D rows when none has a colocated TPS within SLO."""
-    if not path.endswith(".runs.jsonl"):
-        doc: dict[str, Any] = json.loads(Path(path).read_text())
-        return doc
-    _, done = read_rows(Path(path))
-    rows = list(done.values())
-    pd = bool(rows) and all(r.get("tps_within_slo") is None for r in rows)
-    return {"config": {"mode": "disaggregated" if pd else "colocated"}, "results": rows}
+def load(spec: str) -> dict[str, Any]:
+    """A ``smetric simulate`` JSON, or the rows of its ``.runs.jsonl`` sidecar (an interrupted or
+    running sweep; a sidecar does not carry the mode: its rows are P/D rows when none has a
+    colocated TPS within SLO); ``A+B``: one regime from two sweeps (the first's config, both's rows)."""
+    parts = []
+    for path in spec.split("+"):
+        if path.endswith(".runs.jsonl"):
+            rows = list(read_rows(Path(path))[1].values())
+            pd = bool(rows) and all(r.get("tps_within_slo") is None for r in rows)
+            parts.append({"config": {"mode": "disaggregated" if pd else "colocated"}, "results": rows})
+        else:
+            parts.append(json.loads(Path(path).read_text(encoding="utf-8")))
+    doc = dict(parts[0])
+    doc["results"] = [r for d in parts for r in d["results"]]
+    return doc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", nargs="+")
     ap.add_argument("--rate", type=float, default=None)
+    ap.add_argument("--peak", action="store_true", help="each seed's best over the rates (the peak)")
     a = ap.parse_args(argv)
     for path in a.json:
         doc = load(path)
-        print(regime(Path(path).name.removesuffix(".runs.jsonl").removesuffix(".json"), doc, a.rate))
+        name = Path(path.split("+")[0]).name.removesuffix(".runs.jsonl").removesuffix(".json")
+        print(regime(name, doc, a.rate, a.peak))
         print()
     return 0
 
