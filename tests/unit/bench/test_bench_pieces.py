@@ -46,7 +46,9 @@ def test_a_sidecar_gives_the_table_of_its_sweeps_json(tmp_path: Path) -> None:
 def test_peaks_over_rates_and_two_sweeps_of_one_regime(tmp_path: Path) -> None:
     """--peak takes each seed's best over the rates; A+B reads one regime from two sweeps."""
     low = [{**r, "rate_multiplier": 4.0} for r in _rows(False)]
-    high = [{**r, "rate_multiplier": 5.0, "tps_within_slo": float(r["tps_within_slo"]) * 2} for r in _rows(False)]
+    high = [
+        {**r, "rate_multiplier": 5.0, "tps_within_slo": float(r["tps_within_slo"]) * 2} for r in _rows(False)
+    ]
     high = [r for r in high if r["policy"] != "smetric"]  # smetric peaks at 4x, the others at 5x
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps({"config": {"mode": "colocated"}, "results": low}))

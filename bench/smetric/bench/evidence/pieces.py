@@ -71,7 +71,9 @@ def regime(name: str, doc: Mapping[str, Any], rate: float | None, peak: bool = F
     vals = {p: per_seed(rows, p, key) for p in policies}
     mean = {p: math.fsum(v.values()) / len(v) for p, v in vals.items() if v}
     out = [
-        f"### {name} at {rates[0]:g}x ({key})" if len(rates) == 1 else f"### {name}, peaks over {rates} ({key})",
+        f"### {name} at {rates[0]:g}x ({key})"
+        if len(rates) == 1
+        else f"### {name}, peaks over {rates} ({key})",
         "",
         "| policy | mean | local share % | overload % |",
         "|---|---|---|---|",
