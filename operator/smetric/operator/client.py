@@ -6,6 +6,10 @@ asyncio edition of ``kubernetes``), so nothing blocks kopf's event loop.
   empty and refuses applies with :class:`ApiError` 404.
 * Writes are server-side apply with ``fieldManager=smetric-operator`` and ``force=true``; status is
   a merge patch of the ``/status`` subresource.
+* Discovery is cached per client, never in the library's shared default file
+  (``$TMPDIR/osrcp-<md5(host)>.json``): that file outlives the process and is keyed by host only, so
+  a previous process (or a test server on a reused port) could hand this one a stale resource table
+  (a kind without its ``/status`` subresource, a plural from another server).
 * Credentials come from kopf's login (``kopf.ConnectionInfo``): the same identity kopf uses for its
   watches. Inline CA / client-certificate data is written to private temporary files (the client
   takes paths).
@@ -16,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,19 +130,27 @@ class KubeClient:
         self._api: k8s.ApiClient | None = None
         self._dynamic: DynamicClient | None = None
         self._served: set[str] = set()  # groupVersions the server serves (one /apis request)
+        self._cache_dir: str | None = None  # this client's own discovery cache (removed on exit)
 
     async def __aenter__(self) -> KubeClient:
         self._api = k8s.ApiClient(self._creds.configuration(self._timeout_s))
         for name, value in self._creds.headers.items():
             self._api.set_default_header(name, value)
         try:
-            self._dynamic = await DynamicClient(self._api)
+            self._cache_dir = tempfile.mkdtemp(prefix="smetric-discovery-")
+            cache_file = os.path.join(self._cache_dir, "d.json")
+        except OSError:  # no writable temp dir: a path that never exists, so discovery is never read back
+            cache_file = os.path.join(
+                tempfile.gettempdir(), f"smetric-discovery-{os.urandom(8).hex()}", "d.json"
+            )
+        try:
+            self._dynamic = await DynamicClient(self._api, cache_file=cache_file)
             self._served = await self._served_group_versions()
         except ApiException as exc:
-            await self._api.close()
+            await self.__aexit__()
             raise ApiError(exc.status or 0, "GET", "API discovery", str(exc.body or exc.reason)) from None
         except Exception as exc:  # connection refused, TLS: surfaced as a retryable API error
-            await self._api.close()
+            await self.__aexit__()
             raise ApiError(0, "GET", "API discovery", str(exc)) from None
         return self
 
@@ -145,6 +158,9 @@ class KubeClient:
         if self._api is not None:
             await self._api.close()
         self._api = self._dynamic = None
+        if self._cache_dir is not None:
+            shutil.rmtree(self._cache_dir, ignore_errors=True)
+            self._cache_dir = None
 
     async def _served_group_versions(self) -> set[str]:
         assert self._api is not None

@@ -141,3 +141,45 @@ async def test_unreachable_api_server_is_a_retryable_api_error() -> None:
     with pytest.raises(ApiError, match="API discovery"):
         async with KubeClient(Credentials("http://127.0.0.1:1", token="t"), timeout_s=2.0):
             pass
+
+
+async def _serve(discovery: dict[str, Any], port: int) -> tuple[aiohttp.web.AppRunner, int]:
+    async def handler(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        path = request.path.rstrip("/") or "/"
+        if request.method == "GET" and path in discovery:
+            return aiohttp.web.json_response(discovery[path])
+        body = await request.text()
+        return aiohttp.web.json_response(json.loads(body) if body else {})
+
+    app = aiohttp.web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    await aiohttp.web.TCPSite(runner, "127.0.0.1", port, reuse_address=True).start()
+    return runner, runner.addresses[0][1]
+
+
+async def test_discovery_is_not_read_back_from_another_process_or_server() -> None:
+    """The library's default discovery cache is one file per host in $TMPDIR, shared by every process:
+    a server on a reused port (CI saw it) or an older API server handed this client a table without
+    ``configmaps/status``, and ``patch_status`` failed with KeyError. Each client discovers afresh."""
+    without_status = {
+        **DISCOVERY,
+        "/api/v1": {**DISCOVERY["/api/v1"], "resources": DISCOVERY["/api/v1"]["resources"][:1]},
+    }
+    first, port = await _serve(without_status, 0)
+    try:
+        async with KubeClient(Credentials(f"http://127.0.0.1:{port}", token="t")) as api:
+            with pytest.raises(KeyError):
+                await api.patch_status("v1", "ConfigMap", "ns", "c", {"phase": "Ready"})
+    finally:
+        await first.cleanup()
+    second, _ = await _serve(DISCOVERY, port)  # the same host:port now serves configmaps/status
+    try:
+        async with KubeClient(Credentials(f"http://127.0.0.1:{port}", token="t")) as api:
+            await api.patch_status("v1", "ConfigMap", "ns", "c", {"phase": "Ready"})
+            cache_dir = api._cache_dir
+            assert cache_dir is not None and Path(cache_dir).is_dir()
+    finally:
+        await second.cleanup()
+    assert not Path(cache_dir).exists(), "each client removes its own cache"
