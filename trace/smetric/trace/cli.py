@@ -1,11 +1,13 @@
 """``smetric trace stats PATH``: the paper's §3 trace statistics as a table and optional JSON;
-``smetric trace validate PATH``: check a trace of one's own before a run (docs/traces.md)."""
+``smetric trace validate PATH``: check a trace of one's own before a run; ``smetric trace synth PATH``:
+write the synthetic agentic trace (docs/traces.md)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -14,6 +16,8 @@ from smetric.trace.errors import TraceFormatError
 from smetric.trace.formats import FORMATS, load_trace
 from smetric.trace.report import print_stats
 from smetric.trace.stats import compute_stats, stats_to_json
+from smetric.trace.synth import SynthParams
+from smetric.trace.synth import write as synth_write
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,7 +49,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("path", type=Path, help="trace file (.jsonl, .jsonl.gz or .csv)")
     validate.add_argument("--format", choices=FORMATS, help="override format detection")
+    synth = sub.add_parser(
+        "synth",
+        help="write the synthetic agentic trace (the held-out second workload; docs/traces.md)",
+    )
+    synth.add_argument("path", type=Path, help="output file (.jsonl or .jsonl.gz)")
+    synth.add_argument("--seed", type=int, default=1, help="generator seed (default 1, the one reported)")
+    synth.add_argument("--families", type=int, default=SynthParams().families, help="session families")
     return parser
+
+
+def write_synth(path: Path, seed: int, families: int) -> int:
+    """0 and one line on what was written; 2 and one line for a bad option or an unwritable path."""
+    if families < 1:
+        print(f"smetric trace synth: --families must be >= 1, got {families}", file=sys.stderr)
+        return 2
+    try:
+        n = synth_write(path, replace(SynthParams(), families=families), seed)
+    except OSError as exc:
+        print(f"smetric trace synth: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"{path}: {n} requests, {families} families, seed {seed} (smetric trace validate {path})")
+    return 0
 
 
 def validate(path: Path, fmt: str | None) -> int:
@@ -78,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     if args.command == "validate":
         return validate(args.path, args.format)
+    if args.command == "synth":
+        return write_synth(args.path, args.seed, args.families)
     try:
         trace = load_trace(
             args.path,
