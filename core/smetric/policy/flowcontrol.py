@@ -23,6 +23,15 @@ simulator and the picker both run this module; it wraps the routing decision, so
   (higher first); within a band one FIFO per flow (session / agent) served round-robin, so one
   agent's burst cannot starve the others (GIE's flow control: priority bands, per-flow queues,
   a fairness policy between flows, a capacity bound, a TTL).
+* **Late requests last** (``late_last``): a resend after a 429 has already missed its TTFT SLO
+  (its TTFT counts from the first send), so it waits in a band below every fresh request of
+  its priority and is dispatched only when no fresh request waits: under sustained overload the
+  capacity goes to requests that can still make their SLO (Facebook's adaptive LIFO and
+  CoDel-style queueing make the same choice, "Fail at Scale", ACM Queue 13(8), 2015).
+* **TPOT guard** (``tpot_guard``): an endpoint takes a request only if its running decodes keep
+  their TPOT SLO once this prefill joins (:func:`smetric.policy.estimates.tpot_guard_ok`, the
+  guard SMetric's ``meets`` uses). Past the knee a gate on TTFT alone lets every engine's
+  chunked prefills stretch its decode steps, and requests that started in time miss on TPOT.
 * **Shedding**: a request is shed on arrival when the queue is full (``reason=capacity``) and
   while queued when it has waited ``ttl_s`` or its TTFT deadline passed (``reason=ttl`` /
   ``deadline``; ``shed_on_deadline``): it can no longer make its SLO, and the capacity goes to
@@ -42,7 +51,7 @@ from typing import Generic, Literal, TypeVar
 
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import PolicyParams
-from smetric.policy.estimates import prompt_tokens, request_slo, tier_times_s
+from smetric.policy.estimates import prompt_tokens, request_slo, tier_times_s, tpot_guard_ok
 
 ShedReason = Literal["capacity", "ttl", "deadline"]
 SHED_REASONS: tuple[ShedReason, ...] = ("capacity", "ttl", "deadline")
@@ -62,6 +71,8 @@ class FlowControlConfig:
     idle_queued_tokens: float = 0.0  # an endpoint with at most this queued (ledger) takes any request
     max_engine_waiting: int = 0  # an endpoint whose engine has more requests waiting takes none
     kv_headroom: bool = True  # the request's uncached tokens must fit the endpoint's free KV
+    late_last: bool = False  # a resend after a 429 (already late) waits below every fresh request
+    tpot_guard: bool = False  # an endpoint takes a request only if its decodes keep the TPOT SLO
 
     def __post_init__(self) -> None:
         problems = [
@@ -89,6 +100,13 @@ class FlowControlConfig:
             raise ValueError("invalid flow control: " + "; ".join(problems))
 
 
+def queue_band(priority: int, late: bool) -> int:
+    """The queue band of a request of ``priority``: ``2 x priority``, one lower for a late request
+    (a resend after a 429, with ``late_last``): a priority's fresh requests go first, then its
+    late ones, and a lower priority's after both."""
+    return 2 * priority - (1 if late else 0)
+
+
 class FlowGate:
     """Whether some endpoint can take a request now (see the module docstring, "Gate")."""
 
@@ -106,6 +124,17 @@ class FlowGate:
         """The request's TTFT SLO in seconds (its ``x-slo-ttft-ms`` override applied)."""
         return request_slo(request, self._params).ttft_slo_s(prompt_tokens(request))
 
+    def band(self, priority: int = 0, late: bool = False) -> int:
+        """The queue band of a request of ``priority`` (:func:`queue_band`); ``late`` counts only
+        with ``late_last``."""
+        return queue_band(priority, late and self._cfg.late_last)
+
+    def expiry(self, request: RequestView) -> tuple[float, ShedReason]:
+        """How long ``request`` may wait in the queue and the shed reason when it has."""
+        cfg = self._cfg
+        deadline = self.deadline_s(request) if cfg.shed_on_deadline else math.inf
+        return (deadline, "deadline") if deadline < cfg.ttl_s else (cfg.ttl_s, "ttl")
+
     def meets(
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float = 0.0
     ) -> bool:
@@ -122,6 +151,21 @@ class FlowGate:
         p = self._params
         times = tier_times_s(request, endpoints, p.cost_model, p.global_fetch_s_per_token)
         return [t <= left and not ep.stale for t, ep in zip(times, endpoints, strict=True)]
+
+    def _tpot_ok(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], ok: list[bool]
+    ) -> list[bool]:
+        """``ok`` and the endpoint's running decodes keep their TPOT SLO if this request's
+        prefill (behind the endpoint's queued prefill) joins within its TTFT SLO
+        (:func:`smetric.policy.estimates.tpot_guard_ok`, the guard SMetric's ``meets`` uses)."""
+        p = self._params
+        slo = request_slo(request, p)
+        horizon = slo.ttft_slo_s(prompt_tokens(request))
+        times = tier_times_s(request, endpoints, p.cost_model, p.global_fetch_s_per_token)
+        return [
+            o and tpot_guard_ok(ep, t, horizon, slo.tpot_s, p.decode_step)
+            for o, t, ep in zip(ok, times, endpoints, strict=True)
+        ]
 
     def admissible(self, request: RequestView, ep: EndpointSnapshot) -> bool:
         """The engine gauges allow one more request: fresh, few enough waiting, KV room."""
@@ -142,6 +186,10 @@ class FlowGate:
         ok = [self.admissible(request, ep) for ep in endpoints]
         if not any(ok):
             return False
+        if self._cfg.tpot_guard:
+            ok = self._tpot_ok(request, endpoints, ok)
+            if not any(ok):
+                return False
         bound = self._cfg.idle_queued_tokens
         if any(o and ep.queued_prefill_tokens <= bound for o, ep in zip(ok, endpoints, strict=True)):
             return True
@@ -173,7 +221,7 @@ class FairQueue(Generic[T]):
     head and moves the round-robin cursor past it. O(log n) per push/expiry, O(flows) per
     ``heads``."""
 
-    __slots__ = ("_bands", "_expiry", "_len", "_max", "_seq")
+    __slots__ = ("_band_len", "_bands", "_expiry", "_len", "_max", "_seq")
 
     def __init__(self, max_queued: int) -> None:
         if max_queued < 1:
@@ -182,11 +230,17 @@ class FairQueue(Generic[T]):
         # priority -> flow -> FIFO; dict order is the round-robin order (a served flow moves last)
         self._bands: dict[int, dict[Hashable, deque[_Entry[T]]]] = {}
         self._expiry: list[tuple[float, int, _Entry[T]]] = []
+        self._band_len: dict[int, int] = {}  # priority -> entries queued in that band
         self._len = 0
         self._seq = 0
 
     def __len__(self) -> int:
         return self._len
+
+    def waiting_at_or_above(self, priority: int) -> int:
+        """Entries queued in band ``priority`` or a higher one (what a new arrival of that band
+        would overtake if it went straight through)."""
+        return sum(n for p, n in self._band_len.items() if p >= priority)
 
     @property
     def capacity(self) -> int:
@@ -220,6 +274,7 @@ class FairQueue(Generic[T]):
         band.setdefault(flow, deque()).append(e)
         heapq.heappush(self._expiry, (expires_s, e.seq, e))
         self._len += 1
+        self._band_len[priority] = self._band_len.get(priority, 0) + 1
         return True
 
     def next_expiry_s(self) -> float:
@@ -273,5 +328,10 @@ class FairQueue(Generic[T]):
         self._prune(e.priority)
 
     def _prune(self, priority: int) -> None:
+        n = self._band_len[priority] - 1
+        if n:
+            self._band_len[priority] = n
+        else:
+            del self._band_len[priority]
         if not self._bands[priority]:
             del self._bands[priority]

@@ -29,7 +29,7 @@ import numpy as np
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.engine import Instance
 from smetric.policy.base import PolicyParams
-from smetric.policy.flowcontrol import FairQueue, FlowControlConfig, FlowGate, ShedReason
+from smetric.policy.flowcontrol import FairQueue, FlowControlConfig, FlowGate
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,17 +75,22 @@ class SimGateway:
         self.waits: list[float] = []  # gateway wait of every dispatched-after-queueing attempt
         self.max_len = 0
 
-    def admits(self, request: RequestView, snaps: list[EndpointSnapshot]) -> bool:
-        """An arriving request goes straight to the router (nothing queued before it in any flow
-        would be overtaken unfairly: the queue is empty) when some instance has capacity."""
-        return len(self.queue) == 0 and self.gate.has_capacity(request, snaps)
+    def late(self, key: int) -> bool:
+        """``key`` is a resend after a 429 and resends wait last (``late_last``)."""
+        return self.cfg.late_last and key in self.attempts
+
+    def admits(self, request: RequestView, snaps: list[EndpointSnapshot], late: bool = False) -> bool:
+        """An arriving request goes straight to the router when nothing of its band or a higher
+        one waits (it would overtake it unfairly; a fresh request passes the late ones waiting
+        below it) and some instance has capacity."""
+        band = self.gate.band(late=late)
+        return self.queue.waiting_at_or_above(band) == 0 and self.gate.has_capacity(request, snaps)
 
     def hold(self, key: int, flow: int, request: RequestView, now_s: float) -> bool:
         """Queue ``key``; ``False`` when the queue is full (shed it: reason ``capacity``)."""
-        ttl = self.cfg.ttl_s
-        deadline = self.gate.deadline_s(request) if self.cfg.shed_on_deadline else math.inf
-        reason: ShedReason = "deadline" if deadline < ttl else "ttl"
-        ok = self.queue.push(key, flow, 0, now_s, now_s + min(ttl, deadline), reason)
+        limit_s, reason = self.gate.expiry(request)
+        band = self.gate.band(late=self.late(key))
+        ok = self.queue.push(key, flow, band, now_s, now_s + limit_s, reason)
         if ok:
             self.flow_of[key] = flow
             self.max_len = max(self.max_len, len(self.queue))

@@ -291,7 +291,7 @@ class _Run:
         req, rview = self.request(key)
         snaps = self.snapshots(req, rview, t)
         gw = self.gateway
-        if gw is not None and not gw.admits(rview, snaps):
+        if gw is not None and not gw.admits(rview, snaps, gw.late(key)):
             if gw.hold(key, fk, rview, t):
                 self.drain(t)
             else:
@@ -321,6 +321,8 @@ class _Run:
         misses = 0
         while len(gw.queue) and misses < _DRAIN_PROBES:
             for key, flow, priority, enqueued_s in gw.queue.heads():
+                if gw.late(key) and gw.queue.waiting_at_or_above(priority + 1):
+                    break  # a late request goes only when no fresh one waits
                 req, rview = self.request(key)
                 snaps = self.snapshots(req, rview, t)
                 if gw.gate.has_capacity(rview, snaps, t - enqueued_s):

@@ -23,10 +23,14 @@ class SwitchGate(FlowGate):
     def __init__(self, cfg: FlowControlConfig) -> None:
         super().__init__(cfg, PolicyParams())
         self.open = False
+        self.budget: int | None = None  # when set: this many requests get capacity, then none
 
     def has_capacity(
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float = 0.0
     ) -> bool:
+        if self.budget is not None:
+            self.budget -= 1
+            return self.budget >= 0
         return self.open
 
 
@@ -42,10 +46,10 @@ def sample(servicer: ExtProcServicer, name: str, labels: dict[str, str] | None =
     return servicer.metrics.registry.get_sample_value(name, labels or {}) or 0.0
 
 
-async def send(stub: object, rid: str) -> object:
+async def send(stub: object, rid: str, text: str = "hello") -> object:
     call = stub.Process()  # type: ignore[attr-defined]
     await call.write(headers_msg({**BASE_HEADERS, "x-request-id": rid}))
-    for m in body_msgs(chat()):
+    for m in body_msgs(chat(text=text)):
         await call.write(m)
     return call
 
@@ -89,6 +93,37 @@ async def test_a_request_waiting_past_its_ttl_gets_429_with_retry_after(serve: o
     assert sample(servicer, "smetric_epp_flow_control_shed_total", {"reason": "ttl"}) == 1
     assert len(servicer.picker.ledger) == 0
     assert servicer.flow is not None and len(servicer.flow) == 0
+
+
+async def test_a_resend_after_a_429_waits_below_a_fresh_request(serve: object) -> None:
+    """late_last: the picker remembers what it refused (a body fingerprint); the resend of that
+    body is late (its TTFT counts from the first send) and goes after a fresh request queued
+    after it. Guard off (late_last=False): FIFO, the resend is routed first and the fresh one waits."""
+    servicer, gate = with_flow(ttl_s=0.3, late_last=True)
+    stub = await serve(servicer)  # type: ignore[operator]
+    first = await send(stub, "r1", text="refused once")
+    resp = await asyncio.wait_for(first.read(), 5.0)  # type: ignore[attr-defined]
+    assert resp.immediate_response.status.code == 429
+    assert servicer.flow is not None and len(servicer.flow.late) == 1
+    longer = FlowControlConfig(enabled=True, ttl_s=30.0, late_last=True)
+    servicer.picker.flow_gate = gate = SwitchGate(longer)  # a reloaded config: a 30 s TTL
+    servicer.flow.reconfigure(longer)
+    resend = await send(stub, "r1-again", text="refused once")
+    await asyncio.sleep(0.2)  # the resend is queued first ...
+    fresh = await send(stub, "r2", text="a new question")
+    await asyncio.sleep(0.2)
+    assert len(servicer.flow) == 2
+    gate.budget = 1  # capacity for one request
+    servicer.flow.kick()
+    answered = await asyncio.wait_for(fresh.read(), 5.0)  # type: ignore[attr-defined]
+    assert answered.HasField("request_headers")  # ... and the fresh one is routed
+    assert len(servicer.flow) == 1 and len(servicer.flow.late) == 0
+    gate.budget = None
+    gate.open = True
+    servicer.flow.kick()
+    assert (await asyncio.wait_for(resend.read(), 5.0)).HasField("request_headers")  # type: ignore[attr-defined]
+    for call in (resend, fresh):
+        call.cancel()  # type: ignore[attr-defined]
 
 
 async def test_a_full_queue_refuses_at_once(serve: object) -> None:

@@ -119,3 +119,46 @@ def test_expired_and_popped_items_are_gone_from_both_indexes() -> None:
     assert len(q) == 0
     assert q.next_expiry_s() == float("inf")
     assert list(q.heads()) == []
+
+
+
+def test_late_last_puts_a_resend_below_every_fresh_request_of_its_priority() -> None:
+    g = gate(late_last=True)
+    assert [g.band(0), g.band(0, late=True), g.band(-1), g.band(-1, late=True)] == [0, -1, -2, -3]
+    off = gate()
+    assert off.band(0, late=True) == off.band(0) == 0  # without late_last a resend is fresh
+
+
+def test_expiry_is_the_ttl_or_the_deadline_whichever_comes_first() -> None:
+    assert gate(ttl_s=2.0).expiry(REQ) == (1.5, "deadline")
+    assert gate(ttl_s=1.0).expiry(REQ) == (1.0, "ttl")
+    assert gate(ttl_s=9.0, shed_on_deadline=False).expiry(REQ) == (9.0, "ttl")
+
+
+def test_tpot_guard_refuses_an_endpoint_whose_decodes_this_prefill_would_slow_past_the_slo() -> None:
+    """An endpoint with no ledger queue (the gate's idle shortcut) but a big running batch: its
+    decode step (PolicyParams' decode model over 150k KV tokens) plus this 1.41 s prefill within
+    the 1.5 s SLO stretches the TPOT far past 20 ms; an engine with few decodes passes."""
+    heavy = ep(running=40, kv_usage=0.75, kv_capacity_tokens=200_000)
+    light = ep(running=1, kv_usage=0.01, kv_capacity_tokens=200_000)
+    small = RequestView("s", 800, turn=0)  # SLO 1.05 s, prefill ~0.14 s
+    assert gate().has_capacity(REQ, [heavy])  # TTFT-only gate: idle ledger, room in KV
+    assert not gate(tpot_guard=True).has_capacity(REQ, [heavy])
+    assert gate(tpot_guard=True).has_capacity(small, [light])
+    assert gate(tpot_guard=True).has_capacity(REQ, [ep()])  # no running decode: nothing to slow
+    assert gate(tpot_guard=True).has_capacity(REQ, [heavy, ep()])
+
+
+def test_queue_counts_what_waits_at_or_above_a_band() -> None:
+    q: FairQueue[str] = FairQueue(10)
+    assert q.waiting_at_or_above(0) == 0
+    q.push("late", "a", -1, 0.0, 9.0)
+    assert (q.waiting_at_or_above(0), q.waiting_at_or_above(-1)) == (0, 1)
+    q.push("fresh", "b", 0, 0.0, 1.0)
+    q.push("fresh2", "b", 0, 0.0, 9.0)
+    assert (q.waiting_at_or_above(0), q.waiting_at_or_above(-1), q.waiting_at_or_above(1)) == (2, 3, 0)
+    assert [item for item, *_ in q.expire(1.0)] == ["fresh"]
+    assert q.waiting_at_or_above(0) == 1
+    assert q.pop("b", 0) == "fresh2"
+    assert (q.waiting_at_or_above(0), q.waiting_at_or_above(-1)) == (0, 1)
+    assert q.pop("a", -1) == "late" and q.waiting_at_or_above(-1) == 0 and len(q) == 0

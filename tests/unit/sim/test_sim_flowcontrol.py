@@ -76,3 +76,33 @@ def test_bad_flow_control_settings_are_refused_clearly() -> None:
         replace(BASE, flow_control='{"enabled": true, "ttl_s": -1}')
     with pytest.raises(ValueError, match="not JSON"):
         replace(BASE, flow_control="{")
+
+
+def test_late_last_dispatches_a_resend_only_when_no_fresh_request_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every dispatch of a resend after a 429 (late: its TTFT already counts from the first send)
+    happens with no fresh request left in the queue. Guard off (late_last false): resends are
+    dispatched while fresh requests wait."""
+    from smetric.sim import simulator
+
+    def late_while_fresh_waits(**fc: object) -> tuple[int, int]:
+        seen = [0, 0]  # late dispatches, of which with a fresh request waiting
+        original = simulator._Run.dispatch
+
+        def spy(self: simulator._Run, key: int, *args: object) -> None:
+            gw = self.gateway
+            assert gw is not None
+            if key in gw.attempts:
+                seen[0] += 1
+                seen[1] += gw.queue.waiting_at_or_above(0) > 0
+            original(self, key, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(simulator._Run, "dispatch", spy)
+        cfg = replace(with_fc(ttl_s=1.0, retry_after_s=0.5, max_retries=20, **fc), measure_s=150.0)
+        simulate(work(), "smetric", 0.3, cfg)
+        monkeypatch.setattr(simulator._Run, "dispatch", original)
+        return seen[0], seen[1]
+
+    late, while_fresh = late_while_fresh_waits(late_last=True)
+    assert late > 0 and while_fresh == 0
+    late_off, while_fresh_off = late_while_fresh_waits(late_last=False)
+    assert late_off > 0 and while_fresh_off > 0  # the same run without the guard

@@ -229,7 +229,7 @@ class Picker(PickerFeedback):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
         gate = self.flow_gate
         if gate is not None and waited_s is not None and not gate.has_capacity(request, snaps, waited_s):
-            raise Held(request, gate.deadline_s(request))
+            raise Held(request, *gate.expiry(request))
         if self.pd_router is not None:
             pick = self._pick_pd(request, endpoints, snaps)
         else:

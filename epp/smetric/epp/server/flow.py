@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,19 +32,50 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from smetric.core.views import RequestView
-from smetric.policy.flowcontrol import FairQueue, FlowControlConfig, ShedReason
+from smetric.policy.flowcontrol import FairQueue, FlowControlConfig, ShedReason, queue_band
 
 PROBES_PER_CYCLE = 8  # queued requests re-decided per dispatch cycle before it waits for capacity
 _WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 
 
 class Held(Exception):
-    """No endpoint has capacity for ``request`` now; ``deadline_s``: its TTFT SLO."""
+    """No endpoint has capacity for ``request`` now. ``limit_s`` / ``reason``: how long it may
+    wait and why it is shed after that (:meth:`smetric.policy.flowcontrol.FlowGate.expiry`)."""
 
-    def __init__(self, request: RequestView, deadline_s: float) -> None:
+    def __init__(self, request: RequestView, limit_s: float, reason: ShedReason) -> None:
         super().__init__(f"no endpoint can serve request {request.request_id!r} within its SLO now")
         self.request = request
-        self.deadline_s = deadline_s
+        self.limit_s = limit_s
+        self.reason = reason
+
+
+class LateSet:
+    """Fingerprints of requests this picker answered 429 (flow control), so that their resends
+    are known as late (``late_last``): bounded to ``capacity`` entries, each forgotten after
+    ``ttl_s`` (a client that resends later than that is treated as fresh). One picker's memory:
+    a resend that reaches another replica is fresh there."""
+
+    __slots__ = ("_capacity", "_seen", "_ttl_s")
+
+    def __init__(self, capacity: int = 8192, ttl_s: float = 600.0) -> None:
+        self._capacity = capacity
+        self._ttl_s = ttl_s
+        self._seen: OrderedDict[bytes, float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def add(self, fingerprint: bytes, now_s: float) -> None:
+        self._seen[fingerprint] = now_s + self._ttl_s
+        self._seen.move_to_end(fingerprint)
+        while len(self._seen) > self._capacity:
+            self._seen.popitem(last=False)
+
+    def pop(self, fingerprint: bytes, now_s: float) -> bool:
+        """Whether ``fingerprint`` was refused within its TTL (and forget it: one resend is late,
+        its refusal, if any, records it again)."""
+        expires = self._seen.pop(fingerprint, None)
+        return expires is not None and expires > now_s
 
 
 class FlowShed(Exception):
@@ -82,6 +114,8 @@ class _Waiter:
     future: asyncio.Future[Any]
     priority: int
     enqueued_s: float = field(default=0.0)
+    fingerprint: bytes = b""
+    late: bool = False
 
 
 class FlowQueue:
@@ -101,6 +135,7 @@ class FlowQueue:
         self.clock = clock
         self.tick_s = tick_s
         self.queue: FairQueue[_Waiter] = FairQueue(cfg.max_queued)
+        self.late = LateSet()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -113,22 +148,33 @@ class FlowQueue:
         self.cfg = cfg
         self.queue.capacity = cfg.max_queued
 
-    async def hold(self, flow: str, priority: int, deadline_s: float, attempt: Callable[[], Any]) -> Any:
+    async def hold(
+        self, flow: str, priority: int, held: Held, attempt: Callable[[], Any], fingerprint: bytes = b""
+    ) -> Any:
         """Wait until ``attempt()`` (the decision, re-run) returns; :class:`FlowShed` when the
-        queue is full or the wait expires. ``attempt`` raises :class:`Held` while no endpoint
-        has capacity; any other exception it raises is this call's."""
+        queue is full or the wait passes ``held.limit_s`` (shed with ``held.reason``). The queue
+        band is :func:`queue_band` of ``priority`` (the request's, which labels the metrics),
+        late when ``fingerprint`` (of the request body; ``late_last`` only) was refused before.
+        ``attempt`` raises :class:`Held` while no endpoint has capacity; any other exception it
+        raises is this call's."""
         now = self.clock()
         cfg = self.cfg
-        limit = min(cfg.ttl_s, deadline_s) if cfg.shed_on_deadline else cfg.ttl_s
-        reason: ShedReason = "deadline" if cfg.shed_on_deadline and deadline_s < cfg.ttl_s else "ttl"
-        w = _Waiter(attempt, asyncio.get_running_loop().create_future(), priority, now)
-        if not self.queue.push(w, flow, priority, now, now + limit, reason):
+        late = bool(fingerprint) and cfg.late_last and self.late.pop(fingerprint, now)
+        w = _Waiter(attempt, asyncio.get_running_loop().create_future(), priority, now, fingerprint, late)
+        band = queue_band(priority, late)
+        if not self.queue.push(w, flow, band, now, now + held.limit_s, held.reason):
+            self._refused(w, now)
             self.metrics.shed.labels(reason="capacity").inc()
             raise FlowShed("capacity", f"flow-control queue full ({cfg.max_queued} requests held)")
         self.metrics.queue_size.set(len(self.queue))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
         return await w.future  # cancelled (stream gone): the waiter is skipped and dropped
+
+    def _refused(self, w: _Waiter, now: float) -> None:
+        """``w`` gets a 429: its resend will be late."""
+        if w.fingerprint and self.cfg.late_last:
+            self.late.add(w.fingerprint, now)
 
     def kick(self) -> None:
         """Capacity may have freed (a first token, a completion): run a dispatch cycle now."""
@@ -149,6 +195,7 @@ class FlowQueue:
         m = self.metrics
         for w, reason, waited in self.queue.expire(now):
             if not w.future.done():
+                self._refused(w, now)
                 m.shed.labels(reason=reason).inc()
                 m.queue_duration.labels(priority=str(w.priority), outcome="shed").observe(waited)
                 w.future.set_exception(
@@ -156,10 +203,12 @@ class FlowQueue:
                 )
         misses = 0
         while len(self.queue) and misses < PROBES_PER_CYCLE:
-            for w, flow, priority, enqueued_s in self.queue.heads():
+            for w, flow, band, enqueued_s in self.queue.heads():
                 if w.future.done():  # the stream went away while it waited
-                    self.queue.pop(flow, priority)
+                    self.queue.pop(flow, band)
                     break
+                if w.late and self.queue.waiting_at_or_above(band + 1):
+                    break  # a late request goes only when no fresh one waits
                 try:
                     out = w.attempt()
                 except Held:
@@ -168,11 +217,11 @@ class FlowQueue:
                         break
                     continue
                 except Exception as exc:  # the decision failed otherwise: the stream answers it
-                    self.queue.pop(flow, priority)
+                    self.queue.pop(flow, band)
                     w.future.set_exception(exc)
                     break
-                self.queue.pop(flow, priority)
-                m.queue_duration.labels(priority=str(priority), outcome="dispatched").observe(
+                self.queue.pop(flow, band)
+                m.queue_duration.labels(priority=str(w.priority), outcome="dispatched").observe(
                     now - enqueued_s
                 )
                 w.future.set_result(out)
