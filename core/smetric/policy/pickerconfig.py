@@ -23,6 +23,8 @@ Shape (the operator renders exactly the ``policy`` block)::
       slack: 1.0                  # an endpoint meets when its estimate <= slack x the SLO time left
       maxEngineWaiting: 0         # an endpoint whose engine has more waiting takes none
       kvHeadroom: true            # the request's uncached tokens must fit the endpoint's free KV
+      lateLast: false             # a resend after a 429 waits below every fresh request
+      tpotGuard: false            # an endpoint takes a request only if its decodes keep the TPOT SLO
     sessionHeaders: [x-session-token]  # request headers naming the session, first non-empty wins:
                                   # llmd-session's session id, flow control's flow (lower case)
     prefixIndex: null             # smetric-epp only: {mode: precise | approximate, blockSize,
@@ -114,6 +116,8 @@ class FlowControlSection(_Strict):
     slack: float = Field(default=1.0, gt=0, le=100)
     maxEngineWaiting: int = Field(default=0, ge=0)
     kvHeadroom: bool = True
+    lateLast: bool = False
+    tpotGuard: bool = False
 
     def config(self) -> FlowControlConfig:
         return FlowControlConfig(
@@ -125,6 +129,8 @@ class FlowControlSection(_Strict):
             slack=self.slack,
             max_engine_waiting=self.maxEngineWaiting,
             kv_headroom=self.kvHeadroom,
+            late_last=self.lateLast,
+            tpot_guard=self.tpotGuard,
         )
 
 

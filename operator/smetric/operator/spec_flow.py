@@ -40,3 +40,13 @@ class FlowControlSpec(SpecModel):
     kv_headroom: bool = Field(
         default=True, description="A request's uncached tokens must fit the engine's free KV cache."
     )
+    late_last: bool = Field(
+        default=False,
+        description="A resend after a 429 (already late) waits below every fresh request: under "
+        "sustained overload capacity goes to requests that can still make their SLO.",
+    )
+    tpot_guard: bool = Field(
+        default=False,
+        description="An engine takes a request only if its running decodes keep the TPOT SLO once "
+        "this prefill joins.",
+    )
