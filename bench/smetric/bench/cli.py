@@ -380,23 +380,32 @@ class Bench:
         return [replace(r, agents=agents.get(r.rate)) for r in rows]
 
     def write(self, rows: Sequence[Row], final: bool) -> None:
+        """The rows to ``--json`` (every finished cell, so an interrupted run keeps them); at the end
+        the table is printed first, then the files are written (a failed write loses no result)."""
         args = self.args
-        write_rows_json(args.json, rows, self.meta)
         if not final:
+            write_rows_json(args.json, rows, self.meta)
             return
         title = (f"smetric bench: {self.preset.instances} emulated instances ({args.preset}), time x{self.preset.time_scale:g}, "
                  f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}, "
                  f"arrivals {self.preset.arrivals}")  # fmt: skip
         render_rows(rows, self.console, title)
-        if args.markdown is not None:
-            args.markdown.write_text(summary_markdown(rows))
-        if args.plot is not None:
-            plot_title = (
-                f"smetric bench: EMULATED cluster, {self.preset.instances} x {args.preset}, time x{self.preset.time_scale:g}, "
-                f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}; mean of {len(self.meta['seeds'])} seeds (bars: min-max); "
-                "latency = engine time scaled + router time unscaled"
-            )
-            plot_rows(args.plot, rows, plot_title, self.knee)
+        plot_title = (
+            f"smetric bench: EMULATED cluster, {self.preset.instances} x {args.preset}, time x{self.preset.time_scale:g}, "
+            f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}; mean of {len(self.meta['seeds'])} seeds (bars: min-max); "
+            "latency = engine time scaled + router time unscaled"
+        )  # fmt: skip
+        for flag, path, put in (
+            ("--json", args.json, lambda p: write_rows_json(p, rows, self.meta)),
+            ("--markdown", args.markdown, lambda p: p.write_text(summary_markdown(rows))),
+            ("--plot", args.plot, lambda p: plot_rows(p, rows, plot_title, self.knee)),
+        ):
+            if path is None:
+                continue
+            try:
+                put(path)
+            except OSError as exc:
+                raise BenchError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
