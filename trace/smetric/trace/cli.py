@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 
+from smetric.core.outputs import check_writable
 from smetric.trace.errors import TraceFormatError
 from smetric.trace.formats import FORMATS, load_trace
 from smetric.trace.report import print_stats
@@ -78,7 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     if args.command == "validate":
         return validate(args.path, args.format)
-    try:
+    try:  # the output path before the trace is read: an unwritable --json costs no work
+        if args.json is not None:
+            check_writable("--json", args.json)
         trace = load_trace(
             args.path,
             args.format,
