@@ -4,7 +4,7 @@ wrong input and an unwritable output are one line on stderr and exit status 2, b
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ def _inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
 
 def _run(name: str, argv: list[str]) -> int:
     mod = importlib.import_module(f"smetric.bench.evidence.{name}")
-    main: Callable[[list[str] | None], int] = mod.main
+    main: Callable[[Sequence[str] | None], int] = mod.main
     return command(main, argv, f"python -m smetric.bench.evidence.{name}")
 
 
