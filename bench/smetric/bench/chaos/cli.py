@@ -224,8 +224,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # before the stack starts: a run's results must have somewhere to go
         check_writable("--json", out)
         if a.work_dir:
-            Path(a.work_dir).mkdir(parents=True, exist_ok=True)
-    except (BenchError, OSError) as exc:
+            try:
+                Path(a.work_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise BenchError(
+                    f"--work-dir {a.work_dir}: cannot make the folder ({exc.strerror or exc})"
+                ) from None
+            check_writable("--work-dir", Path(a.work_dir) / ".smetric-chaos-check")
+    except BenchError as exc:
         print(f"smetric chaos: {exc}", file=sys.stderr)
         return 2
     t0 = time.monotonic()
