@@ -58,6 +58,7 @@ from smetric.bench.sweep import (
     best_mean_attainment,
     rows_of,
 )
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.presets import get_preset
 from smetric.core.stopping import Interrupted, run_until_signalled
 from smetric.sim.config import ARRIVALS
@@ -66,7 +67,7 @@ from smetric.trace.model import Trace
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="smetric bench", description=__doc__.split("\n\n")[0])
+    p = OneLineErrors(prog="smetric bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help=f"small preset (~4 min on 2 cores: {QUICK.instances} instances, {QUICK.policies}, vllm-router, steady agents, "
                    f"{QUICK.seeds} seeds, global KV tier {QUICK.global_tier}, tokens x1/{1 / QUICK.token_scale:g} "

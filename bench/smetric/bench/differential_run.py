@@ -15,7 +15,6 @@ The simulator's global tier starts empty, as the emulator's does (``prewarm_glob
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import heapq
 import json
@@ -45,6 +44,7 @@ from smetric.bench.differential import (
 from smetric.bench.inputs import find_trace, load_trace
 from smetric.bench.presets import QUICK
 from smetric.bench.procs import BenchError, check_writable
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.presets import get_preset
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import Decision as PolicyDecision
@@ -203,9 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m smetric.bench.differential_run", description=__doc__.split("\n\n")[0]
-    )
+    p = OneLineErrors(prog="python -m smetric.bench.differential_run", description=__doc__.split("\n\n")[0])
     p.add_argument("--policies", default="smetric,lmetric")
     p.add_argument(
         "--rate", type=float, default=QUICK.rates[0], help="families per model second (steady agents)"

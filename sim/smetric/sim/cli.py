@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.names import MODES
 from smetric.core.outputs import check_writable
 from smetric.core.presets import GPUS, KV_DTYPES, PRESETS
@@ -344,7 +345,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
 
 def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
     """The CLI; the policy names come from ``registry`` (:mod:`smetric.policy.registry`)."""
-    p = argparse.ArgumentParser(prog="smetric simulate", description=__doc__.split("\n\n")[0])
+    p = OneLineErrors(prog="smetric simulate", description=__doc__.split("\n\n")[0])
     _workload_flags(p, registry)
     for add in (_global_tier_flags, _preset_flags, _policy_flags, _router_flags, _window_flags, _run_flags):
         add(p)

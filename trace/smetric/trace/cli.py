@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.outputs import check_writable
 from smetric.trace.errors import TraceFormatError
 from smetric.trace.formats import FORMATS, load_trace
@@ -18,7 +19,7 @@ from smetric.trace.stats import compute_stats, stats_to_json
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="smetric trace", description="Trace analysis.")
+    parser = OneLineErrors(prog="smetric trace", description="Trace analysis.")
     sub = parser.add_subparsers(dest="command", required=True)
     stats = sub.add_parser("stats", help="reuse, session and arrival statistics of a trace")
     stats.add_argument("path", type=Path, help="trace file (.jsonl, .jsonl.gz or .csv)")

@@ -17,7 +17,6 @@ A new fault: a function ``(ChaosStack, quick) -> list[Row]`` in its own module, 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -34,6 +33,7 @@ from smetric.bench.chaos.guards import GUARDS as BASE_GUARDS
 from smetric.bench.chaos.guards import NO_GUARD, Guard, by_name
 from smetric.bench.chaos.stack import ChaosSettings, ChaosStack, HostileEngine, chat
 from smetric.bench.procs import BenchError, Supervisor, check_writable
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.stopping import Interrupted, run_until_signalled
 
 STUCK_AFTER_S = 30.0  # a load request without an answer by then is "stuck"
@@ -187,7 +187,7 @@ def table(rows: Sequence[Row]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="smetric chaos", description=__doc__.split("\n\n")[0])
+    p = OneLineErrors(prog="smetric chaos", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--json", default="", help="write rows and load figures here (required unless --list-guards)"
     )
