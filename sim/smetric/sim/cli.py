@@ -34,7 +34,7 @@ from smetric.sim import regimes as rg
 from smetric.sim.config import ARRIVALS, SimConfig
 from smetric.sim.driver import run_and_write
 from smetric.sim.param_flags import flow_control_json, policy_parameters
-from smetric.sim.stream import sidecar_path
+from smetric.sim.stream import read_rows, sidecar_path
 from smetric.sim.sweep import (
     BASE_FAMILIES_PER_S_PER_32,
     KNEE_DROP,
@@ -457,6 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for flag, path in (("--json", args.json), ("--plot", args.plot)):
             if path is not None:  # checked before the trace is read
                 check_writable(flag, path)
+        if args.resume and args.json is not None and sidecar_path(args.json).exists():
+            read_rows(sidecar_path(args.json))  # a file that is not a sidecar: one line, before the trace
         notes: list[str] = []
         spec = _spec(args, notes)
         for note in notes:
