@@ -58,6 +58,7 @@ from smetric.bench.sweep import (
     best_mean_attainment,
     rows_of,
 )
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.presets import get_preset
 from smetric.core.stopping import Interrupted, run_until_signalled
 from smetric.sim.config import ARRIVALS
@@ -66,7 +67,7 @@ from smetric.trace.model import Trace
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="smetric bench", description=__doc__.split("\n\n")[0])
+    p = OneLineErrors(prog="smetric bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help=f"small preset (~4 min on 2 cores: {QUICK.instances} instances, {QUICK.policies}, vllm-router, steady agents, "
                    f"{QUICK.seeds} seeds, global KV tier {QUICK.global_tier}, tokens x1/{1 / QUICK.token_scale:g} "
@@ -380,23 +381,32 @@ class Bench:
         return [replace(r, agents=agents.get(r.rate)) for r in rows]
 
     def write(self, rows: Sequence[Row], final: bool) -> None:
+        """The rows to ``--json`` (every finished cell, so an interrupted run keeps them); at the end
+        the table is printed first, then the files are written (a failed write loses no result)."""
         args = self.args
-        write_rows_json(args.json, rows, self.meta)
         if not final:
+            write_rows_json(args.json, rows, self.meta)
             return
         title = (f"smetric bench: {self.preset.instances} emulated instances ({args.preset}), time x{self.preset.time_scale:g}, "
                  f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}, "
                  f"arrivals {self.preset.arrivals}")  # fmt: skip
         render_rows(rows, self.console, title)
-        if args.markdown is not None:
-            args.markdown.write_text(summary_markdown(rows))
-        if args.plot is not None:
-            plot_title = (
-                f"smetric bench: EMULATED cluster, {self.preset.instances} x {args.preset}, time x{self.preset.time_scale:g}, "
-                f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}; mean of {len(self.meta['seeds'])} seeds (bars: min-max); "
-                "latency = engine time scaled + router time unscaled"
-            )
-            plot_rows(args.plot, rows, plot_title, self.knee)
+        plot_title = (
+            f"smetric bench: EMULATED cluster, {self.preset.instances} x {args.preset}, time x{self.preset.time_scale:g}, "
+            f"tokens x{self.preset.token_scale:.4g} (cost {self.preset.token_cost}), global KV tier {self.preset.global_tier}; mean of {len(self.meta['seeds'])} seeds (bars: min-max); "
+            "latency = engine time scaled + router time unscaled"
+        )  # fmt: skip
+        for flag, path, put in (
+            ("--json", args.json, lambda p: write_rows_json(p, rows, self.meta)),
+            ("--markdown", args.markdown, lambda p: p.write_text(summary_markdown(rows))),
+            ("--plot", args.plot, lambda p: plot_rows(p, rows, plot_title, self.knee)),
+        ):
+            if path is None:
+                continue
+            try:
+                put(path)
+            except OSError as exc:
+                raise BenchError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,6 @@ The simulator's global tier starts empty, as the emulator's does (``prewarm_glob
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import heapq
 import json
@@ -44,6 +43,8 @@ from smetric.bench.differential import (
 )
 from smetric.bench.inputs import find_trace, load_trace
 from smetric.bench.presets import QUICK
+from smetric.bench.procs import BenchError, check_writable
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.presets import get_preset
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import Decision as PolicyDecision
@@ -168,13 +169,41 @@ def run_bench(
            "--trace", str(trace), "--records", str(out / "records.jsonl"), "--log-dir", str(out / "logs"),
            "--json", str(out / "bench.json"), *more]  # fmt: skip
     print("differential: " + " ".join(cmd[2:]), flush=True)
-    subprocess.run(cmd, check=True, timeout=BENCH_TIMEOUT_S)
+    try:
+        subprocess.run(cmd, check=True, timeout=BENCH_TIMEOUT_S)
+    except subprocess.CalledProcessError as exc:
+        raise BenchError(
+            f"smetric bench ended with status {exc.returncode} (its own message is above)"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"smetric bench ran past {BENCH_TIMEOUT_S:g} s and was stopped") from None
+
+
+def read_bench_json(bench_dir: Path) -> dict[str, Any]:
+    """The bench run's ``bench.json`` (its preset and results), else a :class:`BenchError`."""
+    path = bench_dir / "bench.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot read it ({exc.strerror or exc}); run without --reuse") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BenchError(f"{path}: not valid JSON ({exc})") from None
+    if not (isinstance(doc, dict) and "preset" in doc.get("meta", {}) and "results" in doc):
+        raise BenchError(f"{path}: not a smetric bench --json output (no meta.preset or results)")
+    return doc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m smetric.bench.differential_run", description=__doc__.split("\n\n")[0]
-    )
+    """:func:`run`; an unusable argument, input or output is one line on stderr (exit 2)."""
+    try:
+        return run(argv)
+    except BenchError as exc:
+        print(f"python -m smetric.bench.differential_run: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    p = OneLineErrors(prog="python -m smetric.bench.differential_run", description=__doc__.split("\n\n")[0])
     p.add_argument("--policies", default="smetric,lmetric")
     p.add_argument(
         "--rate", type=float, default=QUICK.rates[0], help="families per model second (steady agents)"
@@ -190,22 +219,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="passed on to smetric bench (repeatable), e.g. --bench-arg=--duration=600")  # fmt: skip
     args = p.parse_args(argv)  # fmt: skip
     policies = [x for x in args.policies.split(",") if x]
+    # before the bench runs: the output, the folder, the trace (and a reused run's files)
+    check_writable("--json", args.json)
+    try:
+        args.bench_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BenchError(
+            f"--bench-dir {args.bench_dir}: cannot make the folder ({exc.strerror or exc})"
+        ) from None
     trace_path = find_trace(args.trace)
-    args.bench_dir.mkdir(parents=True, exist_ok=True)
-    if not args.reuse:
+    trace = load_trace(trace_path, "qwen3-30b-h20")
+    if args.reuse:
+        read_bench_json(args.bench_dir)
+    else:
         run_bench(args.bench_dir, policies, args.rate, args.seed, trace_path, args.bench_arg)
-    bench_doc = json.loads((args.bench_dir / "bench.json").read_text())
+    bench_doc = read_bench_json(args.bench_dir)
     pre = bench_doc["meta"]["preset"]
     ts, k = float(pre["time_scale"]), 1.0 / float(pre["token_scale"])
     refresh_s = float(picker_timers(ts)["picker_refresh_model_s"])
-    trace = load_trace(trace_path, "qwen3-30b-h20")
     work = prepare(trace, get_preset("qwen3-30b-h20"))
     cfg = SimConfig(instances=int(pre["instances"]), global_tier=str(pre["global_tier"]), refresh_s=refresh_s,
                     warmup_s=float(pre["warmup_s"]), measure_s=float(pre["duration_s"]), seed=args.seed,
                     arrivals="agents", prewarm_global_tier=False)  # fmt: skip
-    records = [
-        orjson.loads(x) for x in (args.bench_dir / "records.jsonl").read_bytes().splitlines() if x.strip()
-    ]
+    records = read_records(args.bench_dir / "records.jsonl")
     bench_tps = {
         r["policy"]: r["summary"]["tps_within_slo"] for r in bench_doc["results"] if r.get("summary")
     }
@@ -220,7 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         table.add_column(head)
     sim_tps: dict[str, dict[str, float]] = {}
     for policy in policies:
-        log = next(args.bench_dir.glob(f"logs/*/{policy}/picker.log"))
+        log = next(args.bench_dir.glob(f"logs/*/{policy}/picker.log"), None)
+        if log is None:
+            raise BenchError(
+                f"{args.bench_dir}: no logs/*/{policy}/picker.log (was {policy} a row of that run?)"
+            )
         decided = read_decisions(log.read_bytes().splitlines(), k, ts)
         mine = [r for r in records if r["label"] == policy]
         bench = bench_decisions(mine, decided, ts)
@@ -266,8 +306,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc["spearman"][variant] = rho
         console.print(f"Spearman rho of the policy rankings by TPS within SLO, simulator {variant}: {rho:+.2f} "
                       f"over {len(common)} policies")  # fmt: skip
-    args.json.write_text(json.dumps(doc, indent=1, default=str))
+    try:  # the table is printed already: a failed write loses no figure on screen
+        args.json.write_text(json.dumps(doc, indent=1, default=str))
+    except OSError as exc:
+        raise BenchError(f"--json {args.json}: cannot write there ({exc.strerror or exc})") from None
     return 0
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The bench's ``--records`` (one JSON object a line), else a :class:`BenchError`."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        return [orjson.loads(x) for x in lines if x.strip()]
+    except orjson.JSONDecodeError as exc:
+        raise BenchError(f"{path}: not valid JSON lines ({exc})") from None
 
 
 _ABBR = {"pacing": "pace", "tie-break": "tie", "prefix index": "prefix", "gauges": "gauge",

@@ -37,6 +37,17 @@ def check_outputs(args: argparse.Namespace) -> None:
             import matplotlib  # noqa: F401
         except ImportError:
             raise BenchError("--plot needs matplotlib: pip install matplotlib") from None
+    if args.log_dir is not None:
+        check_log_dir(args.log_dir)
+
+
+def check_log_dir(path: Path) -> None:
+    """``--log-dir`` made (with its parents) and writable, else a :class:`BenchError` (one line)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BenchError(f"--log-dir {path}: cannot make the folder ({exc.strerror or exc})") from None
+    check_writable("--log-dir", path / ".smetric-bench-check")
 
 
 def find_trace(explicit: Path | None) -> Path:
@@ -69,10 +80,9 @@ def load_trace(trace_path: Path, preset_name: str) -> Trace:
     # A prompt must fit one instance's KV cache (vLLM refuses a max_model_len above it): requests over
     # it are dropped by the loader (their sessions continue), as the simulator does.
     inst = get_preset(preset_name)
+    limit = min(inst.model.max_context_tokens, inst.kv_capacity_tokens)
     try:
-        return load_agentic(
-            trace_path, max_context_tokens=min(inst.model.max_context_tokens, inst.kv_capacity_tokens)
-        )
+        trace = load_agentic(trace_path, max_context_tokens=limit)
     except ValueError as exc:  # TraceFormatError is one: the file, the line and what is wrong
         where = "" if str(trace_path) in str(exc) else f"{trace_path}: "
         raise BenchError(f"trace {where}{exc}") from None
@@ -80,6 +90,12 @@ def load_trace(trace_path: Path, preset_name: str) -> Trace:
         raise BenchError(
             f"trace {trace_path}: cannot read it ({getattr(exc, 'strerror', None) or exc})"
         ) from None
+    if not trace.requests:
+        raise BenchError(
+            f"trace {trace_path}: no request to replay (an empty file, or every request longer than "
+            f"the {limit:,} tokens one {preset_name} instance holds)"
+        )
+    return trace
 
 
 def families_for(n_families: int, preset: Preset, rate: float) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from smetric.bench.procs import BenchError, Supervisor, free_port, wait_http_ok
+from smetric.bench.procs import BenchError, Supervisor, check_writable, free_port, wait_http_ok
 from smetric.bench.stacks import HOST, ClusterSpec, smetric_argv, start_cluster, wait_grpc_serving
 
 MODEL = "qwen3-30b"
@@ -197,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     runs: list[ReplicaRun] = []
     try:
+        if a.json:  # before any stack starts
+            check_writable("--json", Path(a.json))
         for index in a.index.split(","):
             for n in (int(x) for x in a.pickers.split(",")):
                 with tempfile.TemporaryDirectory(prefix="smetric-replicas-") as tmp:

@@ -38,6 +38,7 @@ from smetric.bench.stacks import (
     start_cluster,
     wait_grpc_serving,
 )
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.presets import PRESETS, get_preset
 from smetric.core.stopping import Interrupted, run_until_signalled
 
@@ -62,7 +63,7 @@ class ServeOptions:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineErrors(
         prog="smetric serve",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-from typing import NoReturn
 
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.version import version_line
 from smetric.policy.registry import default_policy
 
@@ -384,15 +384,8 @@ class _DefaultsOnce(argparse.ArgumentDefaultsHelpFormatter):
         return text if "default" in text else super()._get_help_string(action) or text
 
 
-class _ShortErrors(argparse.ArgumentParser):
-    """A usage error is one line that points at ``--help`` (the full usage is dozens of lines)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser(prog: str = "smetric-epp") -> argparse.ArgumentParser:
-    parser = _ShortErrors(
+    parser = OneLineErrors(
         prog=prog,
         description="SMetric endpoint picker (Envoy ext_proc)",
         formatter_class=_DefaultsOnce,

@@ -198,7 +198,18 @@ def read_yaml(path: str | Path) -> object:
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read config: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{p}: not valid YAML: {yaml_problem(exc)}") from None
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML parse error on one line: where (1-based line and column), what, and in what
+    (PyYAML's own text spreads over several lines, with the offending line quoted)."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return " ".join(str(exc).split())
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = exc.problem or "malformed"
+    return where + what + (f" ({exc.context})" if exc.context else "")
 
 
 def load_own_config(path: str | Path) -> PickerConfig:

@@ -9,6 +9,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.presets import PRESETS
 from smetric.emulator.cluster import start_cluster
 from smetric.emulator.config import EmulatorConfig
@@ -17,7 +18,7 @@ from smetric.engine.global_tier import LOAD_MODES
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineErrors(
         prog="smetric emulate",
         description="Serve N emulated vLLM 0.32 instances (OpenAI API, /metrics, ZMQ KV events) timed by "
         "the simulator's instance model.",

@@ -31,6 +31,7 @@ from smetric.policy.pickerconfig import (
     read_yaml,
     validate_config,
     with_mode,
+    yaml_problem,
 )
 
 __all__ = [
@@ -84,7 +85,7 @@ def load_picker_config(path: str | Path | None, text: str = "") -> LoadedConfig:
         try:
             doc = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--config-text: not valid YAML: {exc}") from None
+            raise ConfigError(f"--config-text: not valid YAML: {yaml_problem(exc)}") from None
         return read_config(doc, "--config-text")
     if not path:
         return LoadedConfig(PickerConfig())

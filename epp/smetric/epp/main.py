@@ -15,10 +15,12 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from smetric.core.outputs import check_writable
 from smetric.core.pickerflags import build_parser, ignored_upstream_flags
 from smetric.core.tokenizer import TokenizerLoadError
 from smetric.epp.config import (
@@ -353,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         loaded = load_picker_config(args.config, args.config_text)  # fail fast, before any server starts
+        if args.state_file:  # written every --state-interval-ms: a path that cannot be is a config error
+            check_writable("--state-file", Path(args.state_file))
         settings = PickerSettings.from_flags(args).with_config_index(loaded.config.prefixIndex)
         loop_factory = event_loop_factory(args.event_loop)
     except (ConfigError, ValueError) as exc:

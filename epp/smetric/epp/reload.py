@@ -22,6 +22,7 @@ import yaml
 
 from smetric.core.stopping import cancel_and_wait
 from smetric.epp.config import ConfigError, LoadedConfig, read_config
+from smetric.policy.pickerconfig import yaml_problem
 
 log = logging.getLogger("smetric.epp.config")
 
@@ -76,7 +77,7 @@ class ConfigReloader:
         try:
             doc = yaml.safe_load(data)
         except yaml.YAMLError as exc:
-            return self._refuse(digest, f"{self.path}: not valid YAML: {exc}")
+            return self._refuse(digest, f"{self.path}: not valid YAML: {yaml_problem(exc)}")
         try:
             loaded = read_config(doc, str(self.path))
             self._apply(loaded)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.names import MODES
 from smetric.core.outputs import check_writable
 from smetric.core.presets import GPUS, KV_DTYPES, PRESETS
@@ -33,7 +34,7 @@ from smetric.sim import regimes as rg
 from smetric.sim.config import ARRIVALS, SimConfig
 from smetric.sim.driver import run_and_write
 from smetric.sim.param_flags import flow_control_json, policy_parameters
-from smetric.sim.stream import sidecar_path
+from smetric.sim.stream import read_rows, sidecar_path
 from smetric.sim.sweep import (
     BASE_FAMILIES_PER_S_PER_32,
     KNEE_DROP,
@@ -344,7 +345,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
 
 def parser(registry: Registry = REGISTRY) -> argparse.ArgumentParser:
     """The CLI; the policy names come from ``registry`` (:mod:`smetric.policy.registry`)."""
-    p = argparse.ArgumentParser(prog="smetric simulate", description=__doc__.split("\n\n")[0])
+    p = OneLineErrors(prog="smetric simulate", description=__doc__.split("\n\n")[0])
     _workload_flags(p, registry)
     for add in (_global_tier_flags, _preset_flags, _policy_flags, _router_flags, _window_flags, _run_flags):
         add(p)
@@ -456,6 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for flag, path in (("--json", args.json), ("--plot", args.plot)):
             if path is not None:  # checked before the trace is read
                 check_writable(flag, path)
+        if args.resume and args.json is not None and sidecar_path(args.json).exists():
+            read_rows(sidecar_path(args.json))  # a file that is not a sidecar: one line, before the trace
         notes: list[str] = []
         spec = _spec(args, notes)
         for note in notes:

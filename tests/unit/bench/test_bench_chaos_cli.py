@@ -55,3 +55,20 @@ def test_the_table_is_printed_before_the_json_is_written(
     got = capsys.readouterr()
     assert "| a fault | - | survives | it survived | yes |" in got.out
     assert got.err.startswith("smetric chaos: --json") and got.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("kind", ["under /proc", "a file"])
+def test_an_unusable_work_dir_is_one_line_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    async def never(*_: object, **__: object) -> None:
+        raise AssertionError("the stack started")
+
+    monkeypatch.setattr(chaos, "run", never)
+    (tmp_path / "file").write_text("")
+    work = "/proc/x/w" if kind == "under /proc" else str(tmp_path / "file")
+    assert main(["--quick", "--json", str(tmp_path / "x.json"), "--work-dir", work]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"smetric chaos: --work-dir {work}: cannot make the folder (") and err.count("\n") == 1
+    ), err

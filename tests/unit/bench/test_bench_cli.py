@@ -125,3 +125,48 @@ def test_families_follow_the_rate_unless_given() -> None:
     assert cli.families_for(560, cli.replace(preset, warmup_s=1200.0), 0.05) == 300  # warm-up and window
     assert cli.families_for(50, preset, 1.0) == 50  # capped by the trace
     assert cli.families_for(560, cli.replace(preset, sessions=7), 5.0) == 7
+
+
+def test_an_empty_trace_is_one_line_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code = cli.main(["--quick", "--trace", str(empty), "--json", str(tmp_path / "x.json")])
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert out.startswith(f"smetric bench: trace {empty}: no request to replay") and "Traceback" not in out
+
+
+@pytest.mark.parametrize("kind", ["under /proc", "a file"])
+def test_an_unusable_log_dir_is_one_line_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    log_dir = Path("/proc/x/logs") if kind == "under /proc" else afile
+    monkeypatch.setattr(cli, "find_trace", lambda _: pytest.fail("the trace was looked for"))
+    code = cli.main(["--quick", "--log-dir", str(log_dir), "--json", str(tmp_path / "x.json")])
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert out.startswith(f"smetric bench: --log-dir {log_dir}") and "Traceback" not in out, out
+
+
+def test_the_table_is_printed_before_a_failing_write(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The results reach the screen even when the file cannot be written at the end."""
+    args = cli.build_parser().parse_args(["--quick", "--json", str(tmp_path / "x.json")])
+    bench = cli.Bench(args, cli.resolve(args), cli.Console(width=200), tmp_path / "t", None)  # type: ignore[arg-type]
+    bench.meta = {"seeds": [0]}
+    shown: list[str] = []
+    monkeypatch.setattr(cli, "render_rows", lambda rows, console, title: shown.append(title))
+
+    def refuse(path: Path, rows: object, meta: object) -> None:
+        assert shown, "written before the table was printed"
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, "write_rows_json", refuse)
+    with pytest.raises(BenchError, match=r"--json .*x\.json: cannot write there \(No space left on device\)"):
+        bench.write([], final=True)
+    assert shown

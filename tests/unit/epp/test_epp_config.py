@@ -78,3 +78,23 @@ def test_unreadable_or_invalid_yaml(tmp_path: Path) -> None:
     bad.write_text("policy: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("x: [\n", "line 2, column 1: "),
+        ("{bad", "line 1, column 5: "),
+        ("a: b\n\tc: d\n", "line 2, column 1: "),
+    ],
+)
+def test_a_yaml_error_is_one_line_with_its_place(tmp_path: Path, text: str, where: str) -> None:
+    """PyYAML's message spans several lines (the quoted line and a caret): the picker's and the
+    simulator's config errors are one line, naming the file, the line and the column."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    msg = str(info.value)
+    assert "\n" not in msg, msg
+    assert msg.startswith(f"{bad}: not valid YAML: {where}"), msg

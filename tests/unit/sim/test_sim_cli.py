@@ -127,3 +127,21 @@ def test_an_unwritable_output_is_one_line_before_any_work(
         assert "\n" not in err
     assert simulate_main(["--trace", str(tmp_path / "t.jsonl"), "--json", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_resume_from_a_file_that_is_not_a_sidecar_is_one_line_before_the_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--resume`` reads ``OUT.runs.jsonl``: a malformed one is refused before the trace is read (a
+    missing trace is not even looked at)."""
+    (tmp_path / "out.runs.jsonl").write_text("{bad\n")
+    argv = [
+        "--trace",
+        str(tmp_path / "no-such-trace.jsonl"),
+        "--json",
+        str(tmp_path / "out.json"),
+        "--resume",
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"smetric simulate: {tmp_path / 'out.runs.jsonl'}: not a sweep sidecar (bad header)\n", err

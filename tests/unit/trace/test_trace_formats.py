@@ -180,3 +180,14 @@ def test_corrupt_gzip_is_a_clear_error(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(TraceFormatError):
         load_trace(path, format="mooncake")
+
+
+def test_a_trace_format_error_survives_pickling() -> None:
+    """A process pool sends a worker's exception to its parent pickled: unpickling must rebuild it
+    (it did not, and the pool died with BrokenProcessPool instead of the trace's one line)."""
+    import pickle
+
+    err = TraceFormatError("/x/t.jsonl", 3, "unrecognised JSON trace record")
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, TraceFormatError)
+    assert (str(back), back.path, back.line, back.message) == (str(err), "/x/t.jsonl", 3, err.message)

@@ -194,3 +194,17 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path: Path, capsys: pytest.C
     assert main(["stats", str(bad), "--max-context", "0"]) == 2
     assert main(["stats"]) == 2  # usage error: argparse message, exit code, no traceback
     assert main(["stats", str(bad), "--format", "nope"]) == 2
+
+
+def test_an_unwritable_json_is_one_line_before_the_trace_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import smetric.trace.cli as cli
+
+    monkeypatch.setattr(cli, "load_trace", lambda *a, **k: pytest.fail("the trace was read"))
+    assert main(["stats", str(tmp_path / "t.jsonl"), "--json", "/proc/x/y.json"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "smetric trace stats: error: --json /proc/x/y.json: cannot write there (No such file or directory)\n"
+    )

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import orjson
 
+from smetric.core.argparsing import OneLineErrors
+from smetric.core.outputs import check_writable
 from smetric.trace.errors import TraceFormatError
 from smetric.trace.formats import FORMATS, load_trace
 from smetric.trace.report import print_stats
@@ -21,7 +23,7 @@ from smetric.trace.synth import write as synth_write
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="smetric trace", description="Trace analysis.")
+    parser = OneLineErrors(prog="smetric trace", description="Trace analysis.")
     sub = parser.add_subparsers(dest="command", required=True)
     stats = sub.add_parser("stats", help="reuse, session and arrival statistics of a trace")
     stats.add_argument("path", type=Path, help="trace file (.jsonl, .jsonl.gz or .csv)")
@@ -105,7 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return validate(args.path, args.format)
     if args.command == "synth":
         return write_synth(args.path, args.seed, args.families)
-    try:
+    try:  # the output path before the trace is read: an unwritable --json costs no work
+        if args.json is not None:
+            check_writable("--json", args.json)
         trace = load_trace(
             args.path,
             args.format,

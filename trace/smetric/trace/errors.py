@@ -22,6 +22,10 @@ class TraceFormatError(ValueError):
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {message}")
 
+    def __reduce__(self) -> tuple[type[TraceFormatError], tuple[str, int | None, str]]:
+        """Rebuilt from its three fields: a worker process's error reaches its parent whole."""
+        return (type(self), (self.path, self.line, self.message))
+
 
 @dataclass
 class BadLines:

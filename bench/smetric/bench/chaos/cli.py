@@ -17,7 +17,6 @@ A new fault: a function ``(ChaosStack, quick) -> list[Row]`` in its own module, 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -34,6 +33,7 @@ from smetric.bench.chaos.guards import GUARDS as BASE_GUARDS
 from smetric.bench.chaos.guards import NO_GUARD, Guard, by_name
 from smetric.bench.chaos.stack import ChaosSettings, ChaosStack, HostileEngine, chat
 from smetric.bench.procs import BenchError, Supervisor, check_writable
+from smetric.core.argparsing import OneLineErrors
 from smetric.core.stopping import Interrupted, run_until_signalled
 
 STUCK_AFTER_S = 30.0  # a load request without an answer by then is "stuck"
@@ -187,7 +187,7 @@ def table(rows: Sequence[Row]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="smetric chaos", description=__doc__.split("\n\n")[0])
+    p = OneLineErrors(prog="smetric chaos", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--json", default="", help="write rows and load figures here (required unless --list-guards)"
     )
@@ -224,8 +224,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # before the stack starts: a run's results must have somewhere to go
         check_writable("--json", out)
         if a.work_dir:
-            Path(a.work_dir).mkdir(parents=True, exist_ok=True)
-    except (BenchError, OSError) as exc:
+            try:
+                Path(a.work_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise BenchError(
+                    f"--work-dir {a.work_dir}: cannot make the folder ({exc.strerror or exc})"
+                ) from None
+            check_writable("--work-dir", Path(a.work_dir) / ".smetric-chaos-check")
+    except BenchError as exc:
         print(f"smetric chaos: {exc}", file=sys.stderr)
         return 2
     t0 = time.monotonic()

@@ -9,5 +9,6 @@ drift), :mod:`.estimates_ablation` and :mod:`.tiered_ablation` (paired ablations
 :mod:`.overload_table` and :mod:`.overload_diagnosis` (flow control, collapse past the knee),
 :mod:`.global_tier_usage` (global-tier link and stall shares). The sweeps that produce their inputs
 are the shell scripts in ``bench/`` (``evidence_sweeps.sh``, ``evidence_variant.sh``,
-``paper_sweeps.sh``).
+``paper_sweeps.sh``). :mod:`.inputs` checks every command's inputs and outputs before any work
+(one line on stderr, exit status 2).
 """

@@ -12,11 +12,13 @@ the mean relative peak over the regimes::
 from __future__ import annotations
 
 import argparse
-import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean, stdev
+
+from smetric.bench.evidence.inputs import InputError, command, read_json
 
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -59,14 +61,18 @@ def support(peaks: dict[str, dict[str, list[float]]]) -> list[Support]:
 
 
 def load(path: Path) -> dict[str, dict[str, list[float]]]:
-    doc = json.loads(path.read_text())
+    what = "a `smetric simulate --regime-map --json` output"
+    doc = read_json(path, what, keys=("summary",))
+    for reg in doc["summary"]:
+        if not (isinstance(reg, dict) and "regime" in reg and isinstance(reg.get("policies"), list)):
+            raise InputError(f"{path}: not {what} (a summary entry without 'regime' and 'policies')")
     return {
         reg["regime"]: {p["policy"]: list(p["peak_tps_within_slo_per_seed"]) for p in reg["policies"]}
         for reg in doc["summary"]
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("regime_map", type=Path, help="JSON written by smetric simulate --regime-map --json")
     a = ap.parse_args(argv)
@@ -84,4 +90,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(command(main, None, "python -m smetric.bench.evidence.default_policy"))

@@ -17,12 +17,13 @@ A benchmark: it reports, it does not pass or fail.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from smetric.bench.evidence.inputs import SWEEP, InputError, command, read_json
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 from smetric.sim.stats import mean_ci95
 
@@ -38,7 +39,9 @@ def poisson_over(quarter_count: float, bound: float = MAX_ARRIVAL_DRIFT) -> floa
 def rows(paths: list[Path]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for p in paths:
-        doc = json.loads(p.read_text())
+        doc = read_json(p, keys=("config", "results"))
+        if "measure_s" not in doc["config"]:
+            raise InputError(f"{p}: not {SWEEP} (its config has no 'measure_s')")
         quarter_s = float(doc["config"]["measure_s"]) / 4.0
         for r in doc["results"]:
             out.append({**r, "_quarter_s": quarter_s, "_file": p.stem})
@@ -73,12 +76,13 @@ def table(all_rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", nargs="+", type=Path, help="smetric simulate --json outputs")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     print("\n".join(table(rows(a.json))))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(command(main, None, "python -m smetric.bench.evidence.drift_check"))

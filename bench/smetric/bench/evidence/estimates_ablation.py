@@ -37,12 +37,14 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from smetric.bench.evidence.inputs import check_output, check_trace, command
 from smetric.core.presets import get_preset
 from smetric.sim.simulator import SimConfig, simulate
 from smetric.sim.stats import mean_ci95
@@ -144,7 +146,7 @@ def _fmt(m: dict[str, Any]) -> str:
     return f"{100 * m['mean']:+6.1f} % {inner}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", default=str(TRACE.resolve()))
     p.add_argument("--preset", default="qwen3-30b-h20")
@@ -167,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
+    if a.json is not None:  # before any run: the results must have somewhere to go
+        check_output("--json", a.json)
+    check_trace(a.trace)
     rates = [float(x) for x in a.rates.split(",") if x.strip()]
     seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
     variants = [x.strip() for x in a.variants.split(",") if x.strip()]
@@ -223,4 +228,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(command(main, None, "python -m smetric.bench.evidence.estimates_ablation"))

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smetric.bench.evidence.inputs import command
 from smetric.bench.evidence.pieces import load as load_one
 from smetric.policy.pieces import PIECES_SUFFIX
 from smetric.sim.stats import mean_ci95, verdict
@@ -258,4 +259,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(command(main, None, "python -m smetric.bench.evidence.knee"))

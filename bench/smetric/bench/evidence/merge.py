@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
+
+from smetric.bench.evidence.inputs import check_output, command, read_json
 
 
 def merge(base: dict, variant: dict, policy: str) -> dict:
@@ -26,16 +29,18 @@ def merge(base: dict, variant: dict, policy: str) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("base")
     ap.add_argument("variant")
     ap.add_argument("out")
     ap.add_argument("--policy", default="smetric")
-    a = ap.parse_args()
-    doc = merge(json.loads(Path(a.base).read_text()), json.loads(Path(a.variant).read_text()), a.policy)
+    a = ap.parse_args(argv)
+    check_output("out", a.out)
+    doc = merge(read_json(a.base), read_json(a.variant), a.policy)
     Path(a.out).write_text(json.dumps(doc))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(command(main, None, "python -m smetric.bench.evidence.merge"))

@@ -15,18 +15,29 @@ import json
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
+
+from smetric.bench.evidence.inputs import InputError, check_rows, command, read_json
 
 
 def rows(path: Path) -> list[dict[str, object]]:
     if path.suffix == ".jsonl":
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
         out = []
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            if "row" in r:
+        for n, line in enumerate(lines, 1):
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+            if isinstance(r, dict) and "row" in r:
                 out.append(r["row"])
+        check_rows(path, out, "an overload_diagnosis output")
         return out
-    return list(json.loads(path.read_text())["results"])
+    return list(read_json(path)["results"])
 
 
 def mean(xs: list[float]) -> float:
@@ -34,7 +45,8 @@ def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
-def main(argv: list[str]) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     groups: dict[tuple[str, float, str], list[dict[str, object]]] = defaultdict(list)
     for arg in argv:
         label, sep, name = arg.rpartition("=")
@@ -65,4 +77,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    raise SystemExit(command(main, None, "python -m smetric.bench.evidence.overload_table"))

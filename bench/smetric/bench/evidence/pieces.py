@@ -19,12 +19,12 @@ sweep) is read as the JSON of the runs it holds.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from smetric.bench.evidence.inputs import command, read_json
 from smetric.policy.registry import BASELINE_POLICIES, BASELINES_WITH_PIECES
 from smetric.sim.stats import mean_ci95, verdict
 from smetric.sim.stream import read_rows
@@ -114,7 +114,7 @@ def load(spec: str) -> dict[str, Any]:
             pd = bool(rows) and all(r.get("tps_within_slo") is None for r in rows)
             parts.append({"config": {"mode": "disaggregated" if pd else "colocated"}, "results": rows})
         else:
-            parts.append(json.loads(Path(path).read_text(encoding="utf-8")))
+            parts.append(read_json(path))
     doc = dict(parts[0])
     doc["results"] = [r for d in parts for r in d["results"]]
     return doc
@@ -135,4 +135,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(command(main, None, "python -m smetric.bench.evidence.pieces"))

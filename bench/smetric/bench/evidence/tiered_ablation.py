@@ -22,11 +22,13 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
+from smetric.bench.evidence.inputs import check_output, check_trace, command
 from smetric.core.presets import get_preset
 from smetric.policy.tiered_params import MECHANISMS, TieredParams
 from smetric.sim import simulator
@@ -141,7 +143,7 @@ def summarise(rows: list[dict[str, object]], variants: list[str], seeds: list[in
     return {"peaks": out, "margins": margins}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", default=str(TRACE.resolve()))
     p.add_argument("--preset", default="qwen3-30b-h20")
@@ -162,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
+    if a.json is not None:  # before any run: the results must have somewhere to go
+        check_output("--json", a.json)
+    check_trace(a.trace)
     rates = [float(x) for x in a.rates.split(",") if x.strip()]
     seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
     variants = [x.strip() for x in a.policies.split(",") if x.strip()]
@@ -230,4 +235,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(command(main, None, "python -m smetric.bench.evidence.tiered_ablation"))

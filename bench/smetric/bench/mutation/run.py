@@ -38,6 +38,7 @@ from pathlib import Path
 from types import ModuleType
 
 from smetric.bench.mutation.ops import mutants, mutated_source
+from smetric.core.outputs import check_writable
 
 ROOT = Path(__file__).resolve().parents[4]  # the repository: the mutated modules and their tests
 EQUIVALENT_FILE = Path(__file__).resolve().parent / "equivalent.txt"
@@ -118,7 +119,11 @@ MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "epp.server.guard": (
         "epp/smetric/epp/server/guard.py",
         ("tests/unit/epp/test_epp_guard_bounds.py",),
-        ("tests/unit/epp/test_epp_hostile.py", "tests/unit/epp/test_epp_admission.py", "tests/unit/epp/test_epp_body_fairness.py"),
+        (
+            "tests/unit/epp/test_epp_hostile.py",
+            "tests/unit/epp/test_epp_admission.py",
+            "tests/unit/epp/test_epp_body_fairness.py",
+        ),
     ),
     "epp.server.outlier": (
         "epp/smetric/epp/server/outlier.py",
@@ -350,6 +355,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [m for m in selected if m not in MODULES]
     if unknown:
         ap.error(f"unknown module(s) {unknown}; known: {list(MODULES)}")
+    try:  # before any mutant runs: where the outcomes go, and the keys to run
+        if args.json:
+            check_writable("--json", args.json)
+        only = (
+            frozenset(line.split()[0] for line in args.only.read_text().splitlines() if line.strip())
+            if args.only
+            else frozenset()
+        )
+    except ValueError as exc:
+        print(f"python -m smetric.bench.mutation.run: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"python -m smetric.bench.mutation.run: --only {args.only}: cannot read it ({exc.strerror or exc})",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if args.list:
         for short in selected:
             for m in mutants(short, (ROOT / MODULES[short][0]).read_text()):
@@ -362,11 +382,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             __import__(plugin.module)
     equivalent = load_equivalent()
-    only = (
-        frozenset(line.split()[0] for line in args.only.read_text().splitlines() if line.strip())
-        if args.only
-        else frozenset()
-    )
     results: list[Outcome] = []
     failed = False
     for short in selected:

@@ -26,6 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from smetric.core.outputs import check_writable
 from smetric.sim.cli import default_trace, main
 from smetric.sim.stream import sidecar_path
 
@@ -83,7 +84,16 @@ def cli(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
-    res = run(a.trace or default_trace())
+    trace = a.trace or default_trace()
+    try:  # before the sweeps start
+        if a.json is not None:
+            check_writable("--json", a.json)
+        if not trace.is_file():
+            raise ValueError(f"trace {trace} not found")
+    except ValueError as exc:
+        print(f"python -m smetric.bench.simspeed.cluster: {exc}", file=sys.stderr)
+        return 2
+    res = run(trace)
     t = Table(title=f"48-run sweep (16 instances, 900+900 s); {os.cpu_count()} cores, "
                     f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     for c in (

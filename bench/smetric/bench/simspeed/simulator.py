@@ -23,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from smetric.core.outputs import check_writable
 from smetric.sim.cli import default_trace
 from smetric.sim.simulator import SimConfig, simulate
 from smetric.sim.sweep import BASE_FAMILIES_PER_S_PER_32, WorkloadSpec, prepared
@@ -59,7 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trace not found: {a.trace}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    prepared(WorkloadSpec(str(a.trace)))
+    try:  # the output path and the trace before any run
+        if a.json is not None:
+            check_writable("--json", a.json)
+        prepared(WorkloadSpec(str(a.trace)))
+    except ValueError as exc:  # TraceFormatError is one
+        print(f"python -m smetric.bench.simspeed.simulator: {exc}", file=sys.stderr)
+        return 2
     load_s = time.perf_counter() - t0
     rows = {
         "headline": [case(a.policy, a.trace, 32, 3600.0, 3600.0)],

@@ -1,0 +1,83 @@
+"""``python -m smetric.bench.differential_run``: a bad trace, folder, reused run or output is one
+line on stderr and exit status 2, before the bench starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from smetric.bench import differential_run as dr
+
+PROG = "python -m smetric.bench.differential_run: "
+
+
+@pytest.fixture
+def no_bench(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dr, "run_bench", lambda *a, **k: pytest.fail("the bench was started"))
+
+
+def _err(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_bad_trace_missing_trace_and_empty_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_bench: None
+) -> None:
+    bad, empty = tmp_path / "bad.jsonl", tmp_path / "empty.jsonl"
+    bad.write_text("{bad\n")
+    empty.write_text("")
+    common = ["--bench-dir", str(tmp_path / "d"), "--json", str(tmp_path / "d.json")]
+    assert dr.main(["--trace", str(bad), *common]) == 2
+    assert _err(capsys).startswith(f"{PROG}trace {bad}:1: ")
+    assert dr.main(["--trace", str(tmp_path / "none.jsonl"), *common]) == 2
+    assert _err(capsys) == f"{PROG}trace {tmp_path / 'none.jsonl'} not found\n"
+    assert dr.main(["--trace", str(empty), *common]) == 2
+    assert _err(capsys).startswith(f"{PROG}trace {empty}: no request to replay")
+
+
+def test_outputs_are_checked_before_the_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_bench: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dr, "find_trace", lambda _: pytest.fail("the trace was looked for"))
+    assert dr.main(["--bench-dir", str(tmp_path / "d"), "--json", "/proc/x/y.json"]) == 2
+    assert _err(capsys) == f"{PROG}--json /proc/x/y.json: cannot write there (No such file or directory)\n"
+    assert dr.main(["--bench-dir", "/proc/x/d", "--json", str(tmp_path / "d.json")]) == 2
+    assert (
+        _err(capsys) == f"{PROG}--bench-dir /proc/x/d: cannot make the folder (No such file or directory)\n"
+    )
+
+
+def test_a_reused_run_that_is_missing_or_malformed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_bench: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dr, "load_trace", lambda *a: None)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    d = tmp_path / "d"
+    argv = ["--reuse", "--trace", str(trace), "--bench-dir", str(d), "--json", str(tmp_path / "d.json")]
+    assert dr.main(argv) == 2
+    assert _err(capsys).startswith(f"{PROG}{d / 'bench.json'}: cannot read it (No such file or directory)")
+    (d / "bench.json").write_text("{bad")
+    assert dr.main(argv) == 2
+    assert _err(capsys).startswith(f"{PROG}{d / 'bench.json'}: not valid JSON")
+    (d / "bench.json").write_text('{"a": 1}')
+    assert dr.main(argv) == 2
+    assert "not a smetric bench --json output" in _err(capsys)
+
+
+def test_a_failed_bench_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    def fail(cmd: list[str], check: bool, timeout: float) -> None:
+        raise subprocess.CalledProcessError(2, cmd)
+
+    monkeypatch.setattr(dr.subprocess, "run", fail)
+    with pytest.raises(
+        dr.BenchError, match=r"smetric bench ended with status 2 \(its own message is above\)"
+    ):
+        dr.run_bench(tmp_path, ["lmetric"], 0.01, 0, tmp_path / "t.jsonl")
