@@ -121,7 +121,6 @@ def test_expired_and_popped_items_are_gone_from_both_indexes() -> None:
     assert list(q.heads()) == []
 
 
-
 def test_late_last_puts_a_resend_below_every_fresh_request_of_its_priority() -> None:
     g = gate(late_last=True)
     assert [g.band(0), g.band(0, late=True), g.band(-1), g.band(-1, late=True)] == [0, -1, -2, -3]

@@ -78,7 +78,9 @@ def test_bad_flow_control_settings_are_refused_clearly() -> None:
         replace(BASE, flow_control="{")
 
 
-def test_late_last_dispatches_a_resend_only_when_no_fresh_request_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_late_last_dispatches_a_resend_only_when_no_fresh_request_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Every dispatch of a resend after a 429 (late: its TTFT already counts from the first send)
     happens with no fresh request left in the queue. Guard off (late_last false): resends are
     dispatched while fresh requests wait."""
