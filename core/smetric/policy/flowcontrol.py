@@ -64,15 +64,15 @@ class FlowControlConfig:
 
     enabled: bool = False
     max_queued: int = 1024  # requests held at the gateway (all flows, all bands)
-    ttl_s: float = 60.0  # the longest a request waits at the gateway
+    ttl_s: float = 2.0  # the longest a request waits at the gateway (docs/overload.md: why short)
     shed_on_deadline: bool = True  # shed a queued request once its TTFT deadline has passed
     retry_after_s: float = 5.0  # Retry-After of a 429
     slack: float = 1.0  # an endpoint meets when its estimate <= slack x the SLO time left
     idle_queued_tokens: float = 0.0  # an endpoint with at most this queued (ledger) takes any request
     max_engine_waiting: int = 0  # an endpoint whose engine has more requests waiting takes none
     kv_headroom: bool = True  # the request's uncached tokens must fit the endpoint's free KV
-    late_last: bool = False  # a resend after a 429 (already late) waits below every fresh request
-    tpot_guard: bool = False  # an endpoint takes a request only if its decodes keep the TPOT SLO
+    late_last: bool = True  # a resend after a 429 (already late) waits below every fresh request
+    tpot_guard: bool = True  # an endpoint takes a request only if its decodes keep the TPOT SLO
 
     def __post_init__(self) -> None:
         problems = [

@@ -17,14 +17,14 @@ Shape (the operator renders exactly the ``policy`` block)::
     flowControl:                  # SLO-aware gateway queue (smetric.policy.flowcontrol, docs/overload.md)
       enabled: false
       maxQueued: 1024             # requests held, all flows; a full queue answers 429 at once
-      ttlS: 60                    # the longest a request waits, then 429
+      ttlS: 2                     # the longest a request waits, then 429
       shedOnDeadline: true        # 429 once the request's TTFT SLO has passed while it waits
       retryAfterS: 5              # Retry-After of a 429
       slack: 1.0                  # an endpoint meets when its estimate <= slack x the SLO time left
       maxEngineWaiting: 0         # an endpoint whose engine has more waiting takes none
       kvHeadroom: true            # the request's uncached tokens must fit the endpoint's free KV
-      lateLast: false             # a resend after a 429 waits below every fresh request
-      tpotGuard: false            # an endpoint takes a request only if its decodes keep the TPOT SLO
+      lateLast: true              # a resend after a 429 waits below every fresh request
+      tpotGuard: true             # an endpoint takes a request only if its decodes keep the TPOT SLO
     sessionHeaders: [x-session-token]  # request headers naming the session, first non-empty wins:
                                   # llmd-session's session id, flow control's flow (lower case)
     prefixIndex: null             # smetric-epp only: {mode: precise | approximate, blockSize,
@@ -110,14 +110,14 @@ class FlowControlSection(_Strict):
 
     enabled: bool = False
     maxQueued: int = Field(default=1024, ge=1, le=1_000_000)
-    ttlS: float = Field(default=60.0, gt=0, le=3600)
+    ttlS: float = Field(default=2.0, gt=0, le=3600)
     shedOnDeadline: bool = True
     retryAfterS: float = Field(default=5.0, ge=0, le=3600)
     slack: float = Field(default=1.0, gt=0, le=100)
     maxEngineWaiting: int = Field(default=0, ge=0)
     kvHeadroom: bool = True
-    lateLast: bool = False
-    tpotGuard: bool = False
+    lateLast: bool = True
+    tpotGuard: bool = True
 
     def config(self) -> FlowControlConfig:
         return FlowControlConfig(

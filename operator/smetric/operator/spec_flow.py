@@ -21,7 +21,12 @@ class FlowControlSpec(SpecModel):
         le=1_000_000,
         description="Requests held at once; a full queue answers 429 at once.",
     )
-    ttl_s: float = Field(default=60.0, gt=0, le=3600, description="The longest a request waits before 429.")
+    ttl_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=3600,
+        description="The longest a request waits before 429 (short: what waits long misses its SLO anyway).",
+    )
     shed_on_deadline: bool = Field(
         default=True, description="Answer 429 once a held request's TTFT SLO has passed."
     )
@@ -41,12 +46,12 @@ class FlowControlSpec(SpecModel):
         default=True, description="A request's uncached tokens must fit the engine's free KV cache."
     )
     late_last: bool = Field(
-        default=False,
+        default=True,
         description="A resend after a 429 (already late) waits below every fresh request: under "
         "sustained overload capacity goes to requests that can still make their SLO.",
     )
     tpot_guard: bool = Field(
-        default=False,
+        default=True,
         description="An engine takes a request only if its running decodes keep the TPOT SLO once "
         "this prefill joins.",
     )

@@ -152,9 +152,9 @@ def test_config_section_parses_and_validates() -> None:
     cfg = validate_config({"flowControl": {"enabled": True, "maxQueued": 64, "ttlS": 10}})
     fc = cfg.flowControl.config()
     assert fc.enabled and fc.max_queued == 64 and fc.ttl_s == 10
-    assert not fc.late_last and not fc.tpot_guard
-    both = validate_config({"flowControl": {"enabled": True, "lateLast": True, "tpotGuard": True}})
-    assert both.flowControl.config().late_last and both.flowControl.config().tpot_guard
+    assert fc.late_last and fc.tpot_guard  # on by default (docs/overload.md)
+    off = validate_config({"flowControl": {"enabled": True, "lateLast": False, "tpotGuard": False}})
+    assert not off.flowControl.config().late_last and not off.flowControl.config().tpot_guard
     assert not validate_config({}).flowControl.enabled
     try:
         validate_config({"flowControl": {"maxQueued": 0}})

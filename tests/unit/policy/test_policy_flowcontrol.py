@@ -124,7 +124,7 @@ def test_expired_and_popped_items_are_gone_from_both_indexes() -> None:
 def test_late_last_puts_a_resend_below_every_fresh_request_of_its_priority() -> None:
     g = gate(late_last=True)
     assert [g.band(0), g.band(0, late=True), g.band(-1), g.band(-1, late=True)] == [0, -1, -2, -3]
-    off = gate()
+    off = gate(late_last=False)
     assert off.band(0, late=True) == off.band(0) == 0  # without late_last a resend is fresh
 
 
@@ -141,8 +141,8 @@ def test_tpot_guard_refuses_an_endpoint_whose_decodes_this_prefill_would_slow_pa
     heavy = ep(running=40, kv_usage=0.75, kv_capacity_tokens=200_000)
     light = ep(running=1, kv_usage=0.01, kv_capacity_tokens=200_000)
     small = RequestView("s", 800, turn=0)  # SLO 1.05 s, prefill ~0.14 s
-    assert gate().has_capacity(REQ, [heavy])  # TTFT-only gate: idle ledger, room in KV
-    assert not gate(tpot_guard=True).has_capacity(REQ, [heavy])
+    assert gate(tpot_guard=False).has_capacity(REQ, [heavy])  # TTFT-only gate: idle ledger, room in KV
+    assert not gate().has_capacity(REQ, [heavy])  # the guard is on by default
     assert gate(tpot_guard=True).has_capacity(small, [light])
     assert gate(tpot_guard=True).has_capacity(REQ, [ep()])  # no running decode: nothing to slow
     assert gate(tpot_guard=True).has_capacity(REQ, [heavy, ep()])
