@@ -19,6 +19,7 @@ import dataclasses
 import heapq
 import json
 import math
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -53,6 +54,7 @@ from smetric.sim.simulator import _ARRIVAL, _Run
 from smetric.sim.workload import PreparedWorkload, prepare
 
 BENCH_TIMEOUT_S = 1800.0
+BENCH_STOP_GRACE_S = 30.0  # the bench's own drain (10 s) and process stops, with room
 
 
 class _Recorder:
@@ -169,14 +171,48 @@ def run_bench(
            "--trace", str(trace), "--records", str(out / "records.jsonl"), "--log-dir", str(out / "logs"),
            "--json", str(out / "bench.json"), *more]  # fmt: skip
     print("differential: " + " ".join(cmd[2:]), flush=True)
+    rc = run_child(cmd, BENCH_TIMEOUT_S)
+    if rc is None:
+        raise BenchError(f"smetric bench ran past {BENCH_TIMEOUT_S:g} s and was stopped")
+    if rc != 0:
+        raise BenchError(f"smetric bench ended with status {rc} (its own message is above)")
+
+
+def run_child(cmd: Sequence[str], timeout_s: float, grace_s: float = BENCH_STOP_GRACE_S) -> int | None:
+    """Run ``cmd``; its exit status, or ``None`` when it ran past ``timeout_s``. The child is
+    stopped with SIGTERM (the bench then stops every process it started), SIGKILL only after
+    ``grace_s``, when it runs too long and when this process is interrupted (Ctrl-C, or SIGTERM,
+    which is turned into the same path): a SIGKILL of the bench alone would leave its engines,
+    picker and Envoy running in their own process groups."""
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
     try:
-        subprocess.run(cmd, check=True, timeout=BENCH_TIMEOUT_S)
-    except subprocess.CalledProcessError as exc:
-        raise BenchError(
-            f"smetric bench ended with status {exc.returncode} (its own message is above)"
-        ) from None
+        previous: Any = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: the caller's own handling stands
+        previous = None
+    proc = subprocess.Popen(list(cmd))
+    try:
+        return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise BenchError(f"smetric bench ran past {BENCH_TIMEOUT_S:g} s and was stopped") from None
+        _stop(proc, grace_s)
+        return None
+    except BaseException:
+        _stop(proc, grace_s)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def read_bench_json(bench_dir: Path) -> dict[str, Any]:

@@ -3,6 +3,7 @@ line on stderr and exit status 2, before the bench starts."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,28 @@ def test_a_failed_bench_is_one_line(
         dr.BenchError, match=r"smetric bench ended with status 2 \(its own message is above\)"
     ):
         dr.run_bench(tmp_path, ["lmetric"], 0.01, 0, tmp_path / "t.jsonl")
+
+
+CHILD = (
+    "import signal, sys, time, pathlib\n"
+    "def term(*_):\n"
+    "    pathlib.Path(sys.argv[1]).write_text('stopped its own processes')\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, term)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_bench_past_its_timeout_gets_sigterm_to_stop_what_it_started(tmp_path: Path) -> None:
+    """The bench stops its engines, picker and Envoy on SIGTERM; a SIGKILL (what
+    ``subprocess.run(timeout=)`` sends) would leave them running in their own process groups.
+    Guard off (``_stop`` kills at once): the marker is never written."""
+    from smetric.bench.differential_run import run_child
+
+    marker = tmp_path / "marker"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    assert run_child([sys.executable, str(script), str(marker)], timeout_s=1.5, grace_s=10.0) is None
+    assert marker.read_text() == "stopped its own processes"
+    assert run_child([sys.executable, "-c", "raise SystemExit(3)"], timeout_s=10.0) == 3
