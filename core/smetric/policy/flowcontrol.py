@@ -142,26 +142,38 @@ class FlowGate:
         alone, as a policy's ``meets``; :meth:`has_capacity` adds the engine gauges)."""
         return any(self._meets_each(request, endpoints, waited_s))
 
+    def _times(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Sequence[float]:
+        """Each endpoint's TTFT estimate for ``request`` (queued prefill + its own, SMetric's)."""
+        p = self._params
+        return tier_times_s(request, endpoints, p.cost_model, p.global_fetch_s_per_token)
+
     def _meets_each(
-        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float
+        self,
+        request: RequestView,
+        endpoints: Sequence[EndpointSnapshot],
+        waited_s: float,
+        times: Sequence[float] | None = None,
     ) -> list[bool]:
         left = self._cfg.slack * (self.deadline_s(request) - max(0.0, waited_s))
         if left <= 0:
             return [False] * len(endpoints)
-        p = self._params
-        times = tier_times_s(request, endpoints, p.cost_model, p.global_fetch_s_per_token)
+        if times is None:
+            times = self._times(request, endpoints)
         return [t <= left and not ep.stale for t, ep in zip(times, endpoints, strict=True)]
 
     def _tpot_ok(
-        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], ok: list[bool]
+        self,
+        request: RequestView,
+        endpoints: Sequence[EndpointSnapshot],
+        ok: list[bool],
+        times: Sequence[float],
     ) -> list[bool]:
         """``ok`` and the endpoint's running decodes keep their TPOT SLO if this request's
-        prefill (behind the endpoint's queued prefill) joins within its TTFT SLO
+        prefill (behind the endpoint's queued prefill: ``times``) joins within its TTFT SLO
         (:func:`smetric.policy.estimates.tpot_guard_ok`, the guard SMetric's ``meets`` uses)."""
         p = self._params
         slo = request_slo(request, p)
         horizon = slo.ttft_slo_s(prompt_tokens(request))
-        times = tier_times_s(request, endpoints, p.cost_model, p.global_fetch_s_per_token)
         return [
             o and tpot_guard_ok(ep, t, horizon, slo.tpot_s, p.decode_step)
             for o, t, ep in zip(ok, times, endpoints, strict=True)
@@ -186,14 +198,16 @@ class FlowGate:
         ok = [self.admissible(request, ep) for ep in endpoints]
         if not any(ok):
             return False
+        times = None  # the TTFT estimates, computed once for the TPOT guard and the SLO check
         if self._cfg.tpot_guard:
-            ok = self._tpot_ok(request, endpoints, ok)
+            times = self._times(request, endpoints)
+            ok = self._tpot_ok(request, endpoints, ok, times)
             if not any(ok):
                 return False
         bound = self._cfg.idle_queued_tokens
         if any(o and ep.queued_prefill_tokens <= bound for o, ep in zip(ok, endpoints, strict=True)):
             return True
-        meets = self._meets_each(request, endpoints, waited_s)
+        meets = self._meets_each(request, endpoints, waited_s, times)
         return any(o and m for o, m in zip(ok, meets, strict=True))
 
 
