@@ -44,7 +44,7 @@ from smetric.bench.differential import (
 )
 from smetric.bench.inputs import find_trace, load_trace
 from smetric.bench.presets import QUICK
-from smetric.bench.procs import BenchError, check_writable
+from smetric.bench.procs import BenchError, check_writable, stop_child
 from smetric.core.argparsing import OneLineErrors
 from smetric.core.presets import get_preset
 from smetric.core.views import EndpointSnapshot, RequestView
@@ -196,23 +196,14 @@ def run_child(cmd: Sequence[str], timeout_s: float, grace_s: float = BENCH_STOP_
     try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _stop(proc, grace_s)
+        stop_child(proc, grace_s)
         return None
     except BaseException:
-        _stop(proc, grace_s)
+        stop_child(proc, grace_s)
         raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-
-
-def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def read_bench_json(bench_dir: Path) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,19 @@ async def _stop_group(child: Child, timeout_s: float) -> None:
     # Whatever the leader left behind in its group goes too.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signal.SIGKILL)
+
+
+def stop_child(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """Stop a child started with ``subprocess.Popen`` (outside a :class:`Supervisor`): SIGTERM, so
+    it can stop what it started, SIGKILL only after ``grace_s``; reaped either way."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def check_writable(flag: str, path: Path) -> None:

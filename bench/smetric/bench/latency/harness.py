@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from smetric.bench.procs import stop_child
 from smetric.epp.envoy import EnvoyOptions, EnvoyProcess, free_port
 from smetric.epp.obs.health import wait_serving
 
@@ -85,12 +86,7 @@ class Child:
     proc: subprocess.Popen[bytes]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_child(self.proc, 10.0)
 
 
 def spawn(args: list[str], wait_ready: bool = True) -> Child:
