@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import math
 from collections import OrderedDict
 from collections.abc import Callable
@@ -149,17 +150,18 @@ class FlowQueue:
         self.queue.capacity = cfg.max_queued
 
     async def hold(
-        self, flow: str, priority: int, held: Held, attempt: Callable[[], Any], fingerprint: bytes = b""
+        self, flow: str, priority: int, held: Held, attempt: Callable[[], Any], body: bytes | bytearray = b""
     ) -> Any:
         """Wait until ``attempt()`` (the decision, re-run) returns; :class:`FlowShed` when the
         queue is full or the wait passes ``held.limit_s`` (shed with ``held.reason``). The queue
         band is :func:`queue_band` of ``priority`` (the request's, which labels the metrics),
-        late when ``fingerprint`` (of the request body; ``late_last`` only) was refused before.
-        ``attempt`` raises :class:`Held` while no endpoint has capacity; any other exception it
-        raises is this call's."""
+        late (``late_last``) when a request with this ``body`` was refused before (a 16-byte
+        BLAKE2b fingerprint of it). ``attempt`` raises :class:`Held` while no endpoint has
+        capacity; any other exception it raises is this call's."""
         now = self.clock()
         cfg = self.cfg
-        late = bool(fingerprint) and cfg.late_last and self.late.pop(fingerprint, now)
+        fingerprint = hashlib.blake2b(body, digest_size=16).digest() if cfg.late_last and body else b""
+        late = bool(fingerprint) and self.late.pop(fingerprint, now)
         w = _Waiter(attempt, asyncio.get_running_loop().create_future(), priority, now, fingerprint, late)
         band = queue_band(priority, late)
         if not self.queue.push(w, flow, band, now, now + held.limit_s, held.reason):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import math
 import time
@@ -267,8 +266,7 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
         h = st.headers
         flow = (h.session_token if h is not None and h.session_token else None) or st.ledger_id
         priority = -1 if h is not None and h.sheddable else 0
-        fingerprint = hashlib.blake2b(st.body, digest_size=16).digest() if self.flow.cfg.late_last else b""
-        out: Responses = await self.flow.hold(flow, priority, held, st.resume, fingerprint)
+        out: Responses = await self.flow.hold(flow, priority, held, st.resume, st.body)
         return out
 
     def _flow_shed(self, st: StreamState, exc: FlowShed) -> ep.ProcessingResponse:
