@@ -71,3 +71,20 @@ def test_rate_ignores_bad_samples() -> None:
     assert rates.speed("a") == 1.0
     with pytest.raises(ValueError):
         PrefillRateEstimator(window=4, min_samples=8)
+
+
+def test_the_pool_prior_is_the_median_of_the_endpoints_with_enough_samples() -> None:
+    rates = PrefillRateEstimator(pool_prior=True)
+    assert rates.speed("new") == 1.0  # no endpoint has 8 samples yet
+    for address, speed in (("a", 2.0), ("b", 4.0), ("c", 5.0)):
+        for _ in range(8):
+            rates.observe(address, cost_s=speed, ttft_s=1.0)
+    rates.observe("d", cost_s=0.1, ttft_s=1.0)  # one sample: not part of the prior, scored at it
+    assert rates.speed("new") == rates.speed("d") == 4.0
+    rates.forget("b")  # dropped: scored at the median of a and c now
+    assert rates.speed("b") == rates.prior() == 3.5
+    assert PrefillRateEstimator().speed("new") == 1.0  # the simulator's: the calibrated 1.0
+    calibrated = PrefillRateEstimator()
+    for _ in range(8):
+        calibrated.observe("a", cost_s=4.0, ttft_s=1.0)
+    assert calibrated.speed("new") == 1.0

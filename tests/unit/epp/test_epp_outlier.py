@@ -431,3 +431,23 @@ def test_settings_bounds_and_shape() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         SETTINGS.consecutive_errors = 5  # type: ignore[misc]
     assert not hasattr(SETTINGS, "__dict__")
+
+
+def test_a_returning_engine_is_not_kept_out_by_the_speed_it_learned_before() -> None:
+    """An ejection drops the endpoint's learned prefill speed: it returns at the pool's prior. Fails
+    without that (the chaos row "engine answering 503 ... and its recovery"): A learned a low speed
+    on a cold start, B and C their true one from the traffic A missed, and the new sessions after
+    A's ejection ends all go to B and C -- no probe, so A is never readmitted nor re-learned."""
+    p, index, clock = picker()
+    for a, speed in ((A, 1.0), (B, 4.0), (C, 4.0)):
+        for _ in range(8):
+            p.rates.observe(a, cost_s=speed, ttft_s=1.0)
+    index.hits = {A: 3900}  # sessions whose prefix A holds: their turns go to A and fail
+    for n in range(3):
+        p.on_response(turn(p, n), 503)
+    index.hits = {}
+    assert p.outliers is not None and p.outliers.state(A) == "ejected"
+    clock.t += SETTINGS.base_ejection_s + 0.1
+    new = [p.pick(RequestView(f"n{k}", prompt_tokens=4000, turn=0), "y" * 16000) for k in range(4)]
+    assert A in [x.destination for x in new]  # the probe
+    assert p.rates.speed(A) == p.rates.prior() == 4.0

@@ -112,6 +112,8 @@ async def _one_failure(st: ChaosStack, f: Failure) -> list[Row]:
         await st.engine_fault(address, {"mode": "ok"})
     await st.wait_fresh()
     back_s = await _back(st, address, tag)
+    # not back: what the picker thinks of each engine's prefill speed (a stale low one keeps it out)
+    speeds = {} if back_s is not None else await st.picker_metric_values("smetric_epp_endpoint_prefill_speed")
     ok = sum(1 for r in replies if r.status == 200 and not r.error)
     reached = [i for i, r in enumerate(replies) if _reached(r, address)]
     after = reached[FIRST_ERRORS:]
@@ -139,7 +141,13 @@ async def _one_failure(st: ChaosStack, f: Failure) -> list[Row]:
             f"{BACK_WITHIN_S:g} s (a probe readmits it)",
             f"{len(reached)} reached it, {len(after)} after its first {FIRST_ERRORS} (allowed {allowed} "
             f"in {run_s:.1f} s; {new_after} new sessions; {new_drawn} of {NEW} new sessions in all); "
-            + (f"served again {back_s:.1f} s after recovery" if back_s is not None else "not served again"),
+            + (
+                f"served again {back_s:.1f} s after recovery"
+                if back_s is not None
+                else "not served again (learned prefill speeds: "
+                + ", ".join(f"{st.engine_name(a)} {v:.2f}" for a, v in sorted(speeds.items()))
+                + ")"
+            ),
             len(pinned) == PINNED
             and len(reached) >= FIRST_ERRORS
             and new_after <= NEW_AFTER_FIRST_ERRORS

@@ -64,7 +64,7 @@ class PickerMetrics:
         )
         self.endpoint_prefill_speed = Gauge(
             "smetric_epp_endpoint_prefill_speed",
-            "Online prefill speed estimate (cost seconds per wall second; 1.0 until 8 samples)",
+            "Online prefill speed estimate (cost seconds per wall second; until 8 samples, the median of the endpoints with 8)",
             ["endpoint"],
             registry=registry,
         )

@@ -116,7 +116,7 @@ class Picker(PickerFeedback):
         self.core = RouterCore(
             cost_model,
             ledger=ledger,
-            rates=rates,
+            rates=rates if rates is not None else PrefillRateEstimator(pool_prior=True),
             saturation=saturation,
             staleness_s=staleness_s,
             global_fetch_s_per_token=global_fetch_s_per_token,

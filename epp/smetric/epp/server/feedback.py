@@ -71,6 +71,11 @@ class PickerFeedback:
                 ejected = (*ejected, answered)
         else:
             o.succeeded(answered)
+        for a in ejected:
+            # an engine that answers errors has changed (overloaded, restarting, broken): its learned
+            # prefill speed no longer describes it, and a stale low one would keep it from being
+            # picked, and so probed, when its ejection ends; it is scored at the pool's prior
+            self.core.rates.forget(a)
         return ejected
 
     def queued_cost_s(self, address: str) -> float:

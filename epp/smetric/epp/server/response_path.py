@@ -128,12 +128,10 @@ class ResponsePath:
         """The status, the gateway's attempt count and ``Retry-After`` go to the picker's outlier
         detection (:meth:`~smetric.epp.server.hooks.ResponseHooks.on_response`)."""
         assert st.pick is not None
+        attempts = _int_header(raw.get(ATTEMPT_COUNT_HEADER, ""))
+        st.retried = attempts > 1 or bool(st.served and st.served != st.pick.destination)
         ejected = self.hooks.on_response(
-            st.pick,
-            st.resp_status,
-            st.served,
-            _int_header(raw.get(ATTEMPT_COUNT_HEADER, "")),
-            _int_header(raw.get("retry-after", "")),
+            st.pick, st.resp_status, st.served, attempts, _int_header(raw.get("retry-after", ""))
         )
         for address in ejected:
             self.metrics.endpoint_ejections.labels(endpoint=address).inc()
@@ -220,7 +218,14 @@ class ResponsePath:
             # The stream just ended (its last chunk or trailers): now is its last token's time.
             tpot_s = (self.clock() - st.first_byte_at) / (usage.completion_tokens - 1)
             self.metrics.tpot.observe(tpot_s)
-        speed = self.hooks.on_complete(pick, ttft_s, usage, prompt_known=st.parsed is not None)
+        # Answered after a failed attempt (possibly by a fallback): its TTFT holds the failed attempt
+        # and measures another endpoint, so it teaches no endpoint's prefill speed. A wrong low
+        # speed would keep the destination from being picked, and so from ever being re-learned.
+        speed = (
+            None
+            if st.retried
+            else self.hooks.on_complete(pick, ttft_s, usage, prompt_known=st.parsed is not None)
+        )
         if self.flow is not None:
             self.flow.kick()
         if speed is not None:

@@ -46,6 +46,7 @@ class StreamState:
         "resp_sse",
         "resp_status",
         "resume",
+        "retried",
         "served",
         "subset",
         "usage",
@@ -88,6 +89,9 @@ class StreamState:
         self.completed = False
         self.generated_id = False
         self.served = ""  # x-gateway-destination-endpoint-served, when the gateway reports it
+        # the gateway reported an attempt before the one that answered (attempt count > 1, or the
+        # served endpoint is not the pick's destination): its TTFT is not the destination's
+        self.retried = False
         self.observer_attached = False  # --response-path=observer: an observer stream reports the response
         self.observer_timer: asyncio.TimerHandle | None = None
 
