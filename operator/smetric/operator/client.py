@@ -52,6 +52,7 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("networking.istio.io/v1alpha3", "EnvoyFilter"),
     ("gateway.envoyproxy.io/v1alpha1", "ClientTrafficPolicy"),
     ("gateway.envoyproxy.io/v1alpha1", "BackendTrafficPolicy"),
+    ("gateway.kgateway.dev/v1alpha1", "TrafficPolicy"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
 )

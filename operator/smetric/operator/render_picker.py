@@ -142,12 +142,14 @@ def policy_config_text(spec: SMetricPoolSpec) -> str:
     return yaml.safe_dump(policy_config(spec), sort_keys=False)
 
 
-# Gateways whose InferencePool cluster is ORIGINAL_DST on x-gateway-destination-endpoint: Envoy AI
-# Gateway (the InferencePool path of Envoy Gateway; ai-gateway v1.1.0
-# internal/extensionserver/post_cluster_modify.go l. 67-96) and kgateway (v2.0
-# endpointpicker/plugin.go processBackendObjectIR). That cluster parses the header as one ip:port
-# and answers 503 to the picker's list, and a retry there goes back to the same host anyway, so
-# the picker sends them the primary alone (docs/operator.md, "Retries and outlier detection").
+# Gateways whose InferencePool cluster reads one ip:port from x-gateway-destination-endpoint: Envoy
+# AI Gateway (the InferencePool path of Envoy Gateway; ai-gateway v1.1.0
+# internal/extensionserver/post_cluster_modify.go l. 67-96: ORIGINAL_DST, which answers 503 to the
+# picker's list) and kgateway (v2.0 endpointpicker/plugin.go processBackendObjectIR: ORIGINAL_DST;
+# at the v2.1 cut, 8b11de40dc, endpointpicker/backends.go l. 49-58: a subset load balancer keyed on
+# that value, where a list matches no endpoint and falls back to any). A retry there goes back to
+# the same host anyway, so the picker sends them the primary alone (docs/operator.md, "Retries and
+# outlier detection").
 ORIGINAL_DST_PROVIDERS = ("envoy-gateway", "kgateway")
 
 

@@ -21,10 +21,24 @@ What each gateway gets (the pinned versions of docs/deploy.md):
   route the HTTPRoute's request timeout.
 * ``gke``: ``GCPBackendPolicy`` ``default.timeoutSec`` = ``route_s`` (the load balancer's backend
   service timeout: the whole response).
-* ``kgateway`` (v2.1.0): only the HTTPRoute's request timeout. Its ``TrafficPolicy``
-  ``timeouts.streamIdle`` is the field for the rest; no CRD schema of that version is pinned here, so
-  it is not rendered: docs/operator.md shows the object to add (Envoy's default stream idle
-  timeout, 5 minutes, otherwise cuts a longer prefill).
+* ``kgateway`` (v2.1.0): a ``TrafficPolicy`` (``gateway.kgateway.dev/v1alpha1``) targeting the
+  HTTPRoute with ``timeouts.streamIdle`` = ``stream_idle_s``. Envoy's stream idle timeout, 5 minutes
+  by default, otherwise cuts a longer prefill. Source: kgateway-dev/kgateway at commit 8b11de40dc
+  (14 Oct 2025, "update rolling releases to v2.2.0-main", main right after the v2.1 release cut;
+  the v2.1.0 tag itself is in no mirror here, read from the sheidkamp/kgateway fork, which carries
+  upstream's history): api/v1alpha1/traffic_policy_types.go l. 46-52 (``targetRefs`` may name an
+  ``HTTPRoute``), l. 106-109 (``timeouts``: applied to HTTPRoutes, ignored for other kinds),
+  l. 459-476 (``Timeouts.request`` / ``streamIdle``, strings matching
+  ``^([0-9]{1,5}(h|m|s|ms)){1,4}$``); api/v1alpha1/shared_types.go l. 26-48 (each target needs
+  ``group``, ``kind``, ``name``); the CRD install/helm/kgateway-crds/templates/
+  gateway.kgateway.dev_trafficpolicies.yaml l. 809-845 and 880-892 says the same.
+  internal/kgateway/extensions2/plugins/trafficpolicy/traffic_policy_plugin.go l. 661-668 sets it
+  as the Envoy route's ``idle_timeout`` (which overrides the listener's stream idle timeout) and
+  sets ``timeouts.request`` only on a route without a timeout -- the HTTPRoute's request timeout
+  is always there, so ``request`` is left unset. ``streamIdle`` came with #11970 (77e516ea16,
+  13 Aug 2025; not in v2.0.x) and is unchanged up to the v2.2.x branch (api/v1alpha1/shared/
+  timeouts.go there), so v2.1.0 has it; the kgateway.dev 2.1.x docs
+  (resiliency/timeouts/idle-stream) show this same object.
 
 Kubernetes durations are whole seconds here, rounded up (:func:`whole_seconds`).
 
@@ -47,6 +61,7 @@ from smetric.operator.render_picker import pool_preset
 from smetric.operator.spec import SMetricPoolSpec
 
 EG_API_VERSION = "gateway.envoyproxy.io/v1alpha1"
+KGATEWAY_API_VERSION = "gateway.kgateway.dev/v1alpha1"
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 
 
@@ -80,9 +95,27 @@ def envoy_gateway_backend_policy(pool: PoolRef, spec: SMetricPoolSpec) -> Manife
     }
 
 
+def kgateway_traffic_policy(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
+    t = pool_timeouts(spec)
+    target = {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": pool.name}
+    return {
+        "apiVersion": KGATEWAY_API_VERSION,
+        "kind": "TrafficPolicy",
+        "metadata": metadata(pool, pool.child("timeouts"), ROUTING),
+        "spec": {
+            "targetRefs": [target],
+            "timeouts": {"streamIdle": duration(t.stream_idle_s)},
+        },
+    }
+
+
 def gateway_timeouts(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
     """The provider's own timeout object (the HTTPRoute and GCPBackendPolicy carry theirs)."""
     gateway = spec.gateway
-    if gateway is not None and gateway.provider == "envoy-gateway":
+    if gateway is None:
+        return []
+    if gateway.provider == "envoy-gateway":
         return [envoy_gateway_backend_policy(pool, spec)]
+    if gateway.provider == "kgateway":
+        return [kgateway_traffic_policy(pool, spec)]
     return []

@@ -116,8 +116,8 @@ async def test_child_watches_select_server_side(
     with run_operator(cluster, tmp_path / "operator.log", scope):
         await reconcile_once(cluster)
     seen = selectors(cluster)
-    # kmock serves 10 of the 18 child kinds; kopf skips the unserved ones (no CRD) with a warning.
-    assert len(CHILD_KINDS) == 18 and set(seen) >= CHILD_PLURALS
+    # kmock serves 10 of the 19 child kinds; kopf skips the unserved ones (no CRD) with a warning.
+    assert len(CHILD_KINDS) == 19 and set(seen) >= CHILD_PLURALS
     assert {plural: seen[plural] for plural in CHILD_PLURALS} == {
         plural: {CHILD_SELECTOR} for plural in CHILD_PLURALS
     }

@@ -1,6 +1,7 @@
 """Writes the CRD schemas the renderer tests validate against, from upstream repositories at the
-versions docs/deploy.md pins: ``python tests/support/crd_schemas/extract.py <mirrors>`` where
-``<mirrors>/<owner>+<name>/repo`` is a git clone of each source below.
+versions docs/deploy.md pins: ``python tests/support/crd_schemas/extract.py <mirrors> [output ...]``
+where ``<mirrors>/<owner>+<name>/repo`` is a git clone of each source below (or of the fork
+:data:`MIRRORS` names for it); naming outputs (e.g. ``trafficpolicy.json``) writes only those.
 
 Each output file keeps one served version's ``openAPIV3Schema`` without descriptions and without
 ``status`` (the renderer never writes status), plus where it came from (repository, tag, commit, path).
@@ -95,6 +96,17 @@ SOURCES: tuple[tuple[str, str, str, str, str, str], ...] = (
         "v1alpha1",
     ),
     (
+        # kgateway v2.1.0: no mirror holds the tag; main right after the v2.1 release cut (the
+        # commit renaming the rolling main build to v2.2.0-main). TrafficPolicy ``timeouts`` is
+        # unchanged from its introduction (77e516ea16, Aug 2025) to the v2.2.x branch.
+        "trafficpolicy.json",
+        "kgateway-dev/kgateway",
+        "8b11de40dc328bf7f05a6c67f9e23ec3b6c686e8",
+        "install/helm/kgateway-crds/templates/gateway.kgateway.dev_trafficpolicies.yaml",
+        "TrafficPolicy",
+        "v1alpha1",
+    ),
+    (
         "podmonitor.json",
         "prometheus-operator/prometheus-operator",
         "v0.87.0",
@@ -123,7 +135,19 @@ LATER: tuple[tuple[str, str, str, str, str, str], ...] = (
         "InferencePool",
         "v1",
     ),
+    (
+        "later/trafficpolicy-v2.2.x.json",
+        "kgateway-dev/kgateway",
+        "beef25ebcc44edf229bfbac98927212e41e61e80",  # the v2.2.x branch, May 2026
+        "install/helm/kgateway-crds/templates/gateway.kgateway.dev_trafficpolicies.yaml",
+        "TrafficPolicy",
+        "v1alpha1",
+    ),
 )
+
+# Repositories read from a fork carrying their history, where the stored upstream snapshot is older
+# than the pinned commit (kgateway-dev/kgateway's stops in February 2025).
+MIRRORS: dict[str, str] = {"kgateway-dev/kgateway": "sheidkamp/kgateway"}
 
 # Output file -> {dotted object path: the properties kept there}.
 KEEP: dict[str, dict[str, tuple[str, ...]]] = {
@@ -132,6 +156,8 @@ KEEP: dict[str, dict[str, tuple[str, ...]]] = {
     "clienttrafficpolicy.json": {
         "spec": ("targetRef", "targetRefs", "targetSelectors", "timeout", "connection", "http2")
     },
+    "trafficpolicy.json": {"spec": ("targetRefs", "targetSelectors", "timeouts")},
+    "later/trafficpolicy-v2.2.x.json": {"spec": ("targetRefs", "targetSelectors", "timeouts")},
 }
 
 
@@ -152,7 +178,7 @@ def _strip(node: Any) -> Any:
 
 
 def extract(mirrors: Path, repo: str, tag: str, path: str, kind: str, version: str) -> dict[str, Any]:
-    clone = mirrors / repo.replace("/", "+") / "repo"
+    clone = mirrors / MIRRORS.get(repo, repo).replace("/", "+") / "repo"
     git = ["git", "-C", str(clone)]
     commit = subprocess.run(
         [*git, "rev-parse", f"{tag}^{{commit}}"], capture_output=True, text=True, check=True
@@ -173,8 +199,10 @@ def extract(mirrors: Path, repo: str, tag: str, path: str, kind: str, version: s
 
 
 def main(argv: list[str]) -> int:
-    mirrors = Path(argv[0])
+    mirrors, only = Path(argv[0]), set(argv[1:])
     for out, *source in (*SOURCES, *LATER):
+        if only and out not in only:
+            continue
         data = extract(mirrors, *source)
         _keep(data["openAPIV3Schema"], KEEP.get(out, {}))
         data["kept"] = KEEP.get(out, {})

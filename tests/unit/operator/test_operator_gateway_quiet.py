@@ -2,8 +2,8 @@
 prefill of the pool's maximum model length, even after a retry: every timeout in the routing objects
 of every provider is off or at least the per-try idle + 1.25 x that prefill
 (``render_timeouts.pool_timeouts``), the route's request timeout and GKE's backend timeout are the
-derived whole-request bound, Envoy Gateway gets a stream idle timeout (its listener default, 5
-minutes, is below a 262,144-token prefill), and nothing is rendered that bounds the picker
+derived whole-request bound, Envoy Gateway and kgateway get a route stream idle timeout (Envoy's
+default, 5 minutes, is below a 262,144-token prefill), and nothing is rendered that bounds the picker
 connection's idle time. The picker side (its gRPC server accepts the gateway's keepalive PINGs at
 any rate) is shown through real Envoy by ``tests/integration/envoy/test_envoy_long_quiet*.py``; the
 bundled Envoy's timeouts by ``tests/integration/envoy/test_envoy_long_prefill.py``."""
@@ -29,6 +29,7 @@ ROUTING_KINDS = {
     "HealthCheckPolicy",
     "GCPBackendPolicy",
     "BackendTrafficPolicy",
+    "TrafficPolicy",
 }
 PRESET = PRESETS["qwen3-30b-h20"]  # the model of tests.support.operator_render.spec
 MAX_PREFILL_S = PRESET.cost_model.cost(262_144, 262_144)  # 584 s
@@ -89,6 +90,12 @@ def test_no_rendered_gateway_timeout_cuts_a_max_length_prefill(provider: str, se
             "name": route["metadata"]["name"],
         }
         assert _seconds(policy["spec"]["timeout"]["http"]["streamIdleTimeout"]) >= t.stream_idle_s
+    if provider == "kgateway":  # Envoy's default stream idle timeout (5 min) would cut the prefill
+        (policy,) = [c for c in routing if c["kind"] == "TrafficPolicy"]
+        assert policy["spec"]["targetRefs"] == [
+            {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": route["metadata"]["name"]}
+        ]
+        assert _seconds(policy["spec"]["timeouts"]["streamIdle"]) >= t.stream_idle_s
 
 
 def test_the_timeouts_follow_the_pools_length_and_cost_model() -> None:
