@@ -32,6 +32,11 @@ simulator and the picker both run this module; it wraps the routing decision, so
   their TPOT SLO once this prefill joins (:func:`smetric.policy.estimates.tpot_guard_ok`, the
   guard SMetric's ``meets`` uses). Past the knee a gate on TTFT alone lets every engine's
   chunked prefills stretch its decode steps, and requests that started in time miss on TPOT.
+* **Where, not only whether** (``filter_candidates``): the gate decides *whether* a request goes
+  now; the policy then picks *where*, among every endpoint. With ``filter_candidates`` the
+  endpoints the gate refuses are hidden from the policy (:meth:`FlowGate.candidates`), as GIE
+  runs its filters before its scorers, so a policy that reads no SLO (LMetric, Dynamo) sends the
+  request only where it can start in time.
 * **Shedding**: a request is shed on arrival when the queue is full (``reason=capacity``) and
   while queued when it has waited ``ttl_s`` or its TTFT deadline passed (``reason=ttl`` /
   ``deadline``; ``shed_on_deadline``): it can no longer make its SLO, and the capacity goes to
@@ -46,7 +51,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, Literal, TypeVar
 
 from smetric.core.views import EndpointSnapshot, RequestView
@@ -73,6 +78,7 @@ class FlowControlConfig:
     kv_headroom: bool = True  # the request's uncached tokens must fit the endpoint's free KV
     late_last: bool = True  # a resend after a 429 (already late) waits below every fresh request
     tpot_guard: bool = True  # an endpoint takes a request only if its decodes keep the TPOT SLO
+    filter_candidates: bool = False  # the policy chooses only among the endpoints the gate accepts
 
     def __post_init__(self) -> None:
         problems = [
@@ -195,20 +201,44 @@ class FlowGate:
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float = 0.0
     ) -> bool:
         """Some endpoint is :meth:`admissible` and meets the SLO time left or is idle."""
+        return any(self.capable(request, endpoints, waited_s))
+
+    def capable(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float = 0.0
+    ) -> list[bool]:
+        """Per endpoint: :meth:`admissible`, its decodes keep their TPOT (``tpot_guard``), and it
+        meets the SLO time left or is idle -- the gate's verdict on each endpoint."""
         ok = [self.admissible(request, ep) for ep in endpoints]
         if not any(ok):
-            return False
+            return ok
         times = None  # the TTFT estimates, computed once for the TPOT guard and the SLO check
         if self._cfg.tpot_guard:
             times = self._times(request, endpoints)
             ok = self._tpot_ok(request, endpoints, ok, times)
             if not any(ok):
-                return False
+                return ok
         bound = self._cfg.idle_queued_tokens
-        if any(o and ep.queued_prefill_tokens <= bound for o, ep in zip(ok, endpoints, strict=True)):
-            return True
+        idle = [o and ep.queued_prefill_tokens <= bound for o, ep in zip(ok, endpoints, strict=True)]
+        if all(i or not o for i, o in zip(idle, ok, strict=True)):
+            return idle  # every candidate is idle: no estimate needed
         meets = self._meets_each(request, endpoints, waited_s, times)
-        return any(o and m for o, m in zip(ok, meets, strict=True))
+        return [i or (o and m) for i, o, m in zip(idle, ok, meets, strict=True)]
+
+    def candidates(
+        self, request: RequestView, endpoints: list[EndpointSnapshot], waited_s: float = 0.0
+    ) -> list[EndpointSnapshot] | None:
+        """The endpoints the policy may choose from: ``None`` when none can take the request (hold
+        it); else ``endpoints`` as given, or with ``filter_candidates`` each endpoint the gate
+        refuses marked stale, so the policy scores only those that can take it (GIE's filters
+        before its scorers; the framework shows a policy no stale endpoint while a fresh one exists)."""
+        mask = self.capable(request, endpoints, waited_s)
+        if not any(mask):
+            return None
+        if not self._cfg.filter_candidates or all(mask):
+            return endpoints
+        return [
+            ep if ok or ep.stale else replace(ep, stale=True) for ep, ok in zip(endpoints, mask, strict=True)
+        ]
 
 
 T = TypeVar("T")

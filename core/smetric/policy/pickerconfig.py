@@ -25,6 +25,7 @@ Shape (the operator renders exactly the ``policy`` block)::
       kvHeadroom: true            # the request's uncached tokens must fit the endpoint's free KV
       lateLast: true              # a resend after a 429 waits below every fresh request
       tpotGuard: true             # an endpoint takes a request only if its decodes keep the TPOT SLO
+      filterCandidates: false     # the policy chooses only among the endpoints the gate accepts
     sessionHeaders: [x-session-token]  # request headers naming the session, first non-empty wins:
                                   # llmd-session's session id, flow control's flow (lower case)
     prefixIndex: null             # smetric-epp only: {mode: precise | approximate, blockSize,
@@ -118,6 +119,7 @@ class FlowControlSection(_Strict):
     kvHeadroom: bool = True
     lateLast: bool = True
     tpotGuard: bool = True
+    filterCandidates: bool = False
 
     def config(self) -> FlowControlConfig:
         return FlowControlConfig(
@@ -131,6 +133,7 @@ class FlowControlSection(_Strict):
             kv_headroom=self.kvHeadroom,
             late_last=self.lateLast,
             tpot_guard=self.tpotGuard,
+            filter_candidates=self.filterCandidates,
         )
 
 

@@ -55,3 +55,8 @@ class FlowControlSpec(SpecModel):
         description="An engine takes a request only if its running decodes keep the TPOT SLO once "
         "this prefill joins.",
     )
+    filter_candidates: bool = Field(
+        default=False,
+        description="The policy chooses only among the engines the gate accepts (filters before "
+        "scorers); off: the gate decides whether a request goes now, the policy where, among all.",
+    )

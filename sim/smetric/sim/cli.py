@@ -278,7 +278,8 @@ def _router_flags(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a flow-control setting (max_queued, ttl_s, shed_on_deadline, retry_after_s, slack, "
-        "idle_queued_tokens; clients: max_retries, jitter), repeatable; implies --flow-control",
+        "idle_queued_tokens, late_last, tpot_guard, filter_candidates; clients: max_retries, jitter), "
+        "repeatable; implies --flow-control",
     )
     p.add_argument(
         "--legacy-ledger",

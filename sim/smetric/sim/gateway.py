@@ -79,12 +79,17 @@ class SimGateway:
         """``key`` is a resend after a 429 and resends wait last (``late_last``)."""
         return self.cfg.late_last and key in self.attempts
 
-    def admits(self, request: RequestView, snaps: list[EndpointSnapshot], late: bool = False) -> bool:
+    def admits(
+        self, request: RequestView, snaps: list[EndpointSnapshot], late: bool = False
+    ) -> list[EndpointSnapshot] | None:
         """An arriving request goes straight to the router when nothing of its band or a higher
         one waits (it would overtake it unfairly; a fresh request passes the late ones waiting
-        below it) and some instance has capacity."""
+        below it) and some instance has capacity: the snapshots the router chooses from
+        (:meth:`~smetric.policy.flowcontrol.FlowGate.candidates`), ``None`` to hold it."""
         band = self.gate.band(late=late)
-        return self.queue.waiting_at_or_above(band) == 0 and self.gate.has_capacity(request, snaps)
+        if self.queue.waiting_at_or_above(band):
+            return None
+        return self.gate.candidates(request, snaps)
 
     def hold(self, key: int, flow: int, request: RequestView, now_s: float) -> bool:
         """Queue ``key``; ``False`` when the queue is full (shed it: reason ``capacity``)."""

@@ -291,12 +291,15 @@ class _Run:
         req, rview = self.request(key)
         snaps = self.snapshots(req, rview, t)
         gw = self.gateway
-        if gw is not None and not gw.admits(rview, snaps, gw.late(key)):
-            if gw.hold(key, fk, rview, t):
-                self.drain(t)
-            else:
-                self.shed(key, fk, "capacity", t)
-            return
+        if gw is not None:
+            admitted = gw.admits(rview, snaps, gw.late(key))
+            if admitted is None:
+                if gw.hold(key, fk, rview, t):
+                    self.drain(t)
+                else:
+                    self.shed(key, fk, "capacity", t)
+                return
+            snaps = admitted
         self.dispatch(key, req, rview, snaps, t)
 
     def request(self, key: int) -> tuple[EngineRequest, RequestView]:
@@ -324,12 +327,12 @@ class _Run:
                 if gw.late(key) and gw.queue.waiting_at_or_above(priority + 1):
                     break  # a late request goes only when no fresh one waits
                 req, rview = self.request(key)
-                snaps = self.snapshots(req, rview, t)
-                if gw.gate.has_capacity(rview, snaps, t - enqueued_s):
+                admitted = gw.gate.candidates(rview, self.snapshots(req, rview, t), t - enqueued_s)
+                if admitted is not None:
                     gw.queue.pop(flow, priority)
                     gw.flow_of.pop(key, None)
                     gw.waits.append(t - enqueued_s)
-                    self.dispatch(key, req, rview, snaps, t)
+                    self.dispatch(key, req, rview, admitted, t)
                     break  # the instances changed: start again from the new fair order
                 misses += 1
                 if misses >= _DRAIN_PROBES:

@@ -25,13 +25,13 @@ class SwitchGate(FlowGate):
         self.open = False
         self.budget: int | None = None  # when set: this many requests get capacity, then none
 
-    def has_capacity(
+    def capable(
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float = 0.0
-    ) -> bool:
+    ) -> list[bool]:
         if self.budget is not None:
             self.budget -= 1
-            return self.budget >= 0
-        return self.open
+            return [self.budget >= 0] * len(endpoints)
+        return [self.open] * len(endpoints)
 
 
 def with_flow(**kw: object) -> tuple[ExtProcServicer, SwitchGate]:

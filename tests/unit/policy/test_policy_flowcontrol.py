@@ -161,3 +161,25 @@ def test_queue_counts_what_waits_at_or_above_a_band() -> None:
     assert q.pop("b", 0) == "fresh2"
     assert (q.waiting_at_or_above(0), q.waiting_at_or_above(-1)) == (0, 1)
     assert q.pop("a", -1) == "late" and q.waiting_at_or_above(-1) == 0 and len(q) == 0
+
+
+def test_capable_is_the_gates_verdict_per_endpoint_and_has_capacity_its_any() -> None:
+    eps = [busy(30.0, name="a"), ep("b"), busy(0.01, name="c"), ep("d", waiting=3)]
+    assert gate().capable(REQ, eps) == [False, True, True, False]
+    assert gate().has_capacity(REQ, eps)
+    assert gate().capable(REQ, [busy(30.0), ep(waiting=3)]) == [False, False]
+    assert gate().capable(REQ, [ep("a"), ep("b")]) == [True, True]  # every candidate idle
+
+
+def test_candidates_filter_only_with_filter_candidates() -> None:
+    """Off (the default): the gate says whether, the policy sees every endpoint. On: the endpoints
+    the gate refuses are marked stale, so the framework hides them from the policy."""
+    eps = [busy(30.0, name="a"), ep("b"), busy(0.01, name="c")]
+    assert gate().candidates(REQ, eps) is eps
+    filtered = gate(filter_candidates=True).candidates(REQ, eps)
+    assert filtered is not None
+    assert [e.stale for e in filtered] == [True, False, False]
+    assert [e.name for e in filtered] == ["a", "b", "c"] and filtered[1] is eps[1]
+    assert gate(filter_candidates=True).candidates(REQ, [busy(30.0), busy(40.0)]) is None  # hold it
+    everyone = [ep("a"), ep("b")]
+    assert gate(filter_candidates=True).candidates(REQ, everyone) is everyone

@@ -108,3 +108,36 @@ def test_late_last_dispatches_a_resend_only_when_no_fresh_request_waits(
     assert late > 0 and while_fresh == 0
     late_off, while_fresh_off = late_while_fresh_waits(late_last=False)
     assert late_off > 0 and while_fresh_off > 0  # the same run without the guard
+
+
+def test_filter_candidates_sends_a_request_only_where_the_gate_accepts_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``filter_candidates`` a policy that reads no SLO (LMetric) dispatches only to instances
+    the gate accepts; without it (the gate says only *whether*), it sends some to ones it refuses."""
+    from smetric.sim import simulator
+
+    def refused_choices(**fc: object) -> tuple[int, int]:
+        seen = [0, 0]  # dispatches with a choice, of which to an instance the gate refuses
+        original = simulator._Run.dispatch
+
+        def spy(self: simulator._Run, key: int, req: object, rview: object, snaps: object, t: float) -> None:
+            gw = self.gateway
+            assert gw is not None
+            mask = gw.gate.capable(rview, snaps)  # type: ignore[arg-type]
+            original(self, key, req, rview, snaps, t)  # type: ignore[arg-type]
+            if any(mask) and not all(mask):
+                seen[0] += 1
+                seen[1] += not mask[self.table.by_key[key].instance]
+
+        monkeypatch.setattr(simulator._Run, "dispatch", spy)
+        simulate(
+            work(), "lmetric", 0.3, replace(with_fc(ttl_s=1.0, retry_after_s=0.5, **fc), measure_s=150.0)
+        )
+        monkeypatch.setattr(simulator._Run, "dispatch", original)
+        return seen[0], seen[1]
+
+    chosen, refused = refused_choices(filter_candidates=True)
+    assert chosen > 0 and refused == 0
+    chosen_off, refused_off = refused_choices(filter_candidates=False)
+    assert chosen_off > 0 and refused_off > 0

@@ -227,9 +227,8 @@ class Picker(PickerFeedback):
             snaps = self.snapshots(endpoints, hits, tier.global_hit(key), facts)
         if self.core.shed(request, snaps):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
-        gate = self.flow_gate
-        if gate is not None and waited_s is not None and not gate.has_capacity(request, snaps, waited_s):
-            raise Held(request, *gate.expiry(request))
+        if self.flow_gate is not None and waited_s is not None:
+            snaps = self._gated(self.flow_gate, request, endpoints, snaps, waited_s)
         if self.pd_router is not None:
             pick = self._pick_pd(request, endpoints, snaps)
         else:
@@ -352,6 +351,34 @@ class Picker(PickerFeedback):
             fetched_tokens=w.fetched_tokens,
             fetch_s=w.fetch_s,
         )
+
+    def _gated(
+        self,
+        gate: FlowGate,
+        request: RequestView,
+        endpoints: Sequence[EndpointInfo],
+        snaps: list[EndpointSnapshot],
+        waited_s: float,
+    ) -> list[EndpointSnapshot]:
+        """Flow control's gate (:meth:`FlowGate.candidates`) over the endpoints whose TTFT it
+        estimates: a P/D pool's prefill pods (its decode pods queue no prefill and would always
+        look idle; the simulator's P/D pool is its prefill instances), every endpoint otherwise
+        (selective P/D included: its decode pod may compute the prompt). Raises :class:`Held`
+        when none can take the request; returns ``snaps`` with ``filterCandidates``' marks."""
+        idx: Sequence[int] = range(len(snaps))
+        if self.pd_router is not None and self.pd_decider is None:
+            prefill = [i for i, ep in enumerate(endpoints) if ep.role == ROLE_PREFILL]
+            if prefill and len(prefill) < len(endpoints):
+                idx = prefill
+        gated = gate.candidates(request, [snaps[i] for i in idx], waited_s)
+        if gated is None:
+            raise Held(request, *gate.expiry(request))
+        if len(idx) == len(snaps):
+            return gated
+        out = list(snaps)
+        for i, s in zip(idx, gated, strict=True):
+            out[i] = s
+        return out
 
     def _pick_pd(
         self, request: RequestView, endpoints: Sequence[EndpointInfo], snaps: list[EndpointSnapshot]
