@@ -21,7 +21,7 @@ from types import TracebackType
 
 import aiohttp
 
-from smetric.core import outputs
+from smetric.core import outputs, ports
 
 
 class BenchError(RuntimeError):
@@ -166,10 +166,8 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-    return port
+    """A port free right now, below the kernel's ephemeral range (:func:`smetric.core.ports.free_port`)."""
+    return ports.free_port(host)
 
 
 def free_port_range(count: int, host: str = "127.0.0.1", start: int = 20000, stop: int = 60000) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+from smetric.core.ports import free_port
+
 
 def free_port_block(n: int, host: str = "127.0.0.1", attempts: int = 50) -> int:
     """A port ``p`` such that ``p .. p+n-1`` could all be bound a moment ago (racy by nature:
@@ -11,9 +13,7 @@ def free_port_block(n: int, host: str = "127.0.0.1", attempts: int = 50) -> int:
     if n < 1:
         raise ValueError("n must be >= 1")
     for _ in range(attempts):
-        with socket.socket() as probe:
-            probe.bind((host, 0))
-            base = int(probe.getsockname()[1])
+        base = free_port(host)  # below the ephemeral range (smetric.core.ports)
         if base + n > 65536:
             continue
         socks: list[socket.socket] = []

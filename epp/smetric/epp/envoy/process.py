@@ -20,6 +20,8 @@ from typing import Any
 
 import aiohttp
 
+from smetric.core import ports
+
 
 class EnvoyError(RuntimeError):
     pass
@@ -49,10 +51,8 @@ def envoy_binary() -> Path:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free right now (the OS picks it; a race with other processes is possible but rare)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port free right now, below the kernel's ephemeral range (:func:`smetric.core.ports.free_port`)."""
+    return ports.free_port(host)
 
 
 def ensure_port_free(port: int, host: str = "127.0.0.1") -> None:
