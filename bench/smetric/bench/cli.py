@@ -148,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decision-log", action="store_true",
                    help="picker rows: the pickers log one JSON line per decision (request id, endpoint, every "
                    "candidate's view) to <log-dir>/.../picker.log; smetric.bench.differential reads them")  # fmt: skip
+    p.add_argument("--picker-units", choices=("model", "wall"), default="model",
+                   help="picker rows: the durations the pickers are configured with (SLOs, decode step, "
+                   "fetch time, flow control's TTL) in model seconds as deployed (default), or in wall "
+                   "seconds (x time scale), the units of the prefill speed they learn (docs/bench.md, Limits)")  # fmt: skip
+    p.add_argument("--flow-control", action="store_true",
+                   help="picker rows: the pickers run flow control (its defaults; TTL and Retry-After "
+                   "in --picker-units); the clients resend a 429 after its Retry-After, at most 8 times")  # fmt: skip
     p.add_argument("--api", choices=APIS, default="chat",
                    help="wire API of the replayed traffic: OpenAI chat completions or Anthropic Messages (/v1/messages)")  # fmt: skip
     p.add_argument("--compare-sim", action="store_true",
@@ -213,7 +220,8 @@ class Bench:
             peers = [p for p in peers if not p.startswith("vllm-router")]
         self.rows = frontends(
             split_names(preset.policies), peers, args.envoy, args.response_path, args.envoy_upstream,
-            replica_counts(args.pickers), args.prefix_index, args.decision_log,
+            replica_counts(args.pickers), args.prefix_index, args.decision_log, args.picker_units,
+            args.flow_control,
         )  # fmt: skip
         if not self.rows:
             raise BenchError("nothing to run: give --policies and/or --peer")
@@ -231,6 +239,7 @@ class Bench:
             "time_accounting": TIME_ACCOUNTING, "peer_missing": missing_peer, "started_unix_s": time.time(),
             "arrivals": preset.arrivals, "warmup_s": preset.warmup_s, "max_arrival_drift": MAX_ARRIVAL_DRIFT,
             "timers": picker_timers(preset.time_scale),
+            "picker_units": args.picker_units, "flow_control": args.flow_control,
         }  # fmt: skip
         console.print(
             f"[bold]smetric bench[/]: {preset.instances} emulated instances ({args.preset}), time x{preset.time_scale:g}, "

@@ -18,6 +18,7 @@ import yaml
 from smetric.bench.procs import BenchError, Supervisor, free_port, free_port_range, wait_http_ok
 from smetric.core.gatewaytimeouts import GatewayTimeouts
 from smetric.core.presets import get_preset
+from smetric.policy.flowcontrol import FlowControlConfig
 
 if TYPE_CHECKING:  # the picker's package is imported only when a picker row runs
     from smetric.epp.envoy import EnvoyOptions
@@ -131,6 +132,8 @@ class PickerFrontend:
     pickers: int = 1  # replicas behind one Envoy ext_proc cluster (round robin per request)
     prefix_index: str = "auto"  # the picker's --prefix-index (precise: each engine's KV events)
     decision_log: bool = False  # the picker's --decision-log (one JSON line per decision)
+    units: str = "model"  # the picker's configured durations: "model" seconds, or "wall" (x time scale)
+    flow_control: bool = False  # the picker config's flowControl (its defaults, TTL and Retry-After in units)
 
     @property
     def router(self) -> str:
@@ -139,6 +142,26 @@ class PickerFrontend:
     @property
     def label(self) -> str:
         return self.policy if self.pickers == 1 else f"{self.policy} x{self.pickers}"
+
+    def picker_config(self, spec: ClusterSpec) -> dict[str, object]:
+        """The picker's config file. ``units`` ``wall``: every duration it is configured with (SLOs,
+        decode step, global-tier fetch time, flow control's TTL and Retry-After) times the time
+        scale, the units of the prefill speed it learns from wall-clock TTFTs; ``model``: as
+        deployed, in model seconds, so at time scale ``ts`` its SLO checks pass ``1 / ts`` times
+        too easily and the fetch term weighs ``1 / ts`` times too much (docs/bench.md, "Limits")."""
+        if self.units not in ("model", "wall"):
+            raise BenchError(f"picker units must be model or wall, got {self.units!r}")
+        unit_s = spec.time_scale if self.units == "wall" else 1.0
+        parameters = picker_parameters(spec.preset, spec.token_cost_scale, spec.global_tier != "none", unit_s)
+        config: dict[str, object] = {"policy": {"name": self.policy, "parameters": parameters}}
+        if self.flow_control:
+            defaults = FlowControlConfig()
+            config["flowControl"] = {
+                "enabled": True,
+                "ttlS": defaults.ttl_s * unit_s,
+                "retryAfterS": defaults.retry_after_s * unit_s,  # the header is whole seconds: >= 1
+            }
+        return config
 
     def envoy_options(
         self, cluster: Cluster, listen_port: int, admin_port: int, picker_port: int, *more_pickers: int
@@ -161,8 +184,7 @@ class PickerFrontend:
 
         envoy = envoy_path(self.envoy_binary)
         config = work_dir / f"picker-{self.policy}.yaml"
-        parameters = picker_parameters(spec.preset, spec.token_cost_scale, spec.global_tier != "none")
-        config.write_text(yaml.safe_dump({"policy": {"name": self.policy, "parameters": parameters}}))
+        config.write_text(yaml.safe_dump(self.picker_config(spec)))
         endpoints = f"--endpoints={','.join(cluster.endpoints)}"
         if self.prefix_index == "precise":  # each engine publishes its KV events on its own port
             pool = work_dir / "endpoints.yaml"
@@ -225,7 +247,7 @@ def envoy_path(explicit: str) -> str:
 
 
 def picker_parameters(
-    preset_name: str, token_cost_scale: float, global_tier: bool = False
+    preset_name: str, token_cost_scale: float, global_tier: bool = False, unit_s: float = 1.0
 ) -> dict[str, object]:
     """The picker's policy context for a cost-preserving token scale ``k`` (``{}`` = defaults at
     ``k = 1`` without a global tier): the preset's cost model, decode step, SLO and, with a global
@@ -235,14 +257,18 @@ def picker_parameters(
     ``cost(n, L) = c_lin n + c_att n (L - n/2)`` of ``k n`` tokens of a ``k L``-token prompt
     is ``(k c_lin) n + (k^2 c_att) n (L - n/2)``; a decode step per scaled output token is ``k`` real
     steps over ``k`` times the context; the TTFT SLO per scaled kilotoken and the TPOT SLO per scaled
-    token are ``k`` times the modelled ones."""
-    k = token_cost_scale
+    token are ``k`` times the modelled ones. ``unit_s``: wall seconds per configured second (the
+    time scale for a picker whose durations are in wall seconds, :attr:`PickerFrontend.units`);
+    the cost model stays in cost-model seconds, which the learned prefill speed converts."""
+    k, u = token_cost_scale, unit_s
     from smetric.policy import DecodeStepModel
 
     fetch: dict[str, object] = (
-        {"globalFetchSPerToken": get_preset(preset_name).global_fetch_s_per_token * k} if global_tier else {}
+        {"globalFetchSPerToken": get_preset(preset_name).global_fetch_s_per_token * k * u}
+        if global_tier
+        else {}
     )
-    if k == 1.0:
+    if k == 1.0 and u == 1.0:
         return fetch
 
     preset = get_preset(preset_name)
@@ -251,10 +277,10 @@ def picker_parameters(
     return {
         "preset": preset.name,
         "costModel": {"cLinS": cost.c_lin_s, "cAttS": cost.c_att_s},
-        "decodeStep": {"baseS": step.base_s, "perKvTokenS": step.per_kv_token_s},
-        "ttftSloBaseS": slo.ttft_base_s,
-        "ttftSloPerKTokS": slo.ttft_per_ktok_s,
-        "tpotSloS": slo.tpot_s,
+        "decodeStep": {"baseS": step.base_s * u, "perKvTokenS": step.per_kv_token_s * u},
+        "ttftSloBaseS": slo.ttft_base_s * u,
+        "ttftSloPerKTokS": slo.ttft_per_ktok_s * u,
+        "tpotSloS": slo.tpot_s * u,
         **fetch,
     }
 
@@ -329,6 +355,8 @@ def frontends(
     pickers: Sequence[int] = (1,),
     prefix_index: str = "auto",
     decision_log: bool = False,
+    picker_units: str = "model",
+    flow_control: bool = False,
 ) -> list[Frontend]:
     """Rows in run order: every picker policy (once per replica count), then each peer router's
     policies."""
@@ -345,6 +373,8 @@ def frontends(
             pickers=n,
             prefix_index=prefix_index,
             decision_log=decision_log,
+            units=picker_units,
+            flow_control=flow_control,
         )
         for p in policies
         for n in pickers

@@ -1,0 +1,63 @@
+"""The bench's picker config in wall units (``smetric bench --picker-units wall``): the picker
+learns its prefill speed from wall-clock TTFTs of engines emulated ``1 / time_scale`` times too
+fast, so its estimates are wall seconds; its SLOs, decode step and fetch time must be too."""
+
+from __future__ import annotations
+
+from smetric.bench.stacks import ClusterSpec, PickerFrontend, picker_parameters
+from smetric.core.presets import get_preset
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy import DecodeStepModel
+from smetric.policy.flowcontrol import FlowControlConfig, FlowGate
+from smetric.policy.params_mapping import params_from_mapping
+from smetric.policy.pickerconfig import validate_config
+
+PRESET = "qwen3-30b-h20"
+TS = 0.1  # the bench's default time scale: engines 10x faster than modelled
+
+
+def test_wall_units_scale_every_duration_but_the_cost_model() -> None:
+    model = params_from_mapping(picker_parameters(PRESET, 1.0, True, 1.0) or {"preset": PRESET})
+    wall = params_from_mapping(picker_parameters(PRESET, 1.0, True, TS))
+    p = get_preset(PRESET)
+    assert wall.slo.ttft_base_s == p.slo.ttft_base_s * TS
+    assert wall.slo.ttft_per_ktok_s == p.slo.ttft_per_ktok_s * TS and wall.slo.tpot_s == p.slo.tpot_s * TS
+    assert wall.global_fetch_s_per_token == model.global_fetch_s_per_token * TS  # type: ignore[operator]
+    assert wall.decode_step.base_s == DecodeStepModel.from_preset_name(PRESET).base_s * TS
+    assert wall.cost_model == p.cost_model  # cost-model seconds: the learned speed converts them
+
+
+def test_an_engine_that_misses_in_wall_time_is_refused_only_in_wall_units() -> None:
+    """The engine runs 10x fast (learned speed 10) with 5 SLOs' worth of queued cost: 0.5 SLO of
+    wall time, five times the wall SLO the bench's clock holds it to. Model units let it pass."""
+    request = RequestView("r", 8_000, turn=0)
+    slo_s = get_preset(PRESET).slo.ttft_slo_s(8_000)
+    busy = EndpointSnapshot(
+        "a", queued_prefill_cost=5 * slo_s, queued_prefill_tokens=1_000.0, prefill_speed=10.0
+    )
+    cfg = FlowControlConfig(enabled=True, tpot_guard=False)
+    model = FlowGate(
+        cfg, params_from_mapping(picker_parameters(PRESET, 1.0, False, 1.0) or {"preset": PRESET})
+    )
+    wall = FlowGate(cfg, params_from_mapping(picker_parameters(PRESET, 1.0, False, TS)))
+    assert model.has_capacity(request, [busy])  # lenient by 1 / time scale
+    assert not wall.has_capacity(request, [busy])
+
+
+def test_flow_control_in_the_picker_config() -> None:
+    spec = ClusterSpec(4, PRESET, TS, 0, 16, "0", "m")
+    off = PickerFrontend("smetric").picker_config(spec)
+    assert "flowControl" not in off
+    on = PickerFrontend("smetric", units="wall", flow_control=True).picker_config(spec)
+    fc = on["flowControl"]
+    assert isinstance(fc, dict) and fc["enabled"] is True
+    assert (
+        fc["ttlS"] == FlowControlConfig().ttl_s * TS
+        and fc["retryAfterS"] == FlowControlConfig().retry_after_s * TS
+    )
+    assert PickerFrontend("smetric", flow_control=True).picker_config(spec)["flowControl"]["ttlS"] == 2.0  # type: ignore[index]
+    picker = validate_config(on)  # the picker takes it: flow control on, TTL in wall seconds
+    assert (
+        picker.flowControl.config().enabled
+        and picker.flowControl.config().ttl_s == FlowControlConfig().ttl_s * TS
+    )
