@@ -102,6 +102,10 @@ class Summary:
     cpu_client_ms: float = float("nan")
     cpu_engines_ms: float = float("nan")
     cpu_box_share: float = float("nan")
+    # flow control (the pickers' 429 + Retry-After; the clients resend, at most 8 times): the
+    # window's requests refused at least once, and those whose last answer was still a 429 (given up)
+    shed_share: float = float("nan")
+    gave_up_share: float = float("nan")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -316,6 +320,8 @@ def summarise(
         ttft_p50_all_scaled_s=percentile(ttft_all, 50),
         ttft_p90_all_scaled_s=percentile(ttft_all, 90),
         n_server_timed=len(timed),
+        shed_share=frac(sum(1 for r in records if r.outcome.retries_429 > 0 or r.outcome.status == 429)),
+        gave_up_share=frac(sum(1 for r in records if r.outcome.status == 429)),
         emulator_overhead_ms=emulator_overhead_ms(modelled, time_scale),
         arrival_rate_start_per_s=drift[0],
         arrival_rate_end_per_s=drift[1],

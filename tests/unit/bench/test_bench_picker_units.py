@@ -61,3 +61,26 @@ def test_flow_control_in_the_picker_config() -> None:
         picker.flowControl.config().enabled
         and picker.flowControl.config().ttl_s == FlowControlConfig().ttl_s * TS
     )
+
+
+def test_the_summary_reports_sheds_and_give_ups() -> None:
+    from smetric.bench.metrics import summarise
+    from smetric.bench.replay import Outcome, RequestRecord
+
+    def rec(n: int, outcome: Outcome) -> RequestRecord:
+        return RequestRecord(f"s{n}", "f", 0, 0.0, 0.0, 100, 10, outcome)
+
+    served = Outcome(ok=True, status=200, ttft_s=0.5, e2e_s=0.6, output_tokens=10, prompt_tokens=100)
+    retried = Outcome(
+        ok=True, status=200, ttft_s=3.0, e2e_s=3.1, output_tokens=10, prompt_tokens=100, retries_429=2
+    )
+    gave_up = Outcome(ok=False, status=429, retries_429=8)
+    s = summarise(
+        [rec(0, served), rec(1, retried), rec(2, gave_up), rec(3, served)],
+        0,
+        get_preset(PRESET).slo,
+        1.0,
+        [],
+        None,
+    )
+    assert s.shed_share == 0.5 and s.gave_up_share == 0.25
