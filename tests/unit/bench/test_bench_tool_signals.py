@@ -158,7 +158,8 @@ def _run_and_signal(
             time.sleep(0.05)
         proc.send_signal(sig)
         left = stopped_cleanly(proc, seen, 30.0)
-        out = proc.communicate()[0]
+        kill_all(seen)  # survivors would hold the output pipe open
+        out = proc.communicate(timeout=10.0)[0]
         assert left == {}, (left, out[-2000:])
         return proc.returncode, out
     finally:
@@ -229,3 +230,19 @@ def test_simspeed_passes_on_the_simulators_stop(sig: int, tmp_path: Path) -> Non
     rc, out = _run_and_signal([sys.executable, "-c", code], sig, tmp_path, streaming)
     assert rc == 128 + sig, out[-2000:]
     assert f"stopped by {signal.Signals(sig).name}" in out and "Traceback" not in out, out[-2000:]
+
+
+def test_a_latency_child_that_never_says_ready_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``harness.spawn`` waits at most ``START_S`` for the ``ready`` line (the wait blocks the event
+    loop, so a signal waits with it), then stops the child. Guard off (a plain ``readline``): the
+    wait lasts until the child ends by itself, which it marks."""
+    from smetric.bench.latency import harness
+
+    monkeypatch.setattr(harness, "START_S", 0.5)
+    marker = tmp_path / "slept-through"
+    code = f"import pathlib, time; time.sleep(10); pathlib.Path({str(marker)!r}).write_text('x')"
+    with pytest.raises(RuntimeError, match="did not start"):
+        harness.spawn([sys.executable, "-c", code])
+    assert not marker.exists()
