@@ -9,8 +9,8 @@ How a bench tool stops on SIGTERM and SIGINT (its children with it, exit status 
 asyncio tool runs its main coroutine with :func:`smetric.core.stopping.run_until_signalled` (the
 signal cancels it; :class:`Supervisor` and ``AsyncExitStack`` exits stop the children), a
 synchronous one runs inside :func:`smetric.core.stopping.sigterm_raises_interrupt` (SIGTERM raises
-``KeyboardInterrupt`` as Ctrl-C does; :func:`run_child` and :func:`stop_child` stop the child);
-both report with :func:`stopped`.
+``KeyboardInterrupt`` as Ctrl-C does; :func:`run_child`, :func:`stop_child` and :func:`process_pool`
+stop the children); both report with :func:`stopped`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -174,6 +176,38 @@ def run_child(cmd: Sequence[str], timeout_s: float, grace_s: float, output: Path
         except BaseException:
             stop_child(proc, grace_s)
             raise
+
+
+def _default_sigterm() -> None:
+    """A pool worker's initializer: SIGTERM ends it (a fork inherits the parent's handler, which
+    :func:`~smetric.core.stopping.sigterm_raises_interrupt` makes raise, and a worker reports a
+    task's exception and takes the next task)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def process_pool(workers: int, grace_s: float = 5.0) -> Iterator[ProcessPoolExecutor]:
+    """A process pool for a tool's runs. Left normally: shut down once its tasks are done. Left by
+    an exception (Ctrl-C, SIGTERM within ``sigterm_raises_interrupt``): its queued tasks are
+    cancelled and its workers stopped at once (SIGTERM, SIGKILL after ``grace_s``), not waited for
+    until their current task ends, as ``with ProcessPoolExecutor()`` would; a tool killed by
+    SIGTERM without this leaves them running, blocked on their task queue for good."""
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_default_sigterm)
+    try:
+        yield pool
+    except BaseException:
+        procs = list(pool._processes.values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        deadline = time.monotonic() + grace_s
+        for proc in procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        raise
+    pool.shutdown(wait=True)
 
 
 def stopped(prog: str, exc: Interrupted | KeyboardInterrupt) -> int:

@@ -246,3 +246,35 @@ def test_a_latency_child_that_never_says_ready_is_stopped(
     with pytest.raises(RuntimeError, match="did not start"):
         harness.spawn([sys.executable, "-c", code])
     assert not marker.exists()
+
+
+EVIDENCE = """
+import os, sys, time
+from pathlib import Path
+from smetric.bench.evidence import {name} as tool
+def run(task):  # a run that takes long: each worker marks that it has started one
+    Path({tmp!r}, f"worker-{{os.getpid()}}").touch()
+    time.sleep(60)
+tool._run = run
+sys.exit(tool.command(tool.main, ["--trace", {trace!r}, "--workers", "2", "--seeds", "0,1"], "tool"))
+"""
+
+
+@SIGNALS
+@pytest.mark.parametrize("name", ["estimates_ablation", "tiered_ablation"])
+def test_an_ablation_stops_its_pool_at_once(name: str, sig: int, tmp_path: Path) -> None:
+    """The evidence ablations' process pools: the workers are stopped in the middle of their runs
+    (a plain ``ProcessPoolExecutor`` waits for them; a SIGTERM without the handling leaves them
+    running for good)."""
+    from tests.support.sim_synth import write_agentic
+
+    trace = tmp_path / "trace.jsonl.gz"
+    write_agentic(trace)
+
+    def running(pids: set[int], tmp: Path) -> bool:  # both workers in a run
+        return len(list(tmp.glob("worker-*"))) >= 2
+
+    code = EVIDENCE.format(name=name, tmp=str(tmp_path), trace=str(trace))
+    rc, out = _run_and_signal([sys.executable, "-c", code], sig, tmp_path, running)
+    assert rc == 128 + sig, out[-2000:]
+    _says_stopped(out, sig)
