@@ -43,7 +43,7 @@ from smetric.bench.inputs import families_for as families_for  # re-exported: be
 from smetric.bench.inputs import parse_rates as parse_rates  # re-exported: tests
 from smetric.bench.plan import AgentPlan, ReplayPlan
 from smetric.bench.presets import FULL, QUICK, Preset
-from smetric.bench.procs import BenchError
+from smetric.bench.procs import BenchError, stopped
 from smetric.bench.replay import RequestRecord, SendSpec
 from smetric.bench.report import PolicyResult, record_line
 from smetric.bench.rowreport import plot_rows, render_rows, summary_markdown, write_rows_json
@@ -60,7 +60,7 @@ from smetric.bench.sweep import (
 )
 from smetric.core.argparsing import OneLineErrors
 from smetric.core.presets import get_preset
-from smetric.core.stopping import Interrupted, run_until_signalled
+from smetric.core.stopping import Interrupted, run_until_signalled, sigterm_raises_interrupt
 from smetric.sim.config import ARRIVALS
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 from smetric.trace.model import Trace
@@ -449,9 +449,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from smetric.bench.compare import compare_with_simulator
 
         try:
-            bench.meta["compare_sim"] = compare_with_simulator(bench, rows, console)
+            with sigterm_raises_interrupt():  # the simulator child is stopped (and stops its pool)
+                bench.meta["compare_sim"] = compare_with_simulator(bench, rows, console)
         except BenchError as exc:
             console.print(f"[red]smetric bench --compare-sim:[/] {exc}")
             bench.meta["compare_sim"] = {"error": str(exc)}
+        except KeyboardInterrupt as exc:
+            return stopped("smetric bench --compare-sim", exc)  # the bench's own --json is written
         write_rows_json(args.json, rows, bench.meta)
     return 0 if any(r.status in ("ok", "partial") for r in rows) else 1

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +27,8 @@ from rich.console import Console
 from rich.table import Table
 
 from smetric.bench.cpu import picker_timers
-from smetric.bench.procs import BenchError
+from smetric.bench.procs import BenchError, run_child
+from smetric.bench.stacks import smetric_argv
 from smetric.bench.sweep import KNEE_ATTAINMENT, Row
 
 if TYPE_CHECKING:
@@ -41,6 +40,7 @@ SIM_RATES = (
 SIM_WARMUP_S = 1200.0  # `smetric simulate --quick`'s window (20 + 20 simulated minutes)
 SIM_MEASURE_S = 1200.0
 SIM_TIMEOUT_S = 3600.0
+SIM_STOP_GRACE_S = 30.0  # smetric simulate stops its pool: each worker ends its current run (seconds)
 
 
 def average_ranks(values: Sequence[float]) -> np.ndarray:
@@ -131,15 +131,17 @@ def sim_scores(
 
 
 def run_simulator(argv: list[str], out: Path) -> list[dict[str, Any]]:
-    cmd = [sys.executable, "-m", "smetric.core.cli", "simulate", *argv, "--json", str(out)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SIM_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        raise BenchError(f"smetric simulate did not finish within {SIM_TIMEOUT_S:g} s") from None
-    if proc.returncode != 0 or not out.is_file():
-        raise BenchError(
-            f"smetric simulate failed ({proc.returncode}): {(proc.stderr or proc.stdout)[-400:]}"
-        )
+    """``smetric simulate ARGV --json OUT`` in a child (its output in ``OUT.log``); its rows. Stopped
+    with :func:`~smetric.bench.procs.run_child` on a timeout or an interrupt (it then stops its
+    pool's workers)."""
+    cmd = [*smetric_argv("simulate"), *argv, "--json", str(out)]
+    log = out.with_suffix(".log")
+    rc = run_child(cmd, SIM_TIMEOUT_S, SIM_STOP_GRACE_S, output=log)
+    if rc is None:
+        raise BenchError(f"smetric simulate did not finish within {SIM_TIMEOUT_S:g} s")
+    if rc != 0 or not out.is_file():
+        tail = log.read_text(encoding="utf-8", errors="replace")[-400:] if log.is_file() else ""
+        raise BenchError(f"smetric simulate failed ({rc}): {tail}")
     doc = json.loads(out.read_text())
     rows = doc.get("results")
     if not isinstance(rows, list):

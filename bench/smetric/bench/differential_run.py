@@ -19,8 +19,6 @@ import dataclasses
 import heapq
 import json
 import math
-import signal
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,9 +42,11 @@ from smetric.bench.differential import (
 )
 from smetric.bench.inputs import find_trace, load_trace
 from smetric.bench.presets import QUICK
-from smetric.bench.procs import BenchError, check_writable, stop_child
+from smetric.bench.procs import BenchError, check_writable, run_child, stopped
+from smetric.bench.stacks import smetric_argv
 from smetric.core.argparsing import OneLineErrors
 from smetric.core.presets import get_preset
+from smetric.core.stopping import sigterm_raises_interrupt
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import Decision as PolicyDecision
 from smetric.sim.config import SimConfig
@@ -166,44 +166,16 @@ def sim_decisions(
 def run_bench(
     out: Path, policies: Sequence[str], rate: float, seed: int, trace: Path, more: Sequence[str] = ()
 ) -> None:
-    cmd = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--policies", ",".join(policies),
+    cmd = [*smetric_argv("bench"), "--quick", "--policies", ",".join(policies),
            "--peer", "none", "--rates", f"{rate:g}", "--seeds", "1", "--seed", str(seed), "--decision-log",
            "--trace", str(trace), "--records", str(out / "records.jsonl"), "--log-dir", str(out / "logs"),
            "--json", str(out / "bench.json"), *more]  # fmt: skip
     print("differential: " + " ".join(cmd[2:]), flush=True)
-    rc = run_child(cmd, BENCH_TIMEOUT_S)
+    rc = run_child(cmd, BENCH_TIMEOUT_S, BENCH_STOP_GRACE_S)
     if rc is None:
         raise BenchError(f"smetric bench ran past {BENCH_TIMEOUT_S:g} s and was stopped")
     if rc != 0:
         raise BenchError(f"smetric bench ended with status {rc} (its own message is above)")
-
-
-def run_child(cmd: Sequence[str], timeout_s: float, grace_s: float = BENCH_STOP_GRACE_S) -> int | None:
-    """Run ``cmd``; its exit status, or ``None`` when it ran past ``timeout_s``. The child is
-    stopped with SIGTERM (the bench then stops every process it started), SIGKILL only after
-    ``grace_s``, when it runs too long and when this process is interrupted (Ctrl-C, or SIGTERM,
-    which is turned into the same path): a SIGKILL of the bench alone would leave its engines,
-    picker and Envoy running in their own process groups."""
-
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous: Any = signal.signal(signal.SIGTERM, on_term)
-    except ValueError:  # not the main thread: the caller's own handling stands
-        previous = None
-    proc = subprocess.Popen(list(cmd))
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        stop_child(proc, grace_s)
-        return None
-    except BaseException:
-        stop_child(proc, grace_s)
-        raise
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def read_bench_json(bench_dir: Path) -> dict[str, Any]:
@@ -221,12 +193,17 @@ def read_bench_json(bench_dir: Path) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """:func:`run`; an unusable argument, input or output is one line on stderr (exit 2)."""
+    """:func:`run`; an unusable argument, input or output is one line on stderr (exit 2). SIGTERM
+    or SIGINT stops the bench child (it stops its engines, picker and Envoy) and exits 143 / 130."""
+    prog = "python -m smetric.bench.differential_run"
     try:
-        return run(argv)
+        with sigterm_raises_interrupt():
+            return run(argv)
     except BenchError as exc:
-        print(f"python -m smetric.bench.differential_run: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        return stopped(prog, exc)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -4,6 +4,13 @@ stop every group on exit (also on Ctrl-C and on failure), pick free ports.
 Each child gets its own session (``start_new_session=True``) so stopping it signals the whole group
 (Envoy's hot-restart wrapper, uvicorn workers, ...). Output goes to one log file per child; an error
 about a child that died quotes the end of its log.
+
+How a bench tool stops on SIGTERM and SIGINT (its children with it, exit status 143 / 130): an
+asyncio tool runs its main coroutine with :func:`smetric.core.stopping.run_until_signalled` (the
+signal cancels it; :class:`Supervisor` and ``AsyncExitStack`` exits stop the children), a
+synchronous one runs inside :func:`smetric.core.stopping.sigterm_raises_interrupt` (SIGTERM raises
+``KeyboardInterrupt`` as Ctrl-C does; :func:`run_child`, :func:`stop_child` and :func:`process_pool`
+stop the children); both report with :func:`stopped`.
 """
 
 from __future__ import annotations
@@ -14,7 +21,10 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -22,6 +32,7 @@ from types import TracebackType
 import aiohttp
 
 from smetric.core import outputs, ports
+from smetric.core.stopping import Interrupted, interrupt_exit_code
 
 
 class BenchError(RuntimeError):
@@ -145,6 +156,67 @@ def stop_child(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def run_child(cmd: Sequence[str], timeout_s: float, grace_s: float, output: Path | None = None) -> int | None:
+    """Run ``cmd`` to its end; its exit status, or ``None`` when it ran past ``timeout_s``. Its
+    stdout and stderr go to ``output`` (a file, replaced) when given, else to this process's. The
+    child is stopped with :func:`stop_child` (SIGTERM, so it stops what it started; SIGKILL after
+    ``grace_s``) when it runs too long and when this process is interrupted (Ctrl-C, or SIGTERM
+    within :func:`~smetric.core.stopping.sigterm_raises_interrupt`); ``subprocess.run`` would
+    SIGKILL it, leaving its own children running."""
+    with contextlib.ExitStack() as files:
+        out = files.enter_context(output.open("wb")) if output is not None else None
+        proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_child(proc, grace_s)
+            return None
+        except BaseException:
+            stop_child(proc, grace_s)
+            raise
+
+
+def _default_sigterm() -> None:
+    """A pool worker's initializer: SIGTERM ends it (a fork inherits the parent's handler, which
+    :func:`~smetric.core.stopping.sigterm_raises_interrupt` makes raise, and a worker reports a
+    task's exception and takes the next task)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def process_pool(workers: int, grace_s: float = 5.0) -> Iterator[ProcessPoolExecutor]:
+    """A process pool for a tool's runs. Left normally: shut down once its tasks are done. Left by
+    an exception (Ctrl-C, SIGTERM within ``sigterm_raises_interrupt``): its queued tasks are
+    cancelled and its workers stopped at once (SIGTERM, SIGKILL after ``grace_s``), not waited for
+    until their current task ends, as ``with ProcessPoolExecutor()`` would; a tool killed by
+    SIGTERM without this leaves them running, blocked on their task queue for good."""
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_default_sigterm)
+    try:
+        yield pool
+    except BaseException:
+        procs = list(pool._processes.values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        deadline = time.monotonic() + grace_s
+        for proc in procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        raise
+    pool.shutdown(wait=True)
+
+
+def stopped(prog: str, exc: Interrupted | KeyboardInterrupt) -> int:
+    """A tool stopped by SIGTERM or SIGINT after its cleanup: one line on stderr; the exit status a
+    shell reports for that signal (143, 130)."""
+    code = exc.exit_code if isinstance(exc, Interrupted) else interrupt_exit_code(exc)
+    name = signal.Signals(code - 128).name
+    print(f"{prog}: stopped by {name}; every process it started was stopped", file=sys.stderr, flush=True)
+    return code
 
 
 def check_writable(flag: str, path: Path) -> None:

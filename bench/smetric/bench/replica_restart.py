@@ -20,9 +20,10 @@ from pathlib import Path
 
 import aiohttp
 
-from smetric.bench.procs import BenchError, Supervisor
+from smetric.bench.procs import BenchError, Supervisor, stopped
 from smetric.bench.replicas import MODEL, conversation, start_envoy, start_pickers
 from smetric.bench.stacks import ClusterSpec, start_cluster
+from smetric.core.stopping import Interrupted, run_until_signalled
 
 
 async def run(sig: signal.Signals, seconds: float, at_s: float, down_s: float, work: Path) -> Counter[str]:
@@ -97,10 +98,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sig = signal.SIGTERM if a.signal == "TERM" else signal.SIGKILL
     try:
         with tempfile.TemporaryDirectory(prefix="smetric-replica-restart-") as tmp:
-            codes = asyncio.run(run(sig, a.seconds, a.at, a.down, Path(tmp)))
+            codes = run_until_signalled(run(sig, a.seconds, a.at, a.down, Path(tmp)))
     except BenchError as exc:
         print(f"replica_restart: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:  # SIGTERM / SIGINT: the stack was stopped
+        return stopped("replica_restart", exc)
     total = sum(codes.values())
     print(
         f"SIG{a.signal} of 1 of 2 precise replicas: {total} requests, "

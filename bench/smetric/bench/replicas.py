@@ -27,8 +27,9 @@ from typing import Any
 import aiohttp
 import yaml
 
-from smetric.bench.procs import BenchError, Supervisor, check_writable, free_port, wait_http_ok
+from smetric.bench.procs import BenchError, Supervisor, check_writable, free_port, stopped, wait_http_ok
 from smetric.bench.stacks import HOST, ClusterSpec, smetric_argv, start_cluster, wait_grpc_serving
+from smetric.core.stopping import Interrupted, run_until_signalled
 
 MODEL = "qwen3-30b"
 
@@ -195,21 +196,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--instances", type=int, default=4, help="emulated engines")
     p.add_argument("--json", default="", help="write the runs here")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
-    runs: list[ReplicaRun] = []
-    try:
-        if a.json:  # before any stack starts
-            check_writable("--json", Path(a.json))
+
+    async def measure_all() -> list[ReplicaRun]:
+        runs: list[ReplicaRun] = []
         for index in a.index.split(","):
             for n in (int(x) for x in a.pickers.split(",")):
                 with tempfile.TemporaryDirectory(prefix="smetric-replicas-") as tmp:
-                    run = asyncio.run(
-                        measure(n, index, a.policy, a.sessions, a.turns, a.instances, Path(tmp))
-                    )
+                    run = await measure(n, index, a.policy, a.sessions, a.turns, a.instances, Path(tmp))
                 runs.append(run)
                 print(f"  {index} x{n}: {run.sticky}/{run.followups} sticky", file=sys.stderr)
+        return runs
+
+    try:
+        if a.json:  # before any stack starts
+            check_writable("--json", Path(a.json))
+        runs = run_until_signalled(measure_all())  # SIGTERM / SIGINT: every stack is stopped
     except BenchError as exc:
         print(f"replicas: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        return stopped("replicas", exc)
     print(table(runs))
     if a.json:
         Path(a.json).write_text(json.dumps([{**asdict(r), "share": r.share} for r in runs], indent=2))

@@ -72,12 +72,7 @@ def test_a_reused_run_that_is_missing_or_malformed(
 def test_a_failed_bench_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import subprocess
-
-    def fail(cmd: list[str], check: bool, timeout: float) -> None:
-        raise subprocess.CalledProcessError(2, cmd)
-
-    monkeypatch.setattr(dr.subprocess, "run", fail)
+    monkeypatch.setattr(dr, "run_child", lambda cmd, timeout_s, grace_s: 2)
     with pytest.raises(
         dr.BenchError, match=r"smetric bench ended with status 2 \(its own message is above\)"
     ):
@@ -99,11 +94,11 @@ def test_a_bench_past_its_timeout_gets_sigterm_to_stop_what_it_started(tmp_path:
     """The bench stops its engines, picker and Envoy on SIGTERM; a SIGKILL (what
     ``subprocess.run(timeout=)`` sends) would leave them running in their own process groups.
     Guard off (``_stop`` kills at once): the marker is never written."""
-    from smetric.bench.differential_run import run_child
+    from smetric.bench.procs import run_child
 
     marker = tmp_path / "marker"
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     assert run_child([sys.executable, str(script), str(marker)], timeout_s=1.5, grace_s=10.0) is None
     assert marker.read_text() == "stopped its own processes"
-    assert run_child([sys.executable, "-c", "raise SystemExit(3)"], timeout_s=10.0) == 3
+    assert run_child([sys.executable, "-c", "raise SystemExit(3)"], timeout_s=10.0, grace_s=1.0) == 3

@@ -61,7 +61,7 @@ def test_ablations_check_the_trace_and_the_output_before_any_run(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mod = importlib.import_module(f"smetric.bench.evidence.{name}")
-    monkeypatch.setattr(mod, "ProcessPoolExecutor", lambda **_: pytest.fail("a run started"))
+    monkeypatch.setattr(mod, "process_pool", lambda *_: pytest.fail("a run started"))
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{bad\n")
     empty = tmp_path / "empty.jsonl"

@@ -38,13 +38,13 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from smetric.bench.evidence.inputs import check_output, check_trace, command
+from smetric.bench.procs import process_pool
 from smetric.core.presets import get_preset
 from smetric.sim.simulator import SimConfig, simulate
 from smetric.sim.stats import mean_ci95
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tasks += [(a.trace, a.preset, cfg, v, s, m, base * m) for m in rates for v in variants for s in seeds]
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=max(1, a.workers)) as pool:
+    with process_pool(max(1, a.workers)) as pool:  # SIGTERM / Ctrl-C: the workers stop at once
         for r in pool.map(_run, tasks):
             rows.append(r)
             print(

@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from smetric.bench.procs import stopped
 from smetric.core.outputs import check_writable
+from smetric.core.stopping import sigterm_raises_interrupt
 from smetric.trace.errors import TraceFormatError
 
 SWEEP = "a `smetric simulate --json` output"
@@ -86,9 +88,13 @@ def check_trace(path: Path | str) -> None:
 
 def command(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None, prog: str) -> int:
     """``main(argv)``; an :class:`InputError` or a trace's format error is one line on stderr and
-    exit status 2."""
+    exit status 2. SIGTERM unwinds as Ctrl-C does (the tool's ``process_pool`` stops its workers);
+    either is one line and exit status 143 / 130."""
     try:
-        return main(argv)
+        with sigterm_raises_interrupt():
+            return main(argv)
     except (InputError, TraceFormatError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        return stopped(prog, exc)

@@ -23,12 +23,12 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
 from smetric.bench.evidence.inputs import check_output, check_trace, command
+from smetric.bench.procs import process_pool
 from smetric.core.presets import get_preset
 from smetric.policy.tiered_params import MECHANISMS, TieredParams
 from smetric.sim import simulator
@@ -187,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     t0 = time.perf_counter()
     rows: list[dict[str, object]] = []
-    with ProcessPoolExecutor(max_workers=max(1, a.workers)) as pool:
+    with process_pool(max(1, a.workers)) as pool:  # SIGTERM / Ctrl-C: the workers stop at once
         for r in pool.map(_run, tasks):
             rows.append(r)
             print(

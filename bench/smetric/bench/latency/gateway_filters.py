@@ -18,9 +18,13 @@ from pathlib import Path
 
 import aiohttp
 
+from smetric.bench.procs import stop_child, stopped
+from smetric.core.stopping import Interrupted, run_until_signalled
 from smetric.epp.envoy import EnvoyOptions, bootstrap, envoy_binary
 from smetric.epp.envoy.process import free_port
 from smetric.epp.server.guard import INFERENCE_PATHS
+
+STOP_GRACE_S = 10.0  # each child's SIGTERM before SIGKILL
 
 BACKEND = r"""
 import sys
@@ -47,9 +51,20 @@ async def wait(url: str) -> None:
 
 
 async def main() -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        await measure(procs)
+    finally:  # also on SIGTERM / SIGINT (run_until_signalled cancels this task)
+        for p in procs:
+            stop_child(p, STOP_GRACE_S)
+
+
+async def measure(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Start the backend, the picker and both Envoys (appended to ``procs`` as they start), then the
+    A/B rounds and their report."""
     retries_ab = len(sys.argv) > 2 and sys.argv[2] == "retries"
     bport, gp, hp, mp = free_port(), free_port(), free_port(), free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", BACKEND, str(bport)])]
+    procs.append(subprocess.Popen([sys.executable, "-c", BACKEND, str(bport)]))
     procs.append(
         subprocess.Popen(
             [
@@ -104,23 +119,15 @@ async def main() -> None:
         {"model": "m", "messages": [{"role": "user", "content": "x" * (128 * 1024 - 60)}]}
     ).encode()
     lat: dict[str, list[float]] = {"new": [], "old": []}
-    try:
-        async with aiohttp.ClientSession() as s:
-            for i in range(int(sys.argv[1]) if len(sys.argv) > 1 else 400):
-                for name in ("new", "old") if i % 2 else ("old", "new"):
-                    t = time.perf_counter()
-                    async with s.post(
-                        urls[name], data=body, headers={"content-type": "application/json"}
-                    ) as r:
-                        await r.read()
-                        assert r.status == 200, r.status
-                    if i >= 20:
-                        lat[name].append((time.perf_counter() - t) * 1000)
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait()
+    async with aiohttp.ClientSession() as s:
+        for i in range(int(sys.argv[1]) if len(sys.argv) > 1 else 400):
+            for name in ("new", "old") if i % 2 else ("old", "new"):
+                t = time.perf_counter()
+                async with s.post(urls[name], data=body, headers={"content-type": "application/json"}) as r:
+                    await r.read()
+                    assert r.status == 200, r.status
+                if i >= 20:
+                    lat[name].append((time.perf_counter() - t) * 1000)
     for name, v in lat.items():
         v.sort()
         print(
@@ -133,4 +140,8 @@ async def main() -> None:
     print(f"paired new-old: median {d[len(d) // 2]:.3f} ms")
 
 
-asyncio.run(main())
+if __name__ == "__main__":
+    try:
+        run_until_signalled(main())
+    except Interrupted as exc:
+        sys.exit(stopped("python -m smetric.bench.latency.gateway_filters", exc))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import statistics
 import subprocess
 import sys
@@ -90,14 +91,16 @@ class Child:
 
 
 def spawn(args: list[str], wait_ready: bool = True) -> Child:
-    """A child process; ``wait_ready``: its first stdout line must say ``ready``."""
+    """A child process; ``wait_ready``: its first stdout line must say ``ready`` within
+    :data:`START_S`."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
     if wait_ready:
         assert proc.stdout is not None
-        line = proc.stdout.readline()
+        readable, _, _ = select.select([proc.stdout], [], [], START_S)
+        line = proc.stdout.readline() if readable else b""
         if b"ready" not in line:
-            proc.kill()
+            stop_child(proc, 1.0)
             raise RuntimeError(f"{args} did not start")
     return Child(proc)
 

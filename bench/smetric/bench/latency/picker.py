@@ -61,6 +61,8 @@ from smetric.bench.latency.harness import (
     write_json,
 )
 from smetric.bench.latency.servers import make_picker
+from smetric.bench.procs import stopped
+from smetric.core.stopping import Interrupted, run_until_signalled
 from smetric.core.views import RequestView
 from smetric.epp.config import PolicySection
 from smetric.epp.envoy import bootstrap, free_port
@@ -336,6 +338,14 @@ def print_tables(results: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """:func:`run`; SIGTERM or SIGINT stops every process it started and exits 143 / 130."""
+    try:
+        return run(argv)
+    except Interrupted as exc:
+        return stopped("python -m smetric.bench.latency.picker", exc)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer requests (smoke run)")
     ap.add_argument("--out", type=Path, help="write the results as JSON here")
@@ -355,10 +365,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     results: dict[str, Any] = {"cpus": os.cpu_count(), "quick": args.quick}
     if args.only in (None, "decision"):
-        results["decision"] = asyncio.run(run_decision_benches(args.quick))
+        results["decision"] = run_until_signalled(run_decision_benches(args.quick))
         results["breakdown"] = bench_breakdown(30 if args.quick else 100)
     if args.only in (None, "envoy"):
-        results["envoy"] = asyncio.run(run_envoy_benches(args.quick))
+        results["envoy"] = run_until_signalled(run_envoy_benches(args.quick))
     write_json(args.out, results)
     if "decision" in results and "envoy" in results:
         print_tables(results)

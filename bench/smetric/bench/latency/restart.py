@@ -21,8 +21,9 @@ from pathlib import Path
 
 from smetric.bench.chaos.guards import Guard
 from smetric.bench.chaos.stack import ChaosSettings, ChaosStack, HostileEngine, chat
-from smetric.bench.procs import Supervisor
+from smetric.bench.procs import Supervisor, stopped
 from smetric.bench.stacks import wait_grpc_serving
+from smetric.core.stopping import Interrupted, run_until_signalled
 
 INTERVAL_S = 0.02
 MAX_IN_FLIGHT = 8
@@ -104,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
     a = p.parse_args(argv)
-    return asyncio.run(main_async(a.runs))
+    try:
+        return run_until_signalled(main_async(a.runs))
+    except Interrupted as exc:  # SIGTERM / SIGINT: the stack was stopped
+        return stopped("python -m smetric.bench.latency.restart", exc)
 
 
 if __name__ == "__main__":

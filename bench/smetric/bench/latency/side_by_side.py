@@ -73,7 +73,8 @@ from smetric.bench.latency.harness import (
     write_json,
 )
 from smetric.bench.latency.servers import canned_backends
-from smetric.bench.procs import wait_http_ok
+from smetric.bench.procs import stopped, wait_http_ok
+from smetric.core.stopping import Interrupted, run_until_signalled
 from smetric.epp.envoy import bootstrap, free_port
 from smetric.epp.obs.health import wait_serving
 
@@ -354,6 +355,14 @@ def print_report(result: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """:func:`run`; SIGTERM or SIGINT stops every process it started and exits 143 / 130."""
+    try:
+        return run(argv)
+    except Interrupted as exc:
+        return stopped("python -m smetric.bench.latency.side_by_side", exc)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="runs, each with fresh processes (default 5)")
     ap.add_argument("--requests", type=int, default=300, help="requests per size and path per run")
@@ -366,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = []
     for i in range(args.runs):
         print(f"run {i + 1}/{args.runs} ...", flush=True)
-        runs.append(asyncio.run(one_run(args.requests, args.policy)))
+        runs.append(run_until_signalled(one_run(args.requests, args.policy)))
     result: dict[str, Any] = {
         "runs": args.runs,
         "requests": args.requests,
@@ -380,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if shutil.which("wrk") is None:
             print("wrk is not installed: the sustained rows are skipped (apt-get install wrk)")
         else:
-            result["sustained"] = asyncio.run(sustained(args.sustained_duration, args.policy))
+            result["sustained"] = run_until_signalled(sustained(args.sustained_duration, args.policy))
     result["wall_s"] = round(time.time() - started, 1)
     print_report(result)
     write_json(args.out, result)

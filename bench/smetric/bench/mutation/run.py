@@ -38,10 +38,14 @@ from pathlib import Path
 from types import ModuleType
 
 from smetric.bench.mutation.ops import mutants, mutated_source
+from smetric.bench.procs import stopped
 from smetric.core.outputs import check_writable
+from smetric.core.stopping import sigterm_raises_interrupt
 
 ROOT = Path(__file__).resolve().parents[4]  # the repository: the mutated modules and their tests
 EQUIVALENT_FILE = Path(__file__).resolve().parent / "equivalent.txt"
+PROG = "python -m smetric.bench.mutation.run"
+STOP_GRACE_S = 5.0  # a module's child, signalled, kills its mutant's group and ends
 
 # Module (short name) -> (source file, its focused tests, the other unit tests that exercise it).
 # A mutant runs against the focused tests first; only their survivors run the rest (same verdict as
@@ -203,19 +207,56 @@ def run_one(
         rc = 3
         with contextlib.suppress(BaseException):
             os.setpgid(0, 0)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's SIGTERM -> KeyboardInterrupt
             rc = _child(full_name, path, source, tests)
         os._exit(rc)
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            rc = os.waitstatus_to_exitcode(status)
-            return ("survived" if rc == 0 else "killed"), time.monotonic() - t0
-        if time.monotonic() - t0 > timeout_s:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "timeout", time.monotonic() - t0
-        time.sleep(0.02)
+    _own_group(pid)
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                rc = os.waitstatus_to_exitcode(status)
+                return ("survived" if rc == 0 else "killed"), time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                _kill_group(pid)
+                return "timeout", time.monotonic() - t0
+            time.sleep(0.02)
+    except BaseException:  # Ctrl-C, SIGTERM (main): the mutant's group goes too
+        _kill_group(pid)
+        raise
+
+
+def _stop_forked(pid: int, grace_s: float) -> None:
+    """SIGTERM forked child ``pid`` (it inherited :func:`main`'s SIGTERM handling: its ``finally``
+    and ``except`` blocks run), SIGKILL after ``grace_s``; reaped either way."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    try:
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.02)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except ChildProcessError:  # reaped already
+        return
+
+
+def _own_group(pid: int) -> None:
+    """Forked child ``pid`` leads its own process group before this returns (the child sets it too;
+    whichever runs first wins), so a :func:`_kill_group` right after the fork reaches it."""
+    with contextlib.suppress(OSError):  # the child has set it, or has ended already
+        os.setpgid(pid, pid)
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group that forked child ``pid`` leads, and reap the child."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def load_equivalent() -> dict[str, str]:
@@ -235,10 +276,17 @@ def _imports_target(module: str, full_name: str) -> bool:
     if pid == 0:  # pragma: no cover - the child
         code = 2
         with contextlib.suppress(BaseException):
+            os.setpgid(0, 0)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             __import__(module)
             code = 1 if full_name in sys.modules else 0
         os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    _own_group(pid)
+    try:
+        _, status = os.waitpid(pid, 0)  # an import: bounded by the module's own import time
+    except BaseException:
+        _kill_group(pid)
+        raise
     return os.waitstatus_to_exitcode(status) != 0
 
 
@@ -277,7 +325,11 @@ def run_module(
         except BaseException as exc:
             print(f"{short}: {exc}", file=sys.stderr, flush=True)
         os._exit(rc)
-    _, status = os.waitpid(pid, 0)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # Ctrl-C, SIGTERM (main): the module's child kills its running mutant, then ends
+        _stop_forked(pid, STOP_GRACE_S)
+        raise
     out = Path(f"/tmp/smetric-mutation-{pid}.json")
     if os.waitstatus_to_exitcode(status) != 0 or not out.exists():
         raise SystemExit(f"{short}: the run failed")
@@ -342,6 +394,15 @@ def summary(results: Sequence[Outcome]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """:func:`run`; SIGTERM or SIGINT kills the running mutant's process group and exits 143 / 130."""
+    try:
+        with sigterm_raises_interrupt():
+            return run(argv)
+    except KeyboardInterrupt as exc:
+        return stopped(PROG, exc)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("modules", nargs="*", help=f"short module names (default: all of {', '.join(MODULES)})")
     ap.add_argument("--list", action="store_true", help="print the mutants and exit")
@@ -364,10 +425,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             else frozenset()
         )
     except ValueError as exc:
-        print(f"python -m smetric.bench.mutation.run: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"python -m smetric.bench.mutation.run: --only {args.only}: cannot read it ({exc.strerror or exc})",
+        print(f"{PROG}: --only {args.only}: cannot read it ({exc.strerror or exc})",
               file=sys.stderr)  # fmt: skip
         return 2
     if args.list:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -29,6 +30,8 @@ from rich.table import Table
 from smetric.core.outputs import check_writable
 from smetric.sim.cli import default_trace, main
 from smetric.sim.stream import sidecar_path
+
+STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # smetric simulate's exit status when signalled
 
 POLICIES = "smetric,lmetric,dynamo,load-balance"
 RATES = "1,1.5,2,2.5"
@@ -46,6 +49,8 @@ def measure(name: str, extra: list[str], workers: int, trace: Path, folder: Path
     t0 = time.perf_counter()
     rc = main([*sweep_args(trace, out), *extra])
     wall = time.perf_counter() - t0
+    if rc in STOPPED:  # SIGINT / SIGTERM: smetric simulate stopped its workers and said so
+        raise SystemExit(rc)
     if rc != 0:
         raise SystemExit(f"{name}: smetric simulate exited {rc}")
     recs = [json.loads(x) for x in sidecar_path(out).read_text().splitlines()[1:]]
