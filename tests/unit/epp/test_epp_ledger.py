@@ -88,3 +88,37 @@ def test_the_pool_prior_is_the_median_of_the_endpoints_with_enough_samples() -> 
     for _ in range(8):
         calibrated.observe("a", cost_s=4.0, ttft_s=1.0)
     assert calibrated.speed("new") == 1.0
+
+
+def test_rate_settings_bounds_are_exact() -> None:
+    PrefillRateEstimator(window=1, min_samples=1, quantile=0.0)
+    PrefillRateEstimator(window=8, min_samples=8, quantile=1.0)
+    for bad in ({"window": 0, "min_samples": 1}, {"min_samples": 0}, {"window": 4, "min_samples": 5},
+                {"quantile": -0.01}, {"quantile": 1.01}):  # fmt: skip
+        with pytest.raises(
+            ValueError, match="^need window >= 1, 1 <= min_samples <= window and 0 <= quantile <= 1$"
+        ):
+            PrefillRateEstimator(**bad)  # type: ignore[arg-type]
+
+
+def test_rate_quantile_ends_and_sample_counts() -> None:
+    lo = PrefillRateEstimator(window=4, min_samples=4, quantile=0.0)
+    hi = PrefillRateEstimator(window=4, min_samples=4, quantile=1.0)
+    for v in (1.0, 2.0, 3.0, 4.0):
+        assert lo.observe("a", v, 1.0) is True
+        hi.observe("a", v, 1.0)
+    assert lo.speed("a") == 1.0 and hi.speed("a") == 4.0  # the slowest and the fastest sample
+    assert lo.samples("a") == 4 and lo.samples("nobody") == 0
+
+
+def test_the_pool_prior_for_one_to_four_endpoints() -> None:
+    for speeds, median in (
+        ((3.0,), 3.0),
+        ((2.0, 5.0), 3.5),
+        ((2.0, 4.0, 9.0), 4.0),
+        ((1.0, 2.0, 4.0, 9.0), 3.0),
+    ):
+        rates = PrefillRateEstimator(window=1, min_samples=1, pool_prior=True)
+        for n, s in enumerate(speeds):
+            rates.observe(f"e{n}", s, 1.0)
+        assert rates.speed("new") == median, speeds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -183,3 +184,127 @@ def test_candidates_filter_only_with_filter_candidates() -> None:
     assert gate(filter_candidates=True).candidates(REQ, [busy(30.0), busy(40.0)]) is None  # hold it
     everyone = [ep("a"), ep("b")]
     assert gate(filter_candidates=True).candidates(REQ, everyone) is everyone
+
+
+def test_the_config_defaults_and_shed_reasons_are_exact() -> None:
+    from typing import get_args
+
+    from smetric.policy.flowcontrol import SHED_REASONS, ShedReason
+
+    assert SHED_REASONS == ("capacity", "ttl", "deadline") == get_args(ShedReason)
+    c = FlowControlConfig()
+    assert (c.enabled, c.max_queued, c.ttl_s, c.shed_on_deadline, c.retry_after_s, c.slack) == (
+        False, 1024, 2.0, True, 5.0, 1.0,
+    )  # fmt: skip
+    assert (c.idle_queued_tokens, c.max_engine_waiting, c.kv_headroom, c.late_last, c.tpot_guard) == (
+        0.0, 0, True, True, True,
+    )  # fmt: skip
+    assert c.filter_candidates is False
+
+
+def test_config_validation_boundaries_and_message() -> None:
+    import dataclasses
+
+    FlowControlConfig(ttl_s=1e-9, retry_after_s=0.0, idle_queued_tokens=0.0, max_queued=1)
+    for bad, what in (
+        ({"ttl_s": 0.0}, "ttl_s must be > 0"),
+        ({"ttl_s": math.inf}, "ttl_s must be > 0"),
+        ({"retry_after_s": -0.5}, "retry_after_s must be >= 0"),
+        ({"retry_after_s": math.inf}, "retry_after_s must be >= 0"),
+        ({"idle_queued_tokens": math.inf}, "idle_queued_tokens must be >= 0"),
+        ({"idle_queued_tokens": -1.0}, "idle_queued_tokens must be >= 0"),
+        ({"slack": 0.0}, "slack must be > 0"),
+        ({"max_queued": 0}, "max_queued must be >= 1"),
+        ({"max_engine_waiting": -1}, "max_engine_waiting must be >= 0"),
+    ):
+        with pytest.raises(ValueError, match=f"^invalid flow control: {what}"):
+            FlowControlConfig(**bad)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"^invalid flow control: max_queued must be >= 1, got 0; slack must be > 0"
+    ):
+        FlowControlConfig(max_queued=0, slack=0.0)
+    c = FlowControlConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.ttl_s = 3.0  # type: ignore[misc]
+    assert not hasattr(c, "__dict__")  # slots
+
+
+def test_gate_boundaries_expiry_band_and_left_time() -> None:
+    from smetric.policy.flowcontrol import queue_band
+
+    g = gate()
+    assert g.band() == queue_band(0, False) == 0 and g.band(late=True) == -1
+    assert gate(late_last=False).band(late=True) == 0  # late counts only with late_last
+    assert g.band(1, True) == 1
+    slo = g.deadline_s(REQ)  # 1.5 s
+    assert g.expiry(REQ) == (slo, "deadline")  # the 1.5 s deadline comes before the 2 s TTL
+    assert gate(ttl_s=slo).expiry(REQ) == (slo, "ttl")  # equal: the TTL's reason
+    assert gate(ttl_s=slo + 0.01).expiry(REQ) == (slo, "deadline")
+    assert gate(shed_on_deadline=False).expiry(REQ) == (2.0, "ttl")
+    idle = ep()
+    assert g.meets(REQ, [idle]) and not g.meets(REQ, [idle], waited_s=slo)  # no time left: no one meets
+    assert g._meets_each(REQ, [idle, idle], slo) == [False, False]
+    assert g._meets_each(REQ, [idle], slo, times=[0.0]) == [False]  # no time left, even for a zero estimate
+    assert g._meets_each(REQ, [idle], slo - 0.5, times=[0.1]) == [True]  # half a second left
+    assert g._meets_each(REQ, [idle, idle], 0.0, times=[slo, slo + 1e-9]) == [True, False]  # t <= left
+    assert g._meets_each(REQ, [idle, ep(stale=True)], 0.0, times=[0.0, 0.0]) == [True, False]
+
+
+def test_admissible_kv_headroom_boundaries() -> None:
+    g = gate()
+    n = REQ.prompt_tokens
+    assert g.admissible(REQ, ep(kv_capacity_tokens=0))  # capacity unknown: no KV check
+    assert not g.admissible(REQ, ep(kv_capacity_tokens=1, kv_usage=0.0))  # 1 token free < 8,000
+    assert g.admissible(REQ, ep(kv_capacity_tokens=n, kv_usage=0.0))  # exactly fits
+    assert not g.admissible(REQ, ep(kv_capacity_tokens=n, kv_usage=0.0, queued_prefill_tokens=1.0))
+    assert g.admissible(
+        REQ, ep(kv_capacity_tokens=n, kv_usage=0.0, queued_prefill_tokens=-5.0)
+    )  # bad value: 0
+    assert g.admissible(REQ, ep(kv_capacity_tokens=2 * n, kv_usage=0.5))
+    assert not g.admissible(
+        REQ, ep(kv_capacity_tokens=10 * n, kv_usage=1.5)
+    )  # usage clamped to 1: nothing free
+    assert g.admissible(REQ, ep(kv_capacity_tokens=n, kv_usage=-0.5))  # clamped to 0
+    assert g.admissible(
+        REQ, ep(kv_capacity_tokens=1000, kv_usage=0.0, local_hit_tokens=n - 1000)
+    )  # cached part
+    assert not g.admissible(REQ, ep(kv_capacity_tokens=1000, kv_usage=0.0, local_hit_tokens=n - 1001))
+    assert g.admissible(
+        REQ, ep(kv_capacity_tokens=1000, kv_usage=0.0, local_hit_tokens=2 * n)
+    )  # hit > prompt: all
+    assert not g.admissible(REQ, ep(kv_capacity_tokens=1000, kv_usage=0.0, local_hit_tokens=-5))  # bad: 0
+    assert gate(kv_headroom=False).admissible(REQ, ep(kv_capacity_tokens=1, kv_usage=1.0))
+    # usage above 1 reads as full, not as negative room: a fully cached request still fits
+    assert g.admissible(REQ, ep(kv_capacity_tokens=10 * n, kv_usage=1.5, local_hit_tokens=n))
+
+
+def test_capable_mixes_idle_and_meeting_endpoints() -> None:
+    g = gate(tpot_guard=False)
+    assert g.capable(REQ, [ep("idle"), busy(0.01, name="near")]) == [True, True]
+    assert g.capable(REQ, [ep("idle"), busy(30.0, name="far")]) == [True, False]
+    assert g.capable(REQ, [busy(30.0, name="far"), busy(0.01, name="near")]) == [False, True]
+    assert gate(idle_queued_tokens=1_000.0).capable(REQ, [busy(30.0)]) == [True]  # idle by the bound
+
+
+def test_fair_queue_bounds_defaults_ties_and_expiry() -> None:
+    FairQueue[str](1)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="max_queued must be >= 1"):
+            FairQueue[str](bad)
+    q = FairQueue[str](1)
+    q.capacity = 1
+    with pytest.raises(ValueError, match="max_queued must be >= 1"):
+        q.capacity = 0
+    q = FairQueue[str](8)
+    assert q.push("a", "f1", 0, now_s=1.0, expires_s=5.0)  # default reason: the TTL's
+    assert q.push("b", "f2", 0, now_s=2.0, expires_s=5.0, reason="deadline")
+    assert q.push("c", "f3", 0, now_s=2.5, expires_s=5.0)
+    # equal expiries leave in the order they were queued; waited = now - enqueued
+    assert q.expire(6.0) == [("a", "ttl", 5.0), ("b", "deadline", 4.0), ("c", "ttl", 3.5)]
+    assert len(q) == 0 and q.next_expiry_s() == math.inf
+    q.push("d", "f1", 0, now_s=0.0, expires_s=3.0)
+    q.push("e", "f2", 0, now_s=0.0, expires_s=4.0)
+    assert q.pop("f1", 0) == "d"  # popped: it never expires later
+    assert q.next_expiry_s() == 4.0
+    assert q.expire(10.0) == [("e", "ttl", 10.0)]
+    assert q.expire(11.0) == []

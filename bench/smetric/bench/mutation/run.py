@@ -134,6 +134,21 @@ MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         ("tests/unit/epp/test_epp_outlier.py",),
         (),
     ),
+    "epp.server.feedback": (
+        "epp/smetric/epp/server/feedback.py",
+        ("tests/unit/epp/test_epp_feedback.py",),
+        ("tests/unit/epp/test_epp_outlier.py", "tests/unit/epp/test_epp_learned_speed.py"),
+    ),
+    "router.prefill_rate": (
+        "core/smetric/router/prefill_rate.py",
+        ("tests/unit/epp/test_epp_ledger.py",),
+        ("tests/unit/epp/test_epp_outlier.py",),
+    ),
+    "policy.flowcontrol": (
+        "core/smetric/policy/flowcontrol.py",
+        ("tests/unit/policy/test_policy_flowcontrol.py",),
+        ("tests/unit/epp/test_epp_flow_gate_where.py", "tests/unit/epp/test_epp_flow_control.py"),
+    ),
 }
 
 # Third-party imports the forked children share with the parent (import cost paid once).
