@@ -111,12 +111,14 @@ def test_rate_quantile_ends_and_sample_counts() -> None:
     assert lo.samples("a") == 4 and lo.samples("nobody") == 0
 
 
-def test_the_pool_prior_for_one_to_four_endpoints() -> None:
+def test_the_pool_prior_for_one_to_six_endpoints() -> None:
     for speeds, median in (
         ((3.0,), 3.0),
         ((2.0, 5.0), 3.5),
         ((2.0, 4.0, 9.0), 4.0),
         ((1.0, 2.0, 4.0, 9.0), 3.0),
+        ((1.0, 2.0, 4.0, 8.0, 9.0), 4.0),
+        ((1.0, 2.0, 3.0, 5.0, 8.0, 9.0), 4.0),
     ):
         rates = PrefillRateEstimator(window=1, min_samples=1, pool_prior=True)
         for n, s in enumerate(speeds):
