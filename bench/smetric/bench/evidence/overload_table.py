@@ -4,13 +4,17 @@ on, the mean over seeds of TPS within SLO (colocated) or prefill tokens/s within
 shed share, the agents' family completion time and slowdown, and the share of families done.
 
     python -m smetric.bench.evidence.overload_table off.json "fc ttl 2 s=on.json"
+    python -m smetric.bench.evidence.overload_table --policies smetric,dynamo --local knee.runs.jsonl on.json
 
-Each argument is a file, optionally prefixed by ``LABEL=`` (the flow-control column shows the
-label, else on / off).
+Each file argument is optionally prefixed by ``LABEL=`` (the flow-control column shows the
+label, else on / off). ``--policies`` keeps only those policies' rows (a sweep of twenty policies
+read beside a sweep of four); ``--local`` adds the mean local share of prompt tokens
+(``local_hit_ratio``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -46,17 +50,23 @@ def mean(xs: list[float]) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(prog="python -m smetric.bench.evidence.overload_table")
+    ap.add_argument("files", nargs="+", metavar="[LABEL=]FILE")
+    ap.add_argument("--policies", help="comma-separated: only these policies' rows")
+    ap.add_argument("--local", action="store_true", help="add the local share of prompt tokens")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    keep = {p.strip() for p in args.policies.split(",") if p.strip()} if args.policies else None
     groups: dict[tuple[str, float, str], list[dict[str, object]]] = defaultdict(list)
-    for arg in argv:
+    for arg in args.files:
         label, sep, name = arg.rpartition("=")
         for r in rows(Path(name)):
+            if keep is not None and r["policy"] not in keep:
+                continue
             fc = label if sep else ("on" if "fc_shed_share" in r else "off")
             groups[(str(r["policy"]), float(r["rate_multiplier"]), fc)].append(r)  # type: ignore[arg-type]
-    print(
-        "| policy | load | flow control | seeds | TPS@SLO (prefill ktok/s P/D) | shed share | failed | family completion s | slowdown | families done |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    head = "| policy | load | flow control | seeds | TPS@SLO (prefill ktok/s P/D) | shed share | failed | family completion s | slowdown | families done |"
+    print(head + (" local % |" if args.local else ""))
+    print("|---" * (10 + args.local) + "|")
     for (policy, rate, fc), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
         tps = [float(r["tps_within_slo"]) if r.get("tps_within_slo") is not None else math.nan for r in rs]  # type: ignore[arg-type]
         if all(math.isnan(x) for x in tps):
@@ -72,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {policy} | {rate:g}x | {fc} | {len(rs)} | {mean(tps):.0f} "
             f"({', '.join(f'{x:.0f}' for x in tps)}) | {shed} | {failed} | {get('family_completion_mean_s'):.0f} | "
             f"{get('family_slowdown_mean'):.2f} | {100 * get('families_done_share'):.0f} % |"
+            + (f" {100 * get('local_hit_ratio'):.0f} |" if args.local else "")
         )
     return 0
 
