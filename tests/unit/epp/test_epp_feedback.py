@@ -97,7 +97,10 @@ def test_ejections_are_returned_in_order_and_their_learned_speed_forgotten() -> 
     assert fb.core.rates.samples(A) == 0 and fb.core.rates.samples(C) == 0
     assert fb.core.rates.samples(B) == 8  # failed, not ejected: it keeps its speed
     assert Feedback(Recorder(eject={B})).on_response(pick(), 503, attempts=2) == (B,)
-    assert Feedback(Recorder(eject={A, B})).on_response(pick(), 200, attempts=3) == (A, B)  # both failed attempts
+    assert Feedback(Recorder(eject={A, B})).on_response(pick(), 200, attempts=3) == (
+        A,
+        B,
+    )  # both failed attempts
     assert Feedback(Recorder(eject={A})).on_response(pick(), 200, attempts=2) == (A,)
 
 

@@ -96,7 +96,7 @@ def test_rate_settings_bounds_are_exact() -> None:
     for bad in ({"window": 0, "min_samples": 1}, {"min_samples": 0}, {"window": 4, "min_samples": 5},
                 {"quantile": -0.01}, {"quantile": 1.01}):  # fmt: skip
         with pytest.raises(
-            ValueError, match="^need window >= 1, 1 <= min_samples <= window and 0 <= quantile <= 1$"
+            ValueError, match=r"^need window >= 1, 1 <= min_samples <= window and 0 <= quantile <= 1$"
         ):
             PrefillRateEstimator(**bad)  # type: ignore[arg-type]
 
