@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -229,12 +228,7 @@ def check_writable(flag: str, path: Path) -> None:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
+    return ports.bindable(port, host)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

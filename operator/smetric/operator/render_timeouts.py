@@ -81,32 +81,27 @@ def duration(seconds: float) -> str:
     return f"{whole_seconds(seconds)}s"
 
 
-def envoy_gateway_backend_policy(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
-    t = pool_timeouts(spec)
+def _route_policy(pool: PoolRef, api_version: str, kind: str, timeouts: Manifest) -> Manifest:
+    """A gateway policy object ``<pool>-timeouts`` targeting the pool's HTTPRoute."""
     target = {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": pool.name}
     return {
-        "apiVersion": EG_API_VERSION,
-        "kind": "BackendTrafficPolicy",
+        "apiVersion": api_version,
+        "kind": kind,
         "metadata": metadata(pool, pool.child("timeouts"), ROUTING),
-        "spec": {
-            "targetRefs": [target],
-            "timeout": {"http": {"streamIdleTimeout": duration(t.stream_idle_s)}},
-        },
+        "spec": {"targetRefs": [target], **timeouts},
     }
+
+
+def envoy_gateway_backend_policy(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
+    idle = duration(pool_timeouts(spec).stream_idle_s)
+    return _route_policy(
+        pool, EG_API_VERSION, "BackendTrafficPolicy", {"timeout": {"http": {"streamIdleTimeout": idle}}}
+    )
 
 
 def kgateway_traffic_policy(pool: PoolRef, spec: SMetricPoolSpec) -> Manifest:
-    t = pool_timeouts(spec)
-    target = {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": pool.name}
-    return {
-        "apiVersion": KGATEWAY_API_VERSION,
-        "kind": "TrafficPolicy",
-        "metadata": metadata(pool, pool.child("timeouts"), ROUTING),
-        "spec": {
-            "targetRefs": [target],
-            "timeouts": {"streamIdle": duration(t.stream_idle_s)},
-        },
-    }
+    idle = duration(pool_timeouts(spec).stream_idle_s)
+    return _route_policy(pool, KGATEWAY_API_VERSION, "TrafficPolicy", {"timeouts": {"streamIdle": idle}})
 
 
 def gateway_timeouts(pool: PoolRef, spec: SMetricPoolSpec) -> list[Manifest]:
