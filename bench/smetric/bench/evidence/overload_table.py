@@ -64,9 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             fc = label if sep else ("on" if "fc_shed_share" in r else "off")
             groups[(str(r["policy"]), float(r["rate_multiplier"]), fc)].append(r)  # type: ignore[arg-type]
-    head = "| policy | load | flow control | seeds | TPS@SLO (prefill ktok/s P/D) | shed share | failed | family completion s | slowdown | families done |"
-    print(head + (" local % |" if args.local else ""))
-    print("|---" * (10 + args.local) + "|")
+    columns = ["policy", "load", "flow control", "seeds", "TPS@SLO (prefill ktok/s P/D)", "shed share", "failed",
+               "family completion s", "slowdown", "families done"] + (["local %"] if args.local else [])  # fmt: skip
+    print("| " + " | ".join(columns) + " |")
+    print("|---" * len(columns) + "|")
     for (policy, rate, fc), rs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
         tps = [float(r["tps_within_slo"]) if r.get("tps_within_slo") is not None else math.nan for r in rs]  # type: ignore[arg-type]
         if all(math.isnan(x) for x in tps):
