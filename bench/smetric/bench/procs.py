@@ -237,15 +237,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def free_port_range(count: int, host: str = "127.0.0.1", start: int = 20000, stop: int = 60000) -> int:
-    """First port ``p`` in ``[start, stop)`` with ``p .. p+count-1`` all free (bindable now)."""
+    """First port ``p`` in ``[start, stop)`` with ``p .. p+count-1`` all free (bindable now) and not
+    handed out by this process lately; the range is then recorded as handed out
+    (:data:`smetric.core.ports.HANDED_OUT`)."""
     if count < 1:
         raise ValueError("count must be >= 1")
     port = start
     while port + count <= stop:
-        bad = next((p for p in range(port, port + count) if not port_is_free(p, host)), None)
-        if bad is None:
+        block = range(port, port + count)
+        bad = next((p for p in block if p in ports.HANDED_OUT or not port_is_free(p, host)), None)
+        if bad is None and ports.HANDED_OUT.claim(block):
             return port
-        port = bad + 1
+        port = (bad if bad is not None else port) + 1
     raise BenchError(f"no {count} consecutive free ports in [{start}, {stop}) on {host}")
 
 

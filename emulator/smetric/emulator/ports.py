@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from smetric.core.ports import free_port
+from smetric.core.ports import HANDED_OUT, free_port
 
 
 def free_port_block(n: int, host: str = "127.0.0.1", attempts: int = 50) -> int:
@@ -13,8 +13,8 @@ def free_port_block(n: int, host: str = "127.0.0.1", attempts: int = 50) -> int:
     if n < 1:
         raise ValueError("n must be >= 1")
     for _ in range(attempts):
-        base = free_port(host)  # below the ephemeral range (smetric.core.ports)
-        if base + n > 65536:
+        base = free_port(host)  # below the ephemeral range (smetric.core.ports), recorded as handed out
+        if base + n > 65536 or not HANDED_OUT.claim(range(base + 1, base + n)):
             continue
         socks: list[socket.socket] = []
         try:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest_asyncio
 
 from smetric.core.blockhash import BlockHasher
 from smetric.core.tokenizer import FallbackTokenizer
+from smetric.emulator.ports import free_port_block
 from smetric.epp.contracts import EndpointInfo
 from smetric.epp.datastore import Datastore
 from smetric.epp.discovery.standalone import StaticDiscovery
@@ -40,23 +40,7 @@ BLOCK = 16
 
 def _free_ports(n: int) -> int:
     """A base port with ``n`` consecutive free ports after it (best effort)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + n >= 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no run of free ports")
+    return free_port_block(n)
 
 
 @pytest_asyncio.fixture

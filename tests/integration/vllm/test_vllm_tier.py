@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from smetric.core import ports
 from smetric.core.blockhash import BlockHasher
 from smetric.core.tokenizer import HFTokenizer
 from smetric.core.views import EndpointSnapshot, RequestView
@@ -56,9 +56,7 @@ START_TIMEOUT_S = 480.0
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return ports.free_port()  # below the ephemeral range, never handed out twice
 
 
 def _vllm_python() -> Path:

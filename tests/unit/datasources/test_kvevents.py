@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import msgspec
 import pytest
 import zmq
 import zmq.asyncio
 
+from smetric.core import ports
 from smetric.core.blockhash import external_hash
 from smetric.epp.contracts import EndpointInfo
 from smetric.epp.kvevents.events import (
@@ -105,9 +105,7 @@ def test_sequence_gap_resets_and_reports() -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return ports.free_port()  # below the ephemeral range, never handed out twice
 
 
 async def _wait_for(cond: object, timeout_s: float = 5.0) -> None:

@@ -14,7 +14,6 @@ import copy
 import functools
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -31,6 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
+from smetric.core import ports
 from smetric.epp.leader import LeaderElector, lease_name
 from smetric.epp.obs.health import NOT_SERVING, SERVING, HealthReporter
 from smetric.epp.obs.metrics import PickerMetrics
@@ -242,9 +242,7 @@ def _kubeconfig(tmp_path: Path, url: str) -> Path:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return ports.free_port()  # below the ephemeral range, never handed out twice
 
 
 async def _readiness(port: int) -> int | None:

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from smetric.core import ports
 from smetric.core.pickerflags import build_parser, ignored_upstream_flags, render_args
 from smetric.epp.server.tls import TlsError, load_cert_dir, self_signed, server_key_pair
 
@@ -82,9 +83,7 @@ def test_self_signed_and_mounted_certificates(tmp_path: Path) -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return ports.free_port()  # below the ephemeral range, never handed out twice
 
 
 def _tls_alpn(port: int) -> str | None:
