@@ -21,9 +21,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import InvalidStateError, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -184,6 +185,22 @@ def _default_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _quiet_broken_pool(
+    hook: Callable[[threading.ExceptHookArgs], object], manager: threading.Thread | None
+) -> Callable[[threading.ExceptHookArgs], object]:
+    """``threading.excepthook`` while a pool is torn down: CPython 3.11's executor manager thread,
+    finding its workers stopped, sets an exception on futures :meth:`shutdown` already cancelled
+    and dies with ``InvalidStateError`` (``concurrent/futures/process.py`` ``terminate_broken``
+    of CPython 3.11; later releases catch it there); that traceback is noise after a Ctrl-C. Anything else goes to ``hook``."""
+
+    def quiet(args: threading.ExceptHookArgs) -> object:
+        if args.thread is manager and args.exc_type is InvalidStateError:
+            return None
+        return hook(args)
+
+    return quiet
+
+
 @contextlib.contextmanager
 def process_pool(workers: int, grace_s: float = 5.0) -> Iterator[ProcessPoolExecutor]:
     """A process pool for a tool's runs. Left normally: shut down once its tasks are done. Left by
@@ -196,15 +213,24 @@ def process_pool(workers: int, grace_s: float = 5.0) -> Iterator[ProcessPoolExec
         yield pool
     except BaseException:
         procs = list(pool._processes.values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in procs:
-            proc.terminate()
-        deadline = time.monotonic() + grace_s
-        for proc in procs:
-            proc.join(max(0.0, deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        # typeshed types this attribute as the wakeup object; it is the manager thread
+        manager: threading.Thread | None = getattr(pool, "_executor_manager_thread", None)
+        hook = threading.excepthook
+        threading.excepthook = _quiet_broken_pool(hook, manager)
+        try:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in procs:
+                proc.terminate()
+            deadline = time.monotonic() + grace_s
+            for proc in procs:
+                proc.join(max(0.0, deadline - time.monotonic()))
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+            if manager is not None:
+                manager.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            threading.excepthook = hook
         raise
     pool.shutdown(wait=True)
 

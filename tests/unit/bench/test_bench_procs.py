@@ -109,3 +109,26 @@ def test_ports() -> None:
         with pytest.raises(BenchError, match=f"port\\(s\\) {taken}"):
             require_free([taken], "picker")
         assert free_port_range(2, start=taken, stop=taken + 10) > taken
+
+
+def test_a_torn_down_pool_s_manager_thread_dies_quietly() -> None:
+    """CPython 3.11's executor manager thread raises InvalidStateError on a future shutdown() had
+    cancelled (seen as a traceback after Ctrl-C under load); the teardown's hook drops exactly that,
+    from exactly that thread. Without the hook the traceback reaches the default excepthook."""
+    import threading
+    from concurrent.futures import InvalidStateError
+
+    from smetric.bench.procs import _quiet_broken_pool
+
+    seen: list[type[BaseException]] = []
+    manager, other = threading.Thread(), threading.Thread()
+    quiet = _quiet_broken_pool(lambda a: seen.append(a.exc_type), manager)
+
+    def args(exc: type[BaseException], thread: threading.Thread) -> threading.ExceptHookArgs:
+        return threading.ExceptHookArgs((exc, exc(), None, thread))
+
+    quiet(args(InvalidStateError, manager))
+    assert seen == []
+    quiet(args(InvalidStateError, other))
+    quiet(args(RuntimeError, manager))
+    assert seen == [InvalidStateError, RuntimeError]
