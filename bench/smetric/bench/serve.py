@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", action="append", default=[], metavar="URL",
                    help="a running vLLM server (http://host:port) instead of emulated engines; repeatable")  # fmt: skip
     p.add_argument("--policy", default="",
-                   help="routing policy (default: smetric with a global KV tier, else lmetric; `smetric simulate --help` lists them)")  # fmt: skip
+                   help="routing policy (default: the pool default, registry.default_policy: smetric with or without a global KV tier; `smetric simulate --help` lists them)")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address Envoy listens on (0.0.0.0: every interface)")
     p.add_argument("--port", type=int, default=8080, help="port Envoy listens on (0 = any free port)")
     p.add_argument("--preset", default="qwen3-30b-h20", choices=sorted(PRESETS),

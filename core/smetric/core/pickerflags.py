@@ -65,8 +65,12 @@ FLAGS: tuple[Flag, ...] = (
         "",
         "config YAML file: the picker's own format or an upstream EndpointPickerConfig; empty = "
         f"{default_policy(False)} with its defaults. A config whose policy names none gets "
-        f"{default_policy(True)} when its parameters set globalFetchSPerToken (a global KV tier), else "
-        f"{default_policy(False)}",
+        + (
+            f"{default_policy(True)} too, with or without globalFetchSPerToken (a global KV tier)"
+            if default_policy(True) == default_policy(False)
+            else f"{default_policy(True)} when its parameters set globalFetchSPerToken (a global KV tier), "
+            f"else {default_policy(False)}"
+        ),
         aliases=("config-file",),
     ),
     Flag("endpoints", str, "", "standalone mode: comma-separated ip:port list, or @FILE with one per line"),

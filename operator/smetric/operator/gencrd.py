@@ -109,6 +109,14 @@ PRINTER_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def _default_policy_text() -> str:
+    """The CRD's description of the omitted ``router.policy`` (one default, or one per globalKV.enabled)."""
+    with_tier, without = default_policy(True), default_policy(False)
+    if with_tier == without:
+        return f"Routing policy; omitted = {with_tier}, with or without globalKV (docs/evidence.md)."
+    return f"Routing policy; omitted = {with_tier} with globalKV.enabled, {without} without (docs/evidence.md)."
+
+
 def router_schema(registry: Registry = REGISTRY) -> dict[str, Any]:
     """``router.properties.policy`` and ``router.properties.parameters``: the registry's policy
     names, the policy context (:class:`PolicyParameters`) and every policy's own parameters."""
@@ -122,8 +130,7 @@ def router_schema(registry: Registry = REGISTRY) -> dict[str, Any]:
         "policy": {
             "type": "string",
             "enum": list(registry.names),
-            "description": f"Routing policy; omitted = {default_policy(True)} with globalKV.enabled, "
-            f"{default_policy(False)} without (docs/evidence.md).",
+            "description": _default_policy_text(),
         },
         "parameters": {
             "type": "object",

@@ -270,7 +270,7 @@ class GlobalKvSpec(_Spec):
 
 
 class RouterSpec(_Spec):
-    # None = the pool's default: smetric with a global KV tier, lmetric without one
+    # None = the pool's default: smetric, with or without a global KV tier
     # (smetric.policy.registry.default_policy; SMetricPoolSpec.routing_policy resolves it). The
     # CRD's enum and the parameters' policy-owned keys come from the registry (gencrd.router_schema).
     policy: str | None = None
@@ -443,8 +443,8 @@ class SMetricPoolSpec(_Spec):
 
     @property
     def routing_policy(self) -> str:
-        """``router.policy``, or the pool's default: ``lmetric`` without a global KV tier,
-        ``llmd-slo`` with one (:func:`smetric.policy.registry.default_policy`)."""
+        """``router.policy``, or the pool's default: ``smetric`` with or without a global KV tier
+        (:func:`smetric.policy.registry.default_policy`)."""
         return self.router.policy or default_policy(self.global_kv.enabled)
 
     @property

@@ -15,7 +15,7 @@ from smetric.policy.registry import DEFAULT_POLICY, DEFAULT_POLICY_WITHOUT_GLOBA
 def test_defaults_are_the_registry_default_policy() -> None:
     cfg = load_config(None)
     assert (
-        cfg.policy.name == DEFAULT_POLICY_WITHOUT_GLOBAL_TIER == "lmetric"
+        cfg.policy.name == DEFAULT_POLICY_WITHOUT_GLOBAL_TIER == "smetric"
         and not cfg.pdDisaggregation.enabled
     )
     assert policy_params(cfg) == PolicyParams()
@@ -25,10 +25,10 @@ def test_defaults_are_the_registry_default_policy() -> None:
 @pytest.mark.parametrize(
     ("parameters", "name"),
     [
-        ({}, "lmetric"),
+        ({}, "smetric"),
         ({"globalFetchSPerToken": 1.3e-5}, "smetric"),
         ({"global_fetch_s_per_token": 1.3e-5}, "smetric"),
-        ({"globalFetchSPerToken": None}, "lmetric"),
+        ({"globalFetchSPerToken": None}, "smetric"),
     ],
 )
 def test_an_omitted_policy_follows_the_pools_global_tier(parameters: dict[str, object], name: str) -> None:

@@ -6,7 +6,6 @@ import pytest
 import yaml
 
 from smetric.core.pickerflags import build_parser
-from smetric.operator.spec import parse_spec
 from smetric.policy.params import SMetricParams
 from tests.support.operator_render import (
     VARIANTS,
@@ -127,9 +126,8 @@ def test_policy_config_is_accepted_by_the_picker(variant: str) -> None:
     (config_map,) = [c for c in render(VARIANTS[variant]) if c["kind"] == "ConfigMap"]
     cfg = parse_config(yaml.safe_load(config_map["data"]["config.yaml"]), "rendered")
     params = policy_params(cfg)
-    # the pool's default policy (registry.default_policy): smetric with a global KV tier, lmetric without
-    global_tier = parse_spec(VARIANTS[variant]).global_kv.enabled
-    assert cfg.policy.name == ("smetric" if global_tier else "lmetric")
+    # the pool's default policy (registry.default_policy): smetric, with a global KV tier or without
+    assert cfg.policy.name == "smetric"
     assert params.mode == ("disaggregated" if variant.startswith("disaggregated") else "colocated")
     own = params.get(SMetricParams)  # defaults: the rendered config sets no policy-owned key
     assert own.hit_ratio == 0.5 and own.slack == 1.0

@@ -165,8 +165,9 @@ def test_defaults() -> None:
     spec = parse_spec(minimal())
     assert isinstance(spec, SMetricPoolSpec)
     assert spec.router.policy is None and spec.router.failure_mode == "FailClose"
-    # no global KV tier by default, so the pool's default policy is the no-tier one (docs/evidence.md)
-    assert spec.routing_policy == "lmetric"
+    # no global KV tier by default: the no-tier default, smetric too since 5 Dec 2026 (docs/evidence.md)
+    assert spec.routing_policy == "smetric"
+    assert parse_spec({**minimal(), "router": {"policy": "lmetric"}}).routing_policy == "lmetric"
     assert parse_spec({**minimal(), "globalKV": {"enabled": True}}).routing_policy == "smetric"
     assert parse_spec({**minimal(), "router": {"policy": "smetric"}}).routing_policy == "smetric"
     assert spec.router.parameters.policy_owned == {}  # the policies' own defaults apply in the picker

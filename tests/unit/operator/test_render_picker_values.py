@@ -141,7 +141,7 @@ def test_config_map_holds_the_policy_config() -> None:
     assert set(cm["data"]) == {"config.yaml"}
     assert yaml.safe_load(cm["data"]["config.yaml"]) == {
         "policy": {
-            "name": "lmetric",
+            "name": "smetric",  # the no-tier default (registry.default_policy)
             "parameters": {
                 "mode": "colocated",
                 "ttftSloBaseS": 1.0,
@@ -153,7 +153,7 @@ def test_config_map_holds_the_policy_config() -> None:
         "pdDisaggregation": {"enabled": False},
         "servedModels": ["org/m"],  # the model the rendered `vllm serve` serves
     }
-    assert cm["data"]["config.yaml"].startswith("policy:\n  name: lmetric\n")  # key order kept
+    assert cm["data"]["config.yaml"].startswith("policy:\n  name: smetric\n")  # key order kept
 
 
 def test_policy_config_cost_model_global_fetch_and_disaggregation() -> None:

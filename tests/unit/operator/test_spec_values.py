@@ -159,8 +159,9 @@ def test_defaults() -> None:
 
 
 def test_routing_policy_default_follows_the_global_tier() -> None:
-    assert parse().routing_policy == "lmetric"
+    assert parse().routing_policy == "smetric"  # one default with or without a tier since 5 Dec 2026
     assert parse(globalKV={"enabled": True}).routing_policy == "smetric"
+    assert parse(router={"policy": "lmetric"}).routing_policy == "lmetric"
     assert parse(router={"policy": "smetric"}).routing_policy == "smetric"
 
 
