@@ -114,7 +114,9 @@ def _default_policy_text() -> str:
     with_tier, without = default_policy(True), default_policy(False)
     if with_tier == without:
         return f"Routing policy; omitted = {with_tier}, with or without globalKV (docs/evidence.md)."
-    return f"Routing policy; omitted = {with_tier} with globalKV.enabled, {without} without (docs/evidence.md)."
+    return (
+        f"Routing policy; omitted = {with_tier} with globalKV.enabled, {without} without (docs/evidence.md)."
+    )
 
 
 def router_schema(registry: Registry = REGISTRY) -> dict[str, Any]:

@@ -54,9 +54,7 @@ async def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterat
             ]
         )
     )
-    config = (
-        tmp_path / "picker.yaml"
-    )  # the session tests need smetric (set explicitly: no global tier here)
+    config = tmp_path / "picker.yaml"  # the session tests need smetric (set explicitly: no global tier here)
     config.write_text(yaml.safe_dump({"policy": {"name": "smetric"}}))
     grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
     epp = await spawn(
