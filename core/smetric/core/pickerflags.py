@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from smetric.core.argparsing import OneLineErrors
 from smetric.core.version import version_line
-from smetric.policy.registry import default_policy
+from smetric.policy.registry import default_policy, default_policy_words
 
 
 def parse_bool(text: str) -> bool:
@@ -65,11 +65,9 @@ FLAGS: tuple[Flag, ...] = (
         "",
         "config YAML file: the picker's own format or an upstream EndpointPickerConfig; empty = "
         f"{default_policy(False)} with its defaults. A config whose policy names none gets "
-        + (
-            f"{default_policy(True)} too, with or without globalFetchSPerToken (a global KV tier)"
-            if default_policy(True) == default_policy(False)
-            else f"{default_policy(True)} when its parameters set globalFetchSPerToken (a global KV tier), "
-            f"else {default_policy(False)}"
+        + default_policy_words(
+            "{on} too, with or without globalFetchSPerToken (a global KV tier)",
+            "{on} when its parameters set globalFetchSPerToken (a global KV tier), else {off}",
         ),
         aliases=("config-file",),
     ),

@@ -178,6 +178,13 @@ def default_policy(global_tier: bool) -> str:
     return DEFAULT_POLICY if global_tier else DEFAULT_POLICY_WITHOUT_GLOBAL_TIER
 
 
+def default_policy_words(one: str, two: str) -> str:
+    """The defaults in words, for help texts and the CRD: ``one`` when the pools with and without a
+    global tier share one default, else ``two``; ``{on}`` / ``{off}`` stand for the defaults."""
+    on, off = default_policy(True), default_policy(False)
+    return (one if on == off else two).format(on=on, off=off)
+
+
 POLICY_NAMES: tuple[str, ...] = REGISTRY.names
 BASELINE_POLICIES: tuple[str, ...] = REGISTRY.names_of("baseline")
 BASELINES_WITH_PIECES: tuple[str, ...] = REGISTRY.names_of("baseline+pieces")

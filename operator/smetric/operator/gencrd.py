@@ -36,7 +36,7 @@ from pydantic import BaseModel
 from smetric.operator.crdschema import crd_key, field_schema, model_schema
 from smetric.operator.spec import PolicyParameters, SMetricPoolSpec
 from smetric.operator.status import CONDITION_TYPES
-from smetric.policy.registry import REGISTRY, Registry, default_policy
+from smetric.policy.registry import REGISTRY, Registry, default_policy_words
 
 REPO = Path(__file__).resolve().parents[3]
 CRD_PATHS: tuple[Path, ...] = (
@@ -109,16 +109,6 @@ PRINTER_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _default_policy_text() -> str:
-    """The CRD's description of the omitted ``router.policy`` (one default, or one per globalKV.enabled)."""
-    with_tier, without = default_policy(True), default_policy(False)
-    if with_tier == without:
-        return f"Routing policy; omitted = {with_tier}, with or without globalKV (docs/evidence.md)."
-    return (
-        f"Routing policy; omitted = {with_tier} with globalKV.enabled, {without} without (docs/evidence.md)."
-    )
-
-
 def router_schema(registry: Registry = REGISTRY) -> dict[str, Any]:
     """``router.properties.policy`` and ``router.properties.parameters``: the registry's policy
     names, the policy context (:class:`PolicyParameters`) and every policy's own parameters."""
@@ -132,7 +122,11 @@ def router_schema(registry: Registry = REGISTRY) -> dict[str, Any]:
         "policy": {
             "type": "string",
             "enum": list(registry.names),
-            "description": _default_policy_text(),
+            "description": "Routing policy; omitted = "
+            + default_policy_words(
+                "{on}, with or without globalKV", "{on} with globalKV.enabled, {off} without"
+            )
+            + " (docs/evidence.md).",
         },
         "parameters": {
             "type": "object",

@@ -38,14 +38,9 @@ pytestmark = pytest.mark.integration
 BLOCK = 16
 
 
-def _free_ports(n: int) -> int:
-    """A base port with ``n`` consecutive free ports after it (best effort)."""
-    return free_port_block(n)
-
-
 @pytest_asyncio.fixture
 async def emulator(tmp_path: Path) -> AsyncIterator[tuple[list[str], list[str]]]:
-    http, kv = _free_ports(2), _free_ports(2)
+    http, kv = free_port_block(2), free_port_block(2)
     cmd = [sys.executable, "-m", "smetric.core.cli", "emulate", "--instances", "2"]
     cmd += ["--port", str(http), "--kv-events-port", str(kv), "--block-size", str(BLOCK)]
     cmd += ["--hash-seed", "0", "--time-scale", "0.01", "--model", "tiny"]

@@ -55,10 +55,6 @@ SEED = "0"
 START_TIMEOUT_S = 480.0
 
 
-def _free_port() -> int:
-    return ports.free_port()  # below the ephemeral range, never handed out twice
-
-
 def _vllm_python() -> Path:
     py = tier_python()
     probe = subprocess.run([str(py), "-c", "import vllm"], capture_output=True, text=True, timeout=300)
@@ -76,7 +72,7 @@ class Engine:
 
 
 def _start_engine(py: Path, model: Path, logs: Path, name: str) -> Engine:
-    port, kv_port = _free_port(), _free_port()
+    port, kv_port = ports.free_port(), ports.free_port()
     # vLLM binds its PUB socket only for wildcard (or ipc) endpoints and *connects* otherwise.
     kv_config = (
         '{"enable_kv_cache_events": true, "publisher": "zmq", '

@@ -104,10 +104,6 @@ def test_sequence_gap_resets_and_reports() -> None:
     assert store.blocks("a") == {8} and sub.gaps == 4
 
 
-def _free_port() -> int:
-    return ports.free_port()  # below the ephemeral range, never handed out twice
-
-
 async def _wait_for(cond: object, timeout_s: float = 5.0) -> None:
     assert callable(cond)
     deadline = asyncio.get_running_loop().time() + timeout_s
@@ -118,7 +114,7 @@ async def _wait_for(cond: object, timeout_s: float = 5.0) -> None:
 
 
 async def test_zmq_round_trip_gap_and_teardown() -> None:
-    port = _free_port()
+    port = ports.free_port()
     ctx = zmq.asyncio.Context()
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.LINGER, 0)

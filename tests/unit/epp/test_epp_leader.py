@@ -241,10 +241,6 @@ def _kubeconfig(tmp_path: Path, url: str) -> Path:
     return path
 
 
-def _free_port() -> int:
-    return ports.free_port()  # below the ephemeral range, never handed out twice
-
-
 async def _readiness(port: int) -> int | None:
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
@@ -273,11 +269,11 @@ async def test_two_picker_processes_one_ready_and_failover_on_sigterm(
     procs: list[tuple[subprocess.Popen[bytes], int]] = []
     try:
         for _ in range(2):
-            health = _free_port()
+            health = ports.free_port()
             argv = [
                 sys.executable, "-m", "smetric.epp.main", "--pool-name=qwen", f"--pool-namespace={NS}",
                 "--ha-enable-leader-election", "--metrics-endpoint-auth=false", "--secure-serving=false",
-                f"--grpc-port={_free_port()}", f"--grpc-health-port={health}", f"--metrics-port={_free_port()}",
+                f"--grpc-port={ports.free_port()}", f"--grpc-health-port={health}", f"--metrics-port={ports.free_port()}",
                 "--log-level=warning", f"--kubeconfig={kubeconfig}",
             ]  # fmt: skip
             procs.append((subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL), health))

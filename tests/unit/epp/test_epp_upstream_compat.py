@@ -82,10 +82,6 @@ def test_self_signed_and_mounted_certificates(tmp_path: Path) -> None:
         load_cert_dir(str(tmp_path / "missing"))
 
 
-def _free_port() -> int:
-    return ports.free_port()  # below the ephemeral range, never handed out twice
-
-
 def _tls_alpn(port: int) -> str | None:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
@@ -115,7 +111,7 @@ async def test_the_picker_starts_with_the_upstream_chart_arguments(tmp_path: Pat
         "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
         "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
     )
-    grpc_port, health_port, metrics_port = _free_port(), _free_port(), _free_port()
+    grpc_port, health_port, metrics_port = ports.free_port(), ports.free_port(), ports.free_port()
     argv = [a if a != "CONFIG" else str(config) for a in UPSTREAM_ARGS]
     argv += [
         "--grpc-port",
