@@ -64,7 +64,21 @@ class SlackParams(ParamsModel):
     )
 
 
-class SessionParams(HitRatioParams):
+class CachedMovesParams(ParamsModel):
+    """Whether the global tier may move a session a GPU still holds (the tier-aware estimate and the
+    overload fallback; :func:`smetric.policy.pieces.stays_put`)."""
+
+    cached_moves: Literal["backed", "always"] = Field(
+        default="backed",
+        description="a follow-up whose session a GPU still holds: backed = the tier-aware estimate and "
+        "the overload fallback may move it only if the global tier can hold what the GPUs evict (its "
+        "capacity, globalSegmentTokens x the endpoints, at least the endpoints' total KV capacity; "
+        "unset globalSegmentTokens = a fully provisioned tier), else it is routed as without a tier; "
+        "always = the tier credited whatever its size (ablation).",
+    )
+
+
+class SessionParams(HitRatioParams, CachedMovesParams):
     """The session-centric skeleton (paper Fig. 13): HIT_RATIO and the balance score's estimate."""
 
     balance_estimate: Literal["tier", "local"] = Field(

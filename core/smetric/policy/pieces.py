@@ -28,6 +28,12 @@ at the cost of a fetch (a pool with a tier, and a first turn or a session whose 
 the least ``4 x waiting + running`` of the engines' gauges (ties round-robin), reason ``overload``. Otherwise the
 policy decides. SMetric's own ``nobodyMeets: least-loaded`` calls the same functions (:func:`movable`,
 :func:`nobody_meets`).
+
+**A tier too small to back the GPUs** (``cachedMoves: backed``, :func:`stays_put`): a follow-up whose session a
+GPU still holds, in a pool whose tier holds less than the engines' HBM (:func:`tier_backs_gpus`), skips both
+pieces: the policy sees it as in a pool without a tier. First turns and sessions no GPU holds keep them. SMetric's
+own tier estimate and fallback follow the same test (:mod:`smetric.policy.sessioncentric`). Chosen on development
+seeds 0-2 (docs/evidence.md, "No global tier and a small one").
 """
 
 from __future__ import annotations
@@ -50,14 +56,15 @@ from smetric.policy.estimates import (
     tpot_guard_ok,
 )
 from smetric.policy.load_balance import queue_load
-from smetric.policy.params import HitRatioParams, SlackParams
+from smetric.policy.params import CachedMovesParams, HitRatioParams, SlackParams
 from smetric.policy.select import RoundRobinTies
 
 PIECES_SUFFIX = "+pieces"
 
 
-class PiecesParams(HitRatioParams, SlackParams):
-    """The pieces' switches (HIT_RATIO and SLACK as SMetric's: the movable test and the deadline)."""
+class PiecesParams(HitRatioParams, SlackParams, CachedMovesParams):
+    """The pieces' switches (HIT_RATIO, SLACK and cachedMoves as SMetric's: the movable test, the deadline and
+    when the tier may move a session a GPU holds)."""
 
     pieces_tier_aware: bool = Field(
         default=True,
@@ -70,6 +77,47 @@ class PiecesParams(HitRatioParams, SlackParams):
         "the request can move at the cost of a fetch, the least 4 x waiting + running (least-loaded); "
         "none = the policy decides (ablation).",
     )
+
+
+def tier_capacity_tokens(params: PolicyParams, n_endpoints: int) -> int | None:
+    """The global tier's capacity in KV tokens: ``global_segment_tokens`` per engine pod (the operator renders
+    it from ``globalKV.segmentSize``) x the endpoints; ``None`` = a fully provisioned tier."""
+    seg = params.global_segment_tokens
+    return None if seg is None else seg * max(1, n_endpoints)
+
+
+def tier_backs_gpus(endpoints: Sequence[EndpointSnapshot], params: PolicyParams) -> bool:
+    """The global tier can hold what the GPUs evict: its capacity is at least the endpoints' total KV capacity
+    (``kv_capacity_tokens``, vLLM's ``num_gpu_blocks x block_size``); true when either is unknown.
+
+    Why the pool's HBM is the bound: every block an engine computes goes to its GPU and (LMCache writes through)
+    to the tier, so both see the same stream of new blocks -- the tier the whole pool's, each GPU its share. With
+    LRU-like eviction a block lives about ``capacity / write rate`` in each: ``C_tier / W`` in the tier,
+    ``C_gpu / (W / n) = C_hbm / W`` on its GPU. A block the GPUs evict is still in the tier only if
+    ``C_tier >= C_hbm``. Below that, a session moved off the GPU that holds it duplicates it on the target, which
+    evicts other sessions the tier no longer holds: they are recomputed (measured: docs/evidence.md, "No global
+    tier and a small one")."""
+    cap = tier_capacity_tokens(params, len(endpoints))
+    if cap is None:
+        return True
+    hbm = sum(max(0, ep.kv_capacity_tokens) for ep in endpoints)
+    return hbm <= 0 or cap >= hbm
+
+
+def stays_put(
+    request: RequestView, endpoints: Sequence[EndpointSnapshot], params: PolicyParams, hit_ratio: float
+) -> bool:
+    """``cachedMoves: backed``: a follow-up whose session a GPU still holds (``max c > HIT_RATIO * est_hit``), in a
+    pool whose tier cannot back the GPUs (:func:`tier_backs_gpus`), is routed as without a tier: no tier credit, no
+    overload fallback. First turns and sessions no GPU holds keep both."""
+    if params.global_fetch_s_per_token is None or request.turn <= 0:
+        return False
+    if params.global_segment_tokens is None:
+        return False
+    c = max((local_hit(request, ep) for ep in endpoints), default=0)
+    if not c > hit_ratio * max(0, request.est_hit_tokens):
+        return False
+    return not tier_backs_gpus(endpoints, params)
 
 
 def movable(
@@ -161,6 +209,7 @@ class WithPieces:
         self._fallback = own.pieces_fallback == "least-loaded"
         self._hit_ratio = own.hit_ratio
         self._slack = own.slack
+        self._backed = own.cached_moves == "backed"
         self._ties = RoundRobinTies()
         self.name = inner.name + PIECES_SUFFIX
 
@@ -170,6 +219,8 @@ class WithPieces:
 
     def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:
         p = self._params
+        if self._backed and stays_put(request, endpoints, p, self._hit_ratio):
+            return self._inner.pick(request, endpoints)
         if (
             self._fallback
             and movable(request, endpoints, p, self._hit_ratio)

@@ -32,6 +32,11 @@ request that no endpoint can serve within its SLO (first turns and evicted follo
 least ``4 * waiting + running`` of the engines' gauges -- where it can move at the cost of a
 global-tier fetch (a pool with a tier; a first turn, or a session whose prefix the tier holds).
 
+A small tier (``cachedMoves: backed``): a follow-up whose session a GPU still holds, in a pool whose global tier
+holds less than the engines' HBM, is scored and checked with the local estimate and never takes the least-loaded
+fallback (:func:`smetric.policy.pieces.stays_put`): moving it would duplicate it on the target and evict sessions
+the tier no longer holds.
+
 Reconstruction notes: (1) the score is divided by ``rate[i]`` so it is the same wall-time
 estimate the SLO check uses (identical to the paper's cost units when all rates are 1.0);
 (2) a migration chooses among the *eligible* endpoints: literally ``argmin`` over all, which
@@ -51,7 +56,7 @@ from smetric.policy.base import Decision, PolicyParams
 from smetric.policy.estimates import batch, local_hit, prefill_time_s, tier_times_s
 from smetric.policy.load_balance import queue_load
 from smetric.policy.params import SessionParams
-from smetric.policy.pieces import movable
+from smetric.policy.pieces import movable, stays_put
 from smetric.policy.select import RoundRobinTies
 
 
@@ -69,6 +74,8 @@ class SessionCentric:
         self._hit_ratio = own.hit_ratio
         self._tier_balance = own.balance_estimate == "tier"
         self._queued_fetch = own.queued_fetch
+        # cachedMoves: backed (smetric.policy.pieces.stays_put)
+        self._backed = own.cached_moves == "backed"
         # a cached follow-up nobody can serve within its SLO: stick (False) or argmin (True)
         self._nobody_argmin = False
         # any request nobody can serve within its SLO: the least loaded by the engines' gauges
@@ -84,20 +91,24 @@ class SessionCentric:
         endpoints: Sequence[EndpointSnapshot],
         prev: int,
         times_s: Sequence[float],
+        *,
+        local_only: bool = False,
     ) -> list[bool] | None:
         """Which endpoints may serve the follow-up request; ``None`` = stick unconditionally.
-        ``times_s`` are the balance score's time estimates ``t[i]`` (see the module docstring)."""
+        ``times_s`` are the balance score's time estimates ``t[i]`` (see the module docstring); ``local_only``: the
+        request is routed as without a tier (``cachedMoves: backed``, :func:`smetric.policy.pieces.stays_put`)."""
         return None
 
     def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:
-        times = self.balance_times_s(request, endpoints)
+        local_only = self._backed and stays_put(request, endpoints, self._params, self._hit_ratio)
+        times = self.balance_times_s(request, endpoints, local_only=local_only)
         if self._params.mode == "colocated":
             scores = [t * (batch(ep) + 1) for t, ep in zip(times, endpoints, strict=True)]
         else:
             scores = times
         frozen = tuple(scores)
         ok: list[bool] | None = None
-        if self._nobody_least_loaded and self._movable(request, endpoints):
+        if self._nobody_least_loaded and not local_only and self._movable(request, endpoints):
             ok = self.eligible(request, endpoints, -1, times)
             if ok is not None and not any(ok):
                 return self._least_loaded(request, endpoints, scores)
@@ -107,7 +118,12 @@ class SessionCentric:
         if not local_hit(request, endpoints[prev]) > self._hit_ratio * max(0, request.est_hit_tokens):
             return Decision(self._ties.argmin(scores), REASON_EVICTED, frozen)
         if ok is None:
-            ok = self.eligible(request, endpoints, prev, times)
+            # the keyword only when set, so an ``eligible`` written without it still works
+            ok = (
+                self.eligible(request, endpoints, prev, times, local_only=True)
+                if local_only
+                else self.eligible(request, endpoints, prev, times)
+            )
         if ok is None or ok[prev]:
             return Decision(prev, REASON_STICK, frozen)
         if not any(ok):
@@ -139,10 +155,13 @@ class SessionCentric:
             return Decision(target, REASON_EVICTED, tuple(loads))
         return Decision(target, REASON_STICK if target == prev else REASON_MIGRATE, tuple(loads))
 
-    def balance_times_s(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> list[float]:
-        """``t[i]`` of the balance score (``balance_estimate``, module docstring)."""
+    def balance_times_s(
+        self, request: RequestView, endpoints: Sequence[EndpointSnapshot], *, local_only: bool = False
+    ) -> list[float]:
+        """``t[i]`` of the balance score (``balance_estimate``, module docstring; ``local_only``: the local
+        estimate whatever ``balance_estimate`` says)."""
         p = self._params
-        if self._tier_balance:
+        if self._tier_balance and not local_only:
             return tier_times_s(
                 request, endpoints, p.cost_model, p.global_fetch_s_per_token, self._queued_fetch
             )

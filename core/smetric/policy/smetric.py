@@ -70,10 +70,12 @@ class SMetric(SessionCentric):
         endpoints: Sequence[EndpointSnapshot],
         prev: int,
         times_s: Sequence[float],
+        *,
+        local_only: bool = False,
     ) -> list[bool] | None:
-        return meets(
-            request, endpoints, self.params, self._slack, self._meets_times_s(request, endpoints, times_s)
-        )
+        # routed as without a tier (cachedMoves: backed): times_s is then the local estimate
+        shown = times_s if local_only else self._meets_times_s(request, endpoints, times_s)
+        return meets(request, endpoints, self.params, self._slack, shown)
 
     def _meets_times_s(
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], balance_s: Sequence[float]

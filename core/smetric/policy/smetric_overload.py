@@ -42,6 +42,8 @@ class SMetricOverload(SessionCentric):
         endpoints: Sequence[EndpointSnapshot],
         prev: int,
         times_s: Sequence[float],
+        *,
+        local_only: bool = False,
     ) -> list[bool] | None:
         loads = [nonneg(ep.queued_prefill_tokens) + decode_load_tokens(ep) for ep in endpoints]
         bound = self._overload * sum(loads) / len(loads)

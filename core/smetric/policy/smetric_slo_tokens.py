@@ -41,12 +41,16 @@ class SMetricSloTokens(SMetric):
         endpoints: Sequence[EndpointSnapshot],
         prev: int,
         times_s: Sequence[float],
+        *,
+        local_only: bool = False,
     ) -> list[bool] | None:
         p = self.params
         deadline_s = self._slack * request_slo(request, p).ttft_slo_s(prompt_tokens(request))
         c_lin = p.cost_model.c_lin_s
         fetch = p.global_fetch_s_per_token
-        if self._meets == "tier":
+        if local_only:  # routed as without a tier (cachedMoves: backed)
+            times = [prefill_time_tokens_s(request, ep, c_lin) for ep in endpoints]
+        elif self._meets == "tier":
             times = [tier_time_tokens_s(request, ep, c_lin, fetch, self._queued_fetch) for ep in endpoints]
         elif self._meets == "session" and fetch is not None:
             times = [ttft_tokens_with_global_tier_s(request, ep, c_lin, fetch) for ep in endpoints]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from smetric.core.names import REASON_BALANCE, REASON_OVERLOAD
+from smetric.core.names import REASON_BALANCE, REASON_OVERLOAD, REASON_STICK
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import PolicyParams
 from smetric.policy.params_mapping import params_from_mapping
@@ -137,3 +137,83 @@ def test_the_paper_literal_smetric_is_smetric_without_the_pieces() -> None:
     assert paper.pick(request, snaps) == make_policy("smetric", TIER.with_own(literal)).pick(request, snaps)
     assert paper.pick(request, snaps).target == 0  # nobody meets: the session sticks (algorithms.md)
     assert make_policy("smetric", TIER).pick(request, snaps).target == 1  # the default: least loaded
+
+
+# cachedMoves: a tier smaller than the pool's KV capacity (here 3 x 200k tokens of HBM) cannot hold what the
+# GPUs evict; a session a GPU holds is then routed as without a tier
+SMALL = 100_000  # tokens per engine pod: 300k < 600k of HBM
+BIG = 250_000  # 750k >= 600k
+
+
+def _overloaded() -> tuple[RequestView, list[EndpointSnapshot]]:
+    request = RequestView("r", L, est_hit_tokens=L - 1000, turn=3)
+    g = L - 1000
+    return request, [
+        ep("a", c=g, g=g, q_tokens=5e6, waiting=6, running=4),
+        ep("b", g=g, q_tokens=9e6, waiting=1, running=2),
+        ep("c", g=g, q_tokens=6e6, waiting=3, running=1),
+    ]
+
+
+def _params(segment: int | None, moves: str = "backed") -> PolicyParams:
+    from smetric.policy.params import SMetricParams
+
+    return PolicyParams(
+        global_fetch_s_per_token=FETCH,
+        global_segment_tokens=segment,
+        own=(PiecesParams(cached_moves=moves), SMetricParams(cached_moves=moves)),  # type: ignore[arg-type]
+    )
+
+
+def test_the_tier_backs_the_gpus_only_when_it_holds_their_kv() -> None:
+    from smetric.policy.pieces import stays_put, tier_backs_gpus
+
+    request, snaps = _overloaded()
+    assert tier_backs_gpus(snaps, _params(None))  # a fully provisioned tier
+    assert tier_backs_gpus(snaps, _params(BIG)) and not tier_backs_gpus(snaps, _params(SMALL))
+    unknown = [replace_kv(s, 0) for s in snaps]  # engines that do not report their capacity
+    assert tier_backs_gpus(unknown, _params(SMALL))
+    assert stays_put(request, snaps, _params(SMALL), 0.5)
+    assert not stays_put(request, snaps, _params(BIG), 0.5)
+    # a first turn and a session no GPU holds keep the tier
+    assert not stays_put(RequestView("r", L, turn=0), snaps, _params(SMALL), 0.5)
+    evicted = [replace_c(s, 0) for s in snaps]
+    assert not stays_put(request, evicted, _params(SMALL), 0.5)
+    # no tier at all: nothing to gate
+    assert not stays_put(request, snaps, PolicyParams(global_segment_tokens=SMALL), 0.5)
+
+
+@pytest.mark.parametrize("name", ["smetric", "lmetric+pieces"])
+def test_a_small_tier_does_not_move_a_session_a_gpu_holds(name: str) -> None:
+    request, snaps = _overloaded()
+    # nobody meets: with a tier that backs the GPUs the fallback moves the session to the least loaded (b) ...
+    assert make_policy(name, _params(BIG)).pick(request, snaps).target == 1
+    # ... with a small one it is routed as in a pool without a tier (no g, no fetch): SMetric keeps it on the
+    # GPU that holds it (a); LMetric + pieces is LMetric as shipped
+    d = make_policy(name, _params(SMALL)).pick(request, snaps)
+    no_tier = PolicyParams(own=_params(SMALL).own)
+    plain = make_policy(name.removesuffix("+pieces"), no_tier).pick(request, [replace_g(s, 0) for s in snaps])
+    assert (d.target, d.reason) == (plain.target, plain.reason)
+    if name == "smetric":
+        assert (d.target, d.reason) == (0, REASON_STICK)
+    # the guard off (cachedMoves: always): the small tier moves it like a big one
+    assert make_policy(name, _params(SMALL, "always")).pick(request, snaps).target == 1
+
+
+def test_a_small_tier_still_balances_an_evicted_session_by_its_copy() -> None:
+    request, snaps = _overloaded()
+    evicted = [replace_c(s, 0) for s in snaps]
+    small, big = make_policy("smetric", _params(SMALL)), make_policy("smetric", _params(BIG))
+    assert small.pick(request, evicted) == big.pick(request, evicted)
+
+
+def replace_kv(s: EndpointSnapshot, cap: int) -> EndpointSnapshot:
+    from dataclasses import replace
+
+    return replace(s, kv_capacity_tokens=cap)
+
+
+def replace_c(s: EndpointSnapshot, c: int) -> EndpointSnapshot:
+    from dataclasses import replace
+
+    return replace(s, local_hit_tokens=c)

@@ -267,7 +267,11 @@ def test_the_fallback_asks_the_rule_before_any_session_is_known() -> None:
     rule = Recording(TIER, [False, False, False])
     d = rule.pick(FOLLOW_UP, MOVABLE)
     assert rule.asked == [-1]  # no previous endpoint yet (prev = -1)
-    assert (d.target, d.reason, d.scores) == (2, "migrate", (8.0, 9.0, 4.0))  # the least 4 x waiting + running
+    assert (d.target, d.reason, d.scores) == (
+        2,
+        "migrate",
+        (8.0, 9.0, 4.0),
+    )  # the least 4 x waiting + running
 
 
 def test_the_fallback_needs_an_answer_and_a_refusal_by_everyone() -> None:
@@ -285,8 +289,16 @@ def test_the_fallbacks_reasons_for_a_first_turn_and_at_the_cached_bound() -> Non
     first = rule.pick(replace(FOLLOW_UP, turn=0), MOVABLE)
     assert (first.target, first.reason) == (2, "balance")
     # exactly HIT_RATIO x est_hit (0.5 x 400 = 200) on prev is not cached: evicted, not migrate
-    at_bound = [ep(q=3.0, waiting=2, g=1000), ep(hit=200, q=5.0, running=9, g=1000), ep(q=2.0, waiting=1, g=1000)]
+    at_bound = [
+        ep(q=3.0, waiting=2, g=1000),
+        ep(hit=200, q=5.0, running=9, g=1000),
+        ep(q=2.0, waiting=1, g=1000),
+    ]
     d = rule.pick(FOLLOW_UP, at_bound)
     assert (d.target, d.reason) == (2, "evicted")
-    above = [ep(q=3.0, waiting=2, g=1000), ep(hit=201, q=5.0, running=9, g=1000), ep(q=2.0, waiting=1, g=1000)]
+    above = [
+        ep(q=3.0, waiting=2, g=1000),
+        ep(hit=201, q=5.0, running=9, g=1000),
+        ep(q=2.0, waiting=1, g=1000),
+    ]
     assert rule.pick(FOLLOW_UP, above).reason == "migrate"

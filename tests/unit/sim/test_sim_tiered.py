@@ -102,3 +102,22 @@ def test_cli_tiered_off_switches_mechanisms() -> None:
     assert own.tiered == TieredParams(global_aware=False, footprint=False)
     with pytest.raises(ValueError, match="unknown mechanisms"):
         _spec(parser().parse_args(["--tiered-off", "prefetch"]))
+
+
+@pytest.mark.parametrize("tier", ["none", "small", "full"])
+def test_the_policies_know_the_tiers_size_as_the_operator_renders_it(tier: str) -> None:
+    # globalSegmentTokens x the instances is the simulated tier's capacity (the small tier), unset for a full one
+    from smetric.sim.build import policy_params
+
+    cfg = replace(CFG, global_tier=tier)
+    preset = get_preset(cfg.preset)
+    params = policy_params(cfg, preset, 16)
+    cluster = build_cluster(cfg, preset, 16)
+    if tier != "small":
+        assert params.global_segment_tokens is None
+        return
+    tier_model = cluster[0].global_tier
+    assert tier_model is not None and tier_model.capacity_blocks is not None
+    seg = params.global_segment_tokens
+    assert seg is not None
+    assert 0 <= tier_model.capacity_blocks * 16 - seg * cfg.instances < cfg.instances
