@@ -56,3 +56,13 @@ def test_peaks_over_rates_and_two_sweeps_of_one_regime(tmp_path: Path) -> None:
     table = regime("x", load(f"{a}+{b}"), None, peak=True)
     assert "peaks over [4.0, 5.0]" in table
     assert "smetric vs lmetric (best as shipped): -45." in table  # 110+s against 2 x (100+s)
+
+
+def test_a_rerun_of_some_policies_replaces_their_runs_and_keeps_the_rest(tmp_path: Path) -> None:
+    first = _rows(False)
+    rerun = [_row("smetric", s, 200.0, False) for s in (10, 11, 12)]
+    for name, rows in (("a.json", first), ("b.json", rerun)):
+        (tmp_path / name).write_text(json.dumps({"config": {"mode": "colocated"}, "results": rows}))
+    doc = load(f"{tmp_path / 'a.json'}+{tmp_path / 'b.json'}")
+    smetric = [r for r in doc["results"] if r["policy"] == "smetric"]
+    assert len(doc["results"]) == len(first) and [r["tps_within_slo"] for r in smetric] == [200.0] * 3

@@ -106,7 +106,8 @@ def regime(name: str, doc: Mapping[str, Any], rate: float | None, peak: bool = F
 def load(spec: str) -> dict[str, Any]:
     """A ``smetric simulate`` JSON, or the rows of its ``.runs.jsonl`` sidecar (an interrupted or
     running sweep; a sidecar does not carry the mode: its rows are P/D rows when none has a
-    colocated TPS within SLO); ``A+B``: one regime from two sweeps (the first's config, both's rows)."""
+    colocated TPS within SLO); ``A+B``: one regime from two sweeps (the first's config, both's rows; a run of
+    B -- the same policy, seed and rate -- replaces A's, so a re-run of some policies merges with the rest)."""
     parts = []
     for path in spec.split("+"):
         if path.endswith(".runs.jsonl"):
@@ -116,7 +117,8 @@ def load(spec: str) -> dict[str, Any]:
         else:
             parts.append(read_json(path))
     doc = dict(parts[0])
-    doc["results"] = [r for d in parts for r in d["results"]]
+    runs = {(r.get("policy"), r.get("seed"), r.get("rate_multiplier")): r for d in parts for r in d["results"]}
+    doc["results"] = list(runs.values())
     return doc
 
 
