@@ -295,6 +295,18 @@ def instances_per_node(preset: InstancePreset) -> int:
     return max(1, GPUS_PER_NODE // max(1, preset.n_gpus))
 
 
+def tier_capacity_tokens(
+    kind: str, preset: InstancePreset, block_tokens: int, token_cost_scale: float = 1.0
+) -> int | None:
+    """The capacity of the tier :func:`make_global_tier` builds for ``kind``, in (modelled) tokens; ``None`` for
+    a full tier or none. The policies get it as the operator renders it: ``globalSegmentTokens`` = this over
+    the engines (``smetric.sim.build.segment_tokens``, the bench's picker config)."""
+    if kind != "small":
+        return None
+    block_bytes = block_tokens * preset.model.kv_bytes_per_token * token_cost_scale
+    return int(SMALL_TIER_BYTES // block_bytes) * block_tokens
+
+
 def make_global_tier(
     kind: str,
     preset: InstancePreset,
@@ -315,7 +327,8 @@ def make_global_tier(
     if kind == "none":
         return None
     block_bytes = block_tokens * preset.model.kv_bytes_per_token * token_cost_scale
-    capacity = None if kind == "full" else int(SMALL_TIER_BYTES // block_bytes)
+    tokens = tier_capacity_tokens(kind, preset, block_tokens, token_cost_scale)
+    capacity = None if tokens is None else tokens // block_tokens
     per_node = instances_per_node(preset)
     n_nodes = max(1, -(-n_instances // per_node))
     return GlobalTier(capacity, block_bytes, nic_gbit_s * 1e9 / 8.0, n_nodes, path, max(1, preset.n_gpus))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from smetric.core.presets import InstancePreset
 from smetric.engine import EngineConfig, Instance, StepModel, make_global_tier
-from smetric.engine.global_tier import SMALL_TIER_BYTES, instances_per_node
+from smetric.engine.global_tier import instances_per_node, tier_capacity_tokens
 from smetric.policy import DecodeStepModel, PolicyParams, fetch_s_per_token
 from smetric.sim.config import SimConfig
 
@@ -34,11 +34,8 @@ def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
 def segment_tokens(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> int | None:
     """KV tokens each instance contributes to a bounded global tier (the operator's
     ``globalSegmentTokens``: the tier's capacity over the engines); ``None`` for a full tier or none."""
-    if cfg.global_tier != "small":
-        return None
-    block_bytes = block_tokens * preset.model.kv_bytes_per_token
-    capacity_tokens = int(SMALL_TIER_BYTES // block_bytes) * block_tokens
-    return max(1, capacity_tokens // max(1, cfg.instances))
+    capacity_tokens = tier_capacity_tokens(cfg.global_tier, preset, block_tokens)
+    return None if capacity_tokens is None else max(1, capacity_tokens // max(1, cfg.instances))
 
 
 def build_cluster(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> list[Instance]:

@@ -84,3 +84,22 @@ def test_the_summary_reports_sheds_and_give_ups() -> None:
         None,
     )
     assert s.shed_share == 0.5 and s.gave_up_share == 0.25
+
+
+def test_the_picker_knows_the_emulated_tiers_size_as_the_operator_renders_it() -> None:
+    # a small tier: its capacity over the instances, so the picker's cachedMoves gate sees the same tier as
+    # the simulator's policies; a full tier (or none): no segment, a fully provisioned tier
+    from smetric.engine.global_tier import tier_capacity_tokens
+
+    for tier in ("none", "full"):
+        cfg = PickerFrontend("smetric").picker_config(
+            ClusterSpec(4, PRESET, TS, 0, 16, "0", "m", global_tier=tier)
+        )
+        assert "globalSegmentTokens" not in cfg["policy"]["parameters"]  # type: ignore[index]
+    small = ClusterSpec(4, PRESET, TS, 0, 16, "0", "m", global_tier="small", token_cost_scale=0.5)
+    cfg = PickerFrontend("smetric").picker_config(small)
+    seg = cfg["policy"]["parameters"]["globalSegmentTokens"]  # type: ignore[index]
+    total = tier_capacity_tokens("small", get_preset(PRESET), 16, 0.5)
+    assert total is not None and seg == total // 4
+    assert validate_config(cfg) is not None
+    assert params_from_mapping(cfg["policy"]["parameters"]).global_segment_tokens == seg  # type: ignore[index,arg-type]

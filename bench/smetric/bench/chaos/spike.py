@@ -119,8 +119,7 @@ async def load_spike(st: ChaosStack, quick: bool) -> list[Row]:
     return [
         Row(
             f"load spike: {SPIKE:g}x the pool's capacity ({rate:.1f} new {PROMPT_TOKENS}-token sessions/s "
-            f"for {duration_s:g} s, engines in real time), flow control "
-            + ("on" if flow_on else "off"),
+            f"for {duration_s:g} s, engines in real time), flow control " + ("on" if flow_on else "off"),
             f"every request has its first byte or a 429 within the queue's TTL + {SLACK_S:g} s "
             f"({bound_s:g} s); picker health < {HEALTH_BOUND_S} s (its CPU); RSS growth < {RSS_BOUND_MB:g} MB",
             f"{len(replies)} sent in {took_s:.0f} s: {len(served)} served ({in_slo} within the {SLO_S:.2f} s "

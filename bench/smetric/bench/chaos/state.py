@@ -177,7 +177,9 @@ async def _bodies_row(st: ChaosStack, index: str, body: bytes, guard: str, refus
     why = sorted({r.body[:70].decode(errors="replace") for r in replies if r.status == 503})
     refused = sum(1 for r in replies if r.status == 503 and BUDGET_REFUSAL in r.body)
     # A parse worker that died or never started is the picker failing the body, not a refusal.
-    lost = [r.body[:160].decode(errors="replace") for r in replies if r.status == 503 and LOST_WORKER in r.body]
+    lost = [
+        r.body[:160].decode(errors="replace") for r in replies if r.status == 503 and LOST_WORKER in r.body
+    ]
     return Row(
         f"8 concurrent 15.5 MiB agent bodies (~250k messages each), {index} index",
         f"every one answered (503 past the 64 MiB body budget{', at least one,' if refusal else ''} or the "
@@ -185,7 +187,10 @@ async def _bodies_row(st: ChaosStack, index: str, body: bytes, guard: str, refus
         f"codes {codes} (400: the engine's context limit); picker RSS {rss0:.0f} -> peak {peak:.0f} MB "
         f"(+{growth:.0f}); worst health {worst_health:.2f} s; {refused} refused by the body budget; 503: {why}"
         + (f"; {len(lost)} lost to a parse worker: {lost[0]}" if lost else ""),
-        all(c != 0 for c in codes) and growth < BODY_RSS_BOUND_MB and (refused >= 1 or not refusal) and not lost,
+        all(c != 0 for c in codes)
+        and growth < BODY_RSS_BOUND_MB
+        and (refused >= 1 or not refusal)
+        and not lost,
         guard,
     )
 

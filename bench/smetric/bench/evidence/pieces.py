@@ -117,7 +117,9 @@ def load(spec: str) -> dict[str, Any]:
         else:
             parts.append(read_json(path))
     doc = dict(parts[0])
-    runs = {(r.get("policy"), r.get("seed"), r.get("rate_multiplier")): r for d in parts for r in d["results"]}
+    runs = {
+        (r.get("policy"), r.get("seed"), r.get("rate_multiplier")): r for d in parts for r in d["results"]
+    }
     doc["results"] = list(runs.values())
     return doc
 
