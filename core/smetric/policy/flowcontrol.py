@@ -79,6 +79,9 @@ class FlowControlConfig:
     late_last: bool = True  # a resend after a 429 (already late) waits below every fresh request
     tpot_guard: bool = True  # an endpoint takes a request only if its decodes keep the TPOT SLO
     filter_candidates: bool = False  # the policy chooses only among the endpoints the gate accepts
+    hopeless_last: bool = (
+        False  # a request no endpoint could serve in time even idle waits with the late ones
+    )
 
     def __post_init__(self) -> None:
         problems = [
@@ -184,6 +187,21 @@ class FlowGate:
             o and tpot_guard_ok(ep, t, horizon, slo.tpot_s, p.decode_step)
             for o, t, ep in zip(ok, times, endpoints, strict=True)
         ]
+
+    def hopeless(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> bool:
+        """``hopeless_last``: no endpoint could serve ``request`` within ``slack x`` its TTFT SLO even with
+        nothing queued there (its own compute and fetch alone miss, e.g. a long prompt no cache holds). It
+        waits in the late band: served when no request that can still make its SLO waits."""
+        if not self._cfg.hopeless_last:
+            return False
+        p = self._params
+        bare = [
+            replace(ep, queued_prefill_cost=0.0, queued_prefill_tokens=0.0, queued_fetch_s=0.0)
+            for ep in endpoints
+        ]
+        left = self._cfg.slack * self.deadline_s(request)
+        times = tier_times_s(request, bare, p.cost_model, p.global_fetch_s_per_token)
+        return not any(t <= left for t, ep in zip(times, endpoints, strict=True) if not ep.stale)
 
     def admissible(self, request: RequestView, ep: EndpointSnapshot) -> bool:
         """The engine gauges allow one more request: fresh, few enough waiting, KV room."""

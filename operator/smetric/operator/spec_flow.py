@@ -60,3 +60,9 @@ class FlowControlSpec(SpecModel):
         description="The policy chooses only among the engines the gate accepts (filters before "
         "scorers); off: the gate decides whether a request goes now, the policy where, among all.",
     )
+    hopeless_last: bool = Field(
+        default=False,
+        description="A request no engine could serve within its TTFT SLO even with nothing queued (a long "
+        "prompt no cache holds) waits with the late ones: served when no request that can still make its "
+        "SLO waits, shed after the TTL otherwise (docs/overload.md).",
+    )

@@ -55,6 +55,7 @@ class SimGateway:
         "failed",
         "flow_of",
         "gate",
+        "hopeless",
         "max_len",
         "queue",
         "rng",
@@ -71,13 +72,19 @@ class SimGateway:
         self.attempts: dict[int, int] = {}  # key -> sheds so far
         self.flow_of: dict[int, int] = {}  # queued key -> its flow (family key)
         self.failed: set[int] = set()  # keys given up after max_retries sheds
+        self.hopeless: set[int] = set()  # keys no instance could serve in time even idle (hopeless_last)
         self.shed_by_reason: dict[str, int] = {}
         self.waits: list[float] = []  # gateway wait of every dispatched-after-queueing attempt
         self.max_len = 0
 
     def late(self, key: int) -> bool:
         """``key`` is a resend after a 429 and resends wait last (``late_last``)."""
-        return self.cfg.late_last and key in self.attempts
+        return (self.cfg.late_last and key in self.attempts) or key in self.hopeless
+
+    def mark_hopeless(self, key: int, request: RequestView, snaps: list[EndpointSnapshot]) -> None:
+        """``hopeless_last``: remember ``key`` as late when no instance could serve it in time even idle."""
+        if self.gate.hopeless(request, snaps):
+            self.hopeless.add(key)
 
     def admits(
         self, request: RequestView, snaps: list[EndpointSnapshot], late: bool = False

@@ -24,6 +24,17 @@ class SwitchGate(FlowGate):
         super().__init__(cfg, PolicyParams())
         self.open = False
         self.budget: int | None = None  # when set: this many requests get capacity, then none
+        self.doom_first = (
+            False  # the first request asked about is one no endpoint could serve in time even idle
+        )
+        self._doomed: str | None = None
+
+    def hopeless(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> bool:
+        if not (self.config.hopeless_last and self.doom_first):
+            return False
+        if self._doomed is None:
+            self._doomed = request.request_id
+        return request.request_id == self._doomed
 
     def capable(
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float = 0.0
@@ -198,3 +209,57 @@ async def test_a_reload_applies_the_new_queue_bound_and_ttl(serve: object) -> No
         assert resp.immediate_response.status.code == 429
     assert sample(servicer, "smetric_epp_flow_control_shed_total", {"reason": "ttl"}) == 2
     assert sample(servicer, "smetric_epp_flow_control_shed_total", {"reason": "capacity"}) == 0
+
+
+async def test_a_hopeless_request_waits_below_a_fresh_one(serve: object) -> None:
+    """hopelessLast: a request no endpoint could serve within its SLO even idle is queued with the late ones, so
+    capacity goes first to a fresh request that can still make its SLO, though the hopeless one came first."""
+    servicer, gate = with_flow(ttl_s=30.0, hopeless_last=True)
+    gate.doom_first = True
+    stub = await serve(servicer)  # type: ignore[operator]
+    doomed = await send(stub, "doomed", text="a long prompt no cache holds")
+    await asyncio.sleep(0.2)
+    fresh = await send(stub, "fresh", text="a short follow-up")
+    await asyncio.sleep(0.2)
+    assert servicer.flow is not None and len(servicer.flow) == 2
+    gate.budget = 1
+    servicer.flow.kick()
+    assert (await asyncio.wait_for(fresh.read(), 5.0)).HasField("request_headers")  # type: ignore[attr-defined]
+    assert len(servicer.flow) == 1
+    gate.budget = None
+    gate.open = True
+    servicer.flow.kick()
+    assert (await asyncio.wait_for(doomed.read(), 5.0)).HasField("request_headers")  # type: ignore[attr-defined]
+    for call in (doomed, fresh):
+        call.cancel()  # type: ignore[attr-defined]
+
+
+async def test_without_hopeless_last_the_hopeless_request_goes_first(serve: object) -> None:
+    """The guard off: the same two requests are served in arrival order, the hopeless one first."""
+    servicer, gate = with_flow(ttl_s=30.0, hopeless_last=False)
+    gate.doom_first = True
+    stub = await serve(servicer)  # type: ignore[operator]
+    doomed = await send(stub, "doomed", text="a long prompt no cache holds")
+    await asyncio.sleep(0.2)
+    fresh = await send(stub, "fresh", text="a short follow-up")
+    await asyncio.sleep(0.2)
+    assert servicer.flow is not None and len(servicer.flow) == 2
+    gate.budget = 1
+    servicer.flow.kick()
+    assert (await asyncio.wait_for(doomed.read(), 5.0)).HasField("request_headers")  # type: ignore[attr-defined]
+    assert len(servicer.flow) == 1
+    for call in (doomed, fresh):
+        call.cancel()  # type: ignore[attr-defined]
+
+
+async def test_a_hopeless_request_on_an_idle_pool_is_routed_at_once(serve: object) -> None:
+    """Nothing fresh waits: the hopeless request passes through the queue and is routed without a tick's wait."""
+    servicer, gate = with_flow(ttl_s=30.0, hopeless_last=True)
+    gate.doom_first = True
+    gate.open = True
+    stub = await serve(servicer)  # type: ignore[operator]
+    doomed = await send(stub, "doomed", text="a long prompt no cache holds")
+    assert (await asyncio.wait_for(doomed.read(), 5.0)).HasField("request_headers")  # type: ignore[attr-defined]
+    assert servicer.flow is not None and len(servicer.flow) == 0
+    assert sample(servicer, "inference_extension_flow_control_request_queue_duration_seconds_count") >= 0
+    doomed.cancel()  # type: ignore[attr-defined]

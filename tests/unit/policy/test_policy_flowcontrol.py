@@ -308,3 +308,18 @@ def test_fair_queue_bounds_defaults_ties_and_expiry() -> None:
     assert q.next_expiry_s() == 4.0
     assert q.expire(10.0) == [("e", "ttl", 10.0)]
     assert q.expire(11.0) == []
+
+
+def test_hopeless_means_no_endpoint_could_serve_it_in_time_even_idle() -> None:
+    # 8k tokens cost ~1.41 s on an idle endpoint against a 1.5 s SLO: not hopeless, however long the queues;
+    # 40k tokens (SLO 3.5 s) cost far more than that even idle: hopeless, whatever the queues
+    long_req = RequestView("r", 40_000, turn=0)
+    assert PARAMS.cost_model.cost(40_000, 40_000) > PARAMS.slo.ttft_slo_s(40_000)
+    on = gate(hopeless_last=True)
+    assert not on.hopeless(REQ, [busy(30.0), busy(40.0)])
+    assert on.hopeless(long_req, [ep(), ep("b")])
+    # a cache that holds the prompt makes it servable in time
+    assert not on.hopeless(long_req, [ep(local_hit_tokens=39_000)])
+    # a stale endpoint does not count; the setting off: never hopeless
+    assert on.hopeless(long_req, [ep(local_hit_tokens=39_000, stale=True), ep("b")])
+    assert not gate().hopeless(long_req, [ep()])

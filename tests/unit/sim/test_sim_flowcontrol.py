@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from smetric.core.presets import get_preset
+from smetric.core.views import RequestView
 from smetric.sim.simulator import SimConfig, simulate
 from smetric.sim.workload import PreparedWorkload, prepare
 from tests.support.sim_synth import synthetic
@@ -141,3 +142,44 @@ def test_filter_candidates_sends_a_request_only_where_the_gate_accepts_it(
     assert chosen > 0 and refused == 0
     chosen_off, refused_off = refused_choices(filter_candidates=False)
     assert chosen_off > 0 and refused_off > 0
+
+
+def test_hopeless_last_dispatches_a_hopeless_request_only_when_no_fresh_one_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """hopeless_last: a request no instance could serve within its SLO even idle is dispatched only with no fresh
+    request left in the queue. Guard off: such requests are dispatched while fresh ones wait."""
+    from smetric.sim import simulator
+
+    def hopeless_while_fresh_waits(**fc: object) -> tuple[int, int]:
+        seen = [0, 0]  # dispatches of hopeless requests, of which with a fresh request waiting
+        original = simulator._Run.dispatch
+
+        def spy(
+            self: simulator._Run, key: int, req: object, rview: RequestView, snaps: object, t: float
+        ) -> None:
+            gw = self.gateway
+            assert gw is not None
+            if _doomed(gw, rview, snaps):
+                seen[0] += 1
+                seen[1] += gw.queue.waiting_at_or_above(0) > 0
+            original(self, key, req, rview, snaps, t)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(simulator._Run, "dispatch", spy)
+        cfg = replace(with_fc(ttl_s=1.0, retry_after_s=0.5, max_retries=20, **fc), measure_s=150.0)
+        simulate(work(), "smetric", 0.3, cfg)
+        monkeypatch.setattr(simulator._Run, "dispatch", original)
+        return seen[0], seen[1]
+
+    hopeless, while_fresh = hopeless_while_fresh_waits(hopeless_last=True)
+    assert hopeless > 0 and while_fresh == 0
+    hopeless_off, while_fresh_off = hopeless_while_fresh_waits(hopeless_last=False)
+    assert hopeless_off > 0 and while_fresh_off > 0  # the same run without the guard
+
+
+def _doomed(gw: object, rview: RequestView, snaps: object) -> bool:
+    """What the gate calls hopeless with the setting on (also counted in the run without it)."""
+    from smetric.policy.flowcontrol import FlowGate
+
+    g = gw.gate  # type: ignore[attr-defined]
+    return FlowGate(replace(g.config, hopeless_last=True), g._params).hopeless(rview, snaps)  # type: ignore[arg-type]

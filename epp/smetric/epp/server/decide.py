@@ -364,13 +364,18 @@ class Picker(PickerFeedback):
         estimates: a P/D pool's prefill pods (its decode pods queue no prefill and would always
         look idle; the simulator's P/D pool is its prefill instances), every endpoint otherwise
         (selective P/D included: its decode pod may compute the prompt). Raises :class:`Held`
-        when none can take the request; returns ``snaps`` with ``filterCandidates``' marks."""
+        when none can take the request, and on its first attempt (``waited_s`` 0) when no endpoint could serve it
+        in time even idle (``hopelessLast``: it waits in the late band, :meth:`FlowGate.hopeless`); returns
+        ``snaps`` with ``filterCandidates``' marks."""
         idx: Sequence[int] = range(len(snaps))
         if self.pd_router is not None and self.pd_decider is None:
             prefill = [i for i, ep in enumerate(endpoints) if ep.role == ROLE_PREFILL]
             if prefill and len(prefill) < len(endpoints):
                 idx = prefill
-        gated = gate.candidates(request, [snaps[i] for i in idx], waited_s)
+        shown = [snaps[i] for i in idx]
+        if waited_s <= 0.0 and gate.hopeless(request, shown):  # first attempt: queue it with the late ones
+            raise Held(request, *gate.expiry(request), late=True)
+        gated = gate.candidates(request, shown, waited_s)
         if gated is None:
             raise Held(request, *gate.expiry(request))
         if len(idx) == len(snaps):

@@ -43,11 +43,13 @@ class Held(Exception):
     """No endpoint has capacity for ``request`` now. ``limit_s`` / ``reason``: how long it may
     wait and why it is shed after that (:meth:`smetric.policy.flowcontrol.FlowGate.expiry`)."""
 
-    def __init__(self, request: RequestView, limit_s: float, reason: ShedReason) -> None:
+    def __init__(self, request: RequestView, limit_s: float, reason: ShedReason, late: bool = False) -> None:
         super().__init__(f"no endpoint can serve request {request.request_id!r} within its SLO now")
         self.request = request
         self.limit_s = limit_s
         self.reason = reason
+        # hopeless_last: no endpoint could serve it in time even idle, so it waits with the late ones
+        self.late = late
 
 
 class LateSet:
@@ -161,7 +163,7 @@ class FlowQueue:
         now = self.clock()
         cfg = self.cfg
         fingerprint = hashlib.blake2b(body, digest_size=16).digest() if cfg.late_last and body else b""
-        late = bool(fingerprint) and self.late.pop(fingerprint, now)
+        late = (bool(fingerprint) and self.late.pop(fingerprint, now)) or held.late
         w = _Waiter(attempt, asyncio.get_running_loop().create_future(), priority, now, fingerprint, late)
         band = queue_band(priority, late)
         if not self.queue.push(w, flow, band, now, now + held.limit_s, held.reason):
@@ -171,6 +173,8 @@ class FlowQueue:
         self.metrics.queue_size.set(len(self.queue))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
+        if held.late:  # held for its band only: it goes at once when nothing fresh waits
+            self._wake.set()
         return await w.future  # cancelled (stream gone): the waiter is skipped and dropped
 
     def _refused(self, w: _Waiter, now: float) -> None:
