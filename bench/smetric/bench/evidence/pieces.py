@@ -108,7 +108,7 @@ def load(spec: str) -> dict[str, Any]:
     running sweep; a sidecar does not carry the mode: its rows are P/D rows when none has a
     colocated TPS within SLO); ``A+B``: one regime from two sweeps (the first's config, both's rows; a run of
     B -- the same policy, seed and rate -- replaces A's, so a re-run of some policies merges with the rest)."""
-    parts = []
+    parts: list[dict[str, Any]] = []
     for path in spec.split("+"):
         if path.endswith(".runs.jsonl"):
             rows = list(read_rows(Path(path))[1].values())
