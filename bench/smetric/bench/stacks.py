@@ -153,7 +153,11 @@ class PickerFrontend:
             raise BenchError(f"picker units must be model or wall, got {self.units!r}")
         unit_s = spec.time_scale if self.units == "wall" else 1.0
         parameters = picker_parameters(spec.preset, spec.token_cost_scale, spec.global_tier != "none", unit_s)
-        segment = segment_tokens(spec)
+        from smetric.engine.global_tier import tier_segment_tokens
+
+        segment = tier_segment_tokens(
+            spec.global_tier, get_preset(spec.preset), spec.instances, spec.block_size, spec.token_cost_scale
+        )
         if segment is not None:  # as the operator renders it from globalKV.segmentSize
             parameters["globalSegmentTokens"] = segment
         config: dict[str, object] = {"policy": {"name": self.policy, "parameters": parameters}}
@@ -247,17 +251,6 @@ def envoy_path(explicit: str) -> str:
     if not path.is_file():
         raise BenchError(f"Envoy binary {path} not found")
     return str(path)
-
-
-def segment_tokens(spec: ClusterSpec) -> int | None:
-    """``globalSegmentTokens`` for the emulator's bounded tier (``small``): its capacity over the instances, in
-    the emulator's (scaled) tokens; ``None`` for a full tier or none."""
-    from smetric.engine.global_tier import tier_capacity_tokens
-
-    tokens = tier_capacity_tokens(
-        spec.global_tier, get_preset(spec.preset), spec.block_size, spec.token_cost_scale
-    )
-    return None if tokens is None else max(1, tokens // max(1, spec.instances))
 
 
 def picker_parameters(

@@ -79,9 +79,8 @@ class FlowControlConfig:
     late_last: bool = True  # a resend after a 429 (already late) waits below every fresh request
     tpot_guard: bool = True  # an endpoint takes a request only if its decodes keep the TPOT SLO
     filter_candidates: bool = False  # the policy chooses only among the endpoints the gate accepts
-    hopeless_last: bool = (
-        False  # a request no endpoint could serve in time even idle waits with the late ones
-    )
+    # a request no endpoint could serve in time even idle waits with the late ones
+    hopeless_last: bool = False
 
     def __post_init__(self) -> None:
         problems = [
@@ -194,14 +193,14 @@ class FlowGate:
         waits in the late band: served when no request that can still make its SLO waits."""
         if not self._cfg.hopeless_last:
             return False
-        p = self._params
         bare = [
             replace(ep, queued_prefill_cost=0.0, queued_prefill_tokens=0.0, queued_fetch_s=0.0)
             for ep in endpoints
         ]
         left = self._cfg.slack * self.deadline_s(request)
-        times = tier_times_s(request, bare, p.cost_model, p.global_fetch_s_per_token)
-        return not any(t <= left for t, ep in zip(times, endpoints, strict=True) if not ep.stale)
+        return not any(
+            t <= left for t, ep in zip(self._times(request, bare), endpoints, strict=True) if not ep.stale
+        )
 
     def admissible(self, request: RequestView, ep: EndpointSnapshot) -> bool:
         """The engine gauges allow one more request: fresh, few enough waiting, KV room."""

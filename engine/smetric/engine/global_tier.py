@@ -299,12 +299,21 @@ def tier_capacity_tokens(
     kind: str, preset: InstancePreset, block_tokens: int, token_cost_scale: float = 1.0
 ) -> int | None:
     """The capacity of the tier :func:`make_global_tier` builds for ``kind``, in (modelled) tokens; ``None`` for
-    a full tier or none. The policies get it as the operator renders it: ``globalSegmentTokens`` = this over
-    the engines (``smetric.sim.build.segment_tokens``, the bench's picker config)."""
+    a full tier or none."""
     if kind != "small":
         return None
     block_bytes = block_tokens * preset.model.kv_bytes_per_token * token_cost_scale
     return int(SMALL_TIER_BYTES // block_bytes) * block_tokens
+
+
+def tier_segment_tokens(
+    kind: str, preset: InstancePreset, n_instances: int, block_tokens: int, token_cost_scale: float = 1.0
+) -> int | None:
+    """What each of ``n_instances`` contributes to that tier (:func:`tier_capacity_tokens` over them): the
+    policies get the tier's size as the operator renders it, ``globalSegmentTokens`` (the simulator's policy
+    parameters, the bench's picker config); ``None`` for a full tier or none."""
+    tokens = tier_capacity_tokens(kind, preset, block_tokens, token_cost_scale)
+    return None if tokens is None else max(1, tokens // max(1, n_instances))
 
 
 def make_global_tier(

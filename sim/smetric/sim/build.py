@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from smetric.core.presets import InstancePreset
 from smetric.engine import EngineConfig, Instance, StepModel, make_global_tier
-from smetric.engine.global_tier import instances_per_node, tier_capacity_tokens
+from smetric.engine.global_tier import instances_per_node, tier_segment_tokens
 from smetric.policy import DecodeStepModel, PolicyParams, fetch_s_per_token
 from smetric.sim.config import SimConfig
 
@@ -25,17 +25,10 @@ def policy_params(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> 
         block_tokens=block_tokens,
         seed=cfg.seed,
         global_fetch_s_per_token=fetch_s,
-        global_segment_tokens=segment_tokens(cfg, preset, block_tokens),
+        global_segment_tokens=tier_segment_tokens(cfg.global_tier, preset, cfg.instances, block_tokens),
         global_chunk_tokens=cfg.global_chunk_tokens,
         own=cfg.own_params,
     )
-
-
-def segment_tokens(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> int | None:
-    """KV tokens each instance contributes to a bounded global tier (the operator's
-    ``globalSegmentTokens``: the tier's capacity over the engines); ``None`` for a full tier or none."""
-    capacity_tokens = tier_capacity_tokens(cfg.global_tier, preset, block_tokens)
-    return None if capacity_tokens is None else max(1, capacity_tokens // max(1, cfg.instances))
 
 
 def build_cluster(cfg: SimConfig, preset: InstancePreset, block_tokens: int) -> list[Instance]:
