@@ -211,10 +211,12 @@ async def test_a_reload_applies_the_new_queue_bound_and_ttl(serve: object) -> No
     assert sample(servicer, "smetric_epp_flow_control_shed_total", {"reason": "capacity"}) == 0
 
 
-async def test_a_hopeless_request_waits_below_a_fresh_one(serve: object) -> None:
-    """hopelessLast: a request no endpoint could serve within its SLO even idle is queued with the late ones, so
-    capacity goes first to a fresh request that can still make its SLO, though the hopeless one came first."""
-    servicer, gate = with_flow(ttl_s=30.0, hopeless_last=True)
+async def _doomed_then_fresh(
+    serve: object, hopeless_last: bool
+) -> tuple[ExtProcServicer, SwitchGate, object, object]:
+    """A request no endpoint could serve in time even idle, then a fresh one, both held (the gate is closed);
+    then capacity for one request."""
+    servicer, gate = with_flow(ttl_s=30.0, hopeless_last=hopeless_last)
     gate.doom_first = True
     stub = await serve(servicer)  # type: ignore[operator]
     doomed = await send(stub, "doomed", text="a long prompt no cache holds")
@@ -224,8 +226,15 @@ async def test_a_hopeless_request_waits_below_a_fresh_one(serve: object) -> None
     assert servicer.flow is not None and len(servicer.flow) == 2
     gate.budget = 1
     servicer.flow.kick()
+    return servicer, gate, doomed, fresh
+
+
+async def test_a_hopeless_request_waits_below_a_fresh_one(serve: object) -> None:
+    """hopelessLast: a request no endpoint could serve within its SLO even idle is queued with the late ones, so
+    capacity goes first to a fresh request that can still make its SLO, though the hopeless one came first."""
+    servicer, gate, doomed, fresh = await _doomed_then_fresh(serve, hopeless_last=True)
     assert (await asyncio.wait_for(fresh.read(), 5.0)).HasField("request_headers")  # type: ignore[attr-defined]
-    assert len(servicer.flow) == 1
+    assert servicer.flow is not None and len(servicer.flow) == 1
     gate.budget = None
     gate.open = True
     servicer.flow.kick()
@@ -236,30 +245,28 @@ async def test_a_hopeless_request_waits_below_a_fresh_one(serve: object) -> None
 
 async def test_without_hopeless_last_the_hopeless_request_goes_first(serve: object) -> None:
     """The guard off: the same two requests are served in arrival order, the hopeless one first."""
-    servicer, gate = with_flow(ttl_s=30.0, hopeless_last=False)
-    gate.doom_first = True
-    stub = await serve(servicer)  # type: ignore[operator]
-    doomed = await send(stub, "doomed", text="a long prompt no cache holds")
-    await asyncio.sleep(0.2)
-    fresh = await send(stub, "fresh", text="a short follow-up")
-    await asyncio.sleep(0.2)
-    assert servicer.flow is not None and len(servicer.flow) == 2
-    gate.budget = 1
-    servicer.flow.kick()
+    servicer, _, doomed, fresh = await _doomed_then_fresh(serve, hopeless_last=False)
     assert (await asyncio.wait_for(doomed.read(), 5.0)).HasField("request_headers")  # type: ignore[attr-defined]
-    assert len(servicer.flow) == 1
+    assert servicer.flow is not None and len(servicer.flow) == 1
     for call in (doomed, fresh):
         call.cancel()  # type: ignore[attr-defined]
 
 
 async def test_a_hopeless_request_on_an_idle_pool_is_routed_at_once(serve: object) -> None:
-    """Nothing fresh waits: the hopeless request passes through the queue and is routed without a tick's wait."""
+    """Nothing fresh waits: the hopeless request passes through the queue (counted as dispatched from it) and is
+    routed at once, not at the next dispatch tick (set to 30 s here, past the read's 5 s bound)."""
     servicer, gate = with_flow(ttl_s=30.0, hopeless_last=True)
     gate.doom_first = True
     gate.open = True
+    assert servicer.flow is not None
+    servicer.flow.tick_s = 30.0
     stub = await serve(servicer)  # type: ignore[operator]
     doomed = await send(stub, "doomed", text="a long prompt no cache holds")
     assert (await asyncio.wait_for(doomed.read(), 5.0)).HasField("request_headers")  # type: ignore[attr-defined]
-    assert servicer.flow is not None and len(servicer.flow) == 0
-    assert sample(servicer, "inference_extension_flow_control_request_queue_duration_seconds_count") >= 0
+    assert len(servicer.flow) == 0
+    dispatched = {"priority": "0", "outcome": "dispatched"}
+    assert (
+        sample(servicer, "inference_extension_flow_control_request_queue_duration_seconds_count", dispatched)
+        == 1
+    )
     doomed.cancel()  # type: ignore[attr-defined]

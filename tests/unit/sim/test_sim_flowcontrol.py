@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
 from smetric.core.presets import get_preset
-from smetric.core.views import RequestView
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.sim.gateway import SimGateway
 from smetric.sim.simulator import SimConfig, simulate
 from smetric.sim.workload import PreparedWorkload, prepare
 from tests.support.sim_synth import synthetic
@@ -79,35 +81,53 @@ def test_bad_flow_control_settings_are_refused_clearly() -> None:
         replace(BASE, flow_control="{")
 
 
+def _dispatched_while_fresh_waits(
+    monkeypatch: pytest.MonkeyPatch,
+    counted: Callable[[SimGateway, int, RequestView, list[EndpointSnapshot]], bool],
+    **fc: object,
+) -> tuple[int, int]:
+    """Dispatches of the requests ``counted`` picks, and of those the ones made while a fresh request
+    waited in the gateway queue (SMetric, a short overloaded run)."""
+    from smetric.sim import simulator
+
+    seen = [0, 0]
+    original = simulator._Run.dispatch
+
+    def spy(
+        self: simulator._Run,
+        key: int,
+        req: object,
+        rview: RequestView,
+        snaps: list[EndpointSnapshot],
+        t: float,
+    ) -> None:
+        gw = self.gateway
+        assert gw is not None
+        if counted(gw, key, rview, snaps):
+            seen[0] += 1
+            seen[1] += gw.queue.waiting_at_or_above(0) > 0
+        original(self, key, req, rview, snaps, t)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(simulator._Run, "dispatch", spy)
+    cfg = replace(with_fc(ttl_s=1.0, retry_after_s=0.5, max_retries=20, **fc), measure_s=150.0)
+    simulate(work(), "smetric", 0.3, cfg)
+    monkeypatch.setattr(simulator._Run, "dispatch", original)
+    return seen[0], seen[1]
+
+
 def test_late_last_dispatches_a_resend_only_when_no_fresh_request_waits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every dispatch of a resend after a 429 (late: its TTFT already counts from the first send)
     happens with no fresh request left in the queue. Guard off (late_last false): resends are
     dispatched while fresh requests wait."""
-    from smetric.sim import simulator
 
-    def late_while_fresh_waits(**fc: object) -> tuple[int, int]:
-        seen = [0, 0]  # late dispatches, of which with a fresh request waiting
-        original = simulator._Run.dispatch
+    def resend(gw: SimGateway, key: int, rview: RequestView, snaps: list[EndpointSnapshot]) -> bool:
+        return key in gw.attempts
 
-        def spy(self: simulator._Run, key: int, *args: object) -> None:
-            gw = self.gateway
-            assert gw is not None
-            if key in gw.attempts:
-                seen[0] += 1
-                seen[1] += gw.queue.waiting_at_or_above(0) > 0
-            original(self, key, *args)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(simulator._Run, "dispatch", spy)
-        cfg = replace(with_fc(ttl_s=1.0, retry_after_s=0.5, max_retries=20, **fc), measure_s=150.0)
-        simulate(work(), "smetric", 0.3, cfg)
-        monkeypatch.setattr(simulator._Run, "dispatch", original)
-        return seen[0], seen[1]
-
-    late, while_fresh = late_while_fresh_waits(late_last=True)
+    late, while_fresh = _dispatched_while_fresh_waits(monkeypatch, resend, late_last=True)
     assert late > 0 and while_fresh == 0
-    late_off, while_fresh_off = late_while_fresh_waits(late_last=False)
+    late_off, while_fresh_off = _dispatched_while_fresh_waits(monkeypatch, resend, late_last=False)
     assert late_off > 0 and while_fresh_off > 0  # the same run without the guard
 
 
@@ -149,37 +169,15 @@ def test_hopeless_last_dispatches_a_hopeless_request_only_when_no_fresh_one_wait
 ) -> None:
     """hopeless_last: a request no instance could serve within its SLO even idle is dispatched only with no fresh
     request left in the queue. Guard off: such requests are dispatched while fresh ones wait."""
-    from smetric.sim import simulator
-
-    def hopeless_while_fresh_waits(**fc: object) -> tuple[int, int]:
-        seen = [0, 0]  # dispatches of hopeless requests, of which with a fresh request waiting
-        original = simulator._Run.dispatch
-
-        def spy(
-            self: simulator._Run, key: int, req: object, rview: RequestView, snaps: object, t: float
-        ) -> None:
-            gw = self.gateway
-            assert gw is not None
-            if _doomed(gw, rview, snaps):
-                seen[0] += 1
-                seen[1] += gw.queue.waiting_at_or_above(0) > 0
-            original(self, key, req, rview, snaps, t)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(simulator._Run, "dispatch", spy)
-        cfg = replace(with_fc(ttl_s=1.0, retry_after_s=0.5, max_retries=20, **fc), measure_s=150.0)
-        simulate(work(), "smetric", 0.3, cfg)
-        monkeypatch.setattr(simulator._Run, "dispatch", original)
-        return seen[0], seen[1]
-
-    hopeless, while_fresh = hopeless_while_fresh_waits(hopeless_last=True)
+    hopeless, while_fresh = _dispatched_while_fresh_waits(monkeypatch, _doomed, hopeless_last=True)
     assert hopeless > 0 and while_fresh == 0
-    hopeless_off, while_fresh_off = hopeless_while_fresh_waits(hopeless_last=False)
+    hopeless_off, while_fresh_off = _dispatched_while_fresh_waits(monkeypatch, _doomed, hopeless_last=False)
     assert hopeless_off > 0 and while_fresh_off > 0  # the same run without the guard
 
 
-def _doomed(gw: object, rview: RequestView, snaps: object) -> bool:
+def _doomed(gw: SimGateway, key: int, rview: RequestView, snaps: list[EndpointSnapshot]) -> bool:
     """What the gate calls hopeless with the setting on (also counted in the run without it)."""
     from smetric.policy.flowcontrol import FlowGate
 
-    g = gw.gate  # type: ignore[attr-defined]
-    return FlowGate(replace(g.config, hopeless_last=True), g._params).hopeless(rview, snaps)  # type: ignore[arg-type]
+    g = gw.gate
+    return FlowGate(replace(g.config, hopeless_last=True), g._params).hopeless(rview, snaps)
