@@ -54,8 +54,8 @@ from smetric.trace import load_agentic
 
 TRACE = Path(__file__).resolve().parents[4] / ".." / "shared" / "traces" / "claude-code-agentic.jsonl.gz"
 
-# The estimate forms run with nobodyMeets: stick, so the table in docs/policies.md reproduces;
-# "tier-ll" is the default's form (least-loaded; docs/evidence.md, "Nobody meets").
+# The estimate forms run with nobodyMeets: stick, so the table of commit a6a9167 reproduces
+# (`git show 13b99e2:docs/policies.md`); "tier-ll" is the default's form (least-loaded).
 _STICK: dict[str, object] = {"nobodyMeets": "stick"}
 VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "tier": ("smetric", {**_STICK}),
