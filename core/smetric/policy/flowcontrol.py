@@ -80,7 +80,7 @@ class FlowControlConfig:
     tpot_guard: bool = True  # an endpoint takes a request only if its decodes keep the TPOT SLO
     filter_candidates: bool = False  # the policy chooses only among the endpoints the gate accepts
     # a request no endpoint could serve in time even idle waits with the late ones
-    hopeless_last: bool = False
+    hopeless_last: bool = True
 
     def __post_init__(self) -> None:
         problems = [

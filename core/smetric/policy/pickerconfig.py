@@ -26,7 +26,7 @@ Shape (the operator renders exactly the ``policy`` block)::
       lateLast: true              # a resend after a 429 waits below every fresh request
       tpotGuard: true             # an endpoint takes a request only if its decodes keep the TPOT SLO
       filterCandidates: false     # the policy chooses only among the endpoints the gate accepts
-      hopelessLast: false         # a request no endpoint could serve in time even idle waits with the late ones
+      hopelessLast: true          # a request no endpoint could serve in time even idle waits with the late ones
     sessionHeaders: [x-session-token]  # request headers naming the session, first non-empty wins:
                                   # llmd-session's session id, flow control's flow (lower case)
     prefixIndex: null             # smetric-epp only: {mode: precise | approximate, blockSize,
@@ -121,7 +121,7 @@ class FlowControlSection(_Strict):
     lateLast: bool = True
     tpotGuard: bool = True
     filterCandidates: bool = False
-    hopelessLast: bool = False
+    hopelessLast: bool = True
 
     def config(self) -> FlowControlConfig:
         return FlowControlConfig(

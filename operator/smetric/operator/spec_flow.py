@@ -61,7 +61,7 @@ class FlowControlSpec(SpecModel):
         "scorers); off: the gate decides whether a request goes now, the policy where, among all.",
     )
     hopeless_last: bool = Field(
-        default=False,
+        default=True,
         description="A request no engine could serve within its TTFT SLO even with nothing queued (a long "
         "prompt no cache holds) waits with the late ones: served when no request that can still make its "
         "SLO waits, shed after the TTL otherwise (docs/overload.md).",

@@ -322,4 +322,5 @@ def test_hopeless_means_no_endpoint_could_serve_it_in_time_even_idle() -> None:
     assert not on.hopeless(long_req, [ep(local_hit_tokens=39_000)])
     # a stale endpoint does not count; the setting off: never hopeless
     assert on.hopeless(long_req, [ep(local_hit_tokens=39_000, stale=True), ep("b")])
-    assert not gate().hopeless(long_req, [ep()])
+    assert not gate(hopeless_last=False).hopeless(long_req, [ep()])
+    assert gate().hopeless(long_req, [ep()])  # on by default
