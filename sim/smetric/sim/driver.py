@@ -31,7 +31,7 @@ from smetric.sim.report import (
     summary_table,
 )
 from smetric.sim.stats import summary
-from smetric.sim.stream import Sidecar, fingerprint, read_done, sidecar_path, write_atomic
+from smetric.sim.stream import Sidecar, code_digest, fingerprint, read_done, sidecar_path, write_atomic
 from smetric.sim.sweep import RunCost, RunKey, RunTask, Setting, SweepSpec, json_ready, prepared, run_sweep
 from smetric.sim.workload import PreparedWorkload, max_request_tokens
 
@@ -126,7 +126,7 @@ def run_with_progress(
 ) -> list[dict[str, Any]]:
     """Run the sweep on the chosen executor behind a progress bar, streaming each finished run
     to the sidecar (and, with ``resume``, skipping the runs the sidecar already holds)."""
-    fp = fingerprint(config)
+    fp = fingerprint({"config": config, "code": code_digest()})
     done: dict[RunKey, dict[str, Any]] = {}
     sidecar: Sidecar | None = None
     if json_path is not None:

@@ -1,7 +1,8 @@
 """Results streamed as runs finish: a JSON-lines sidecar next to ``--json`` (``OUT.runs.jsonl``).
 
 Line 1 is a header with the sweep's fingerprint (a hash of the JSON ``config``: trace, cluster,
-policies, rates, seeds, regimes); each further line is one finished run: its key, its row (exactly
+policies, rates, seeds, regimes; and of the code that computes a run, :func:`code_digest`, so that a
+default changed in the code, which the config does not spell out, refuses the old rows); each further line is one finished run: its key, its row (exactly
 the row the final JSON gets) and, for information, its wall time. An interrupted sweep keeps every
 line written; ``--resume`` reads the rows back (a torn last line is ignored) and skips their runs,
 refusing a sidecar whose fingerprint differs. The final JSON is rewritten atomically (temp file +
@@ -11,14 +12,39 @@ rename), so a reader never sees half a file.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from smetric.sim.sweep import RunCost, RunKey
 
 FORMAT = "smetric-sim-runs/1"
+
+
+# the packages whose code decides a run's row (a change in any of them changes the row)
+RUN_CODE_PACKAGES: tuple[str, ...] = (
+    "smetric.core",
+    "smetric.policy",
+    "smetric.router",
+    "smetric.engine",
+    "smetric.sim",
+    "smetric.trace",
+)
+
+
+def code_digest(packages: Sequence[str] = RUN_CODE_PACKAGES) -> str:
+    """A hash of the Python sources of ``packages`` (path and bytes of every ``.py`` file)."""
+    h = hashlib.sha256()
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        for root in sorted(spec.submodule_search_locations or ()) if spec else ():
+            for path in sorted(Path(root).rglob("*.py")):
+                h.update(f"{name}/{path.relative_to(root).as_posix()}\0".encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def sidecar_path(json_path: Path) -> Path:
@@ -62,7 +88,9 @@ def read_done(path: Path, fp: str) -> dict[RunKey, dict[str, Any]]:
         return {}
     head, done = read_rows(path)
     if head and head.get("fingerprint") != fp:
-        raise ValueError(f"{path} belongs to a different sweep (config changed); remove it or drop --resume")
+        raise ValueError(
+            f"{path} belongs to a different sweep (config or simulator code changed); remove it or drop --resume"
+        )
     return done
 
 

@@ -146,3 +146,31 @@ def test_extensions_go_up_until_the_drop_and_down_when_the_peak_is_the_lowest_ra
     done[RunKey("", "b", 0, 0.6)] = row("b", 0, 0.6, 250)
     assert extensions(spec, done) == []
     assert extensions(SweepSpec((setting,), ("a",), (1.0, 2.0, 3.0), extend_past_knee=False), done) == []
+
+
+def test_resume_refuses_rows_written_by_other_simulator_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A default changed in the code (not spelled out in the config, e.g. a flow-control setting)
+    changes the rows: --resume must not mix rows of the old code with the new."""
+    args = [*tiny(tmp_path), "--seeds", "0", "--no-extend-past-knee", "--workers", "1"]
+    out = tmp_path / "a.json"
+    assert main([*args, "--json", str(out)]) == 0
+    assert main([*args, "--json", str(out), "--resume"]) == 0  # the same code: resumed
+    monkeypatch.setattr("smetric.sim.driver.code_digest", lambda: "other-code")
+    assert main([*args, "--json", str(out), "--resume"]) == 2
+
+
+def test_code_digest_follows_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from smetric.sim.stream import code_digest
+
+    pkg = tmp_path / "digestpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "m.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = code_digest(("digestpkg",))
+    assert code_digest(("digestpkg",)) == before
+    (pkg / "m.py").write_text("X = 2\n")
+    assert code_digest(("digestpkg",)) != before
+    assert code_digest() != before  # the default packages exist and are hashed
