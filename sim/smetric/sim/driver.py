@@ -126,10 +126,10 @@ def run_with_progress(
 ) -> list[dict[str, Any]]:
     """Run the sweep on the chosen executor behind a progress bar, streaming each finished run
     to the sidecar (and, with ``resume``, skipping the runs the sidecar already holds)."""
-    fp = fingerprint({"config": config, "code": code_digest()})
     done: dict[RunKey, dict[str, Any]] = {}
     sidecar: Sidecar | None = None
-    if json_path is not None:
+    if json_path is not None:  # only a sidecar needs the fingerprint (and reads the sources for it)
+        fp = fingerprint({"config": config, "code": code_digest()})
         side = sidecar_path(json_path)
         if resume:
             done = read_done(side, fp)

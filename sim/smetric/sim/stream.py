@@ -1,9 +1,10 @@
 """Results streamed as runs finish: a JSON-lines sidecar next to ``--json`` (``OUT.runs.jsonl``).
 
 Line 1 is a header with the sweep's fingerprint (a hash of the JSON ``config``: trace, cluster,
-policies, rates, seeds, regimes; and of the code that computes a run, :func:`code_digest`, so that a
-default changed in the code, which the config does not spell out, refuses the old rows); each further line is one finished run: its key, its row (exactly
-the row the final JSON gets) and, for information, its wall time. An interrupted sweep keeps every
+policies, rates, seeds, regimes; and of the code that computes a run, :func:`code_digest`, so that
+a default changed in the code, which the config does not spell out, refuses the old rows); each
+further line is one finished run: its key, its row (exactly the row the final JSON gets) and, for
+information, its wall time. An interrupted sweep keeps every
 line written; ``--resume`` reads the rows back (a torn last line is ignored) and skips their runs,
 refusing a sidecar whose fingerprint differs. The final JSON is rewritten atomically (temp file +
 rename), so a reader never sees half a file.
