@@ -14,20 +14,38 @@ from pathlib import Path
 
 import pytest
 
-from smetric.bench.procs import port_is_free
-
 pytestmark = pytest.mark.integration
 
 TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "claude-code-agentic.jsonl.gz"
 
 
+def _listening_ports() -> set[int]:
+    """Local ports some socket on this box listens on (/proc/net/tcp{,6}, state 0A = LISTEN).
+
+    Not "can this process bind the port": a stopped server leaves its closed connections in
+    TIME_WAIT for a minute, and a plain bind() refuses a port with TIME_WAIT sockets although
+    nothing serves it any more (that made this check flaky under CI)."""
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 3 and fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def _assert_all_stopped(logs: Path) -> None:
-    """Nothing refers to the log folder any more, and every emulator's ports are free again."""
+    """Nothing refers to the log folder any more, and nothing listens on an emulator's ports."""
     assert _running_with(str(logs)) == []
+    listening = _listening_ports()
     for log in logs.glob("**/emulator.log"):
         m = re.search(r"http://127\.0\.0\.1:(\d+)\.\.(\d+)", log.read_text())
         assert m is not None
-        assert all(port_is_free(p) for p in range(int(m.group(1)), int(m.group(2)) + 1))
+        assert listening.isdisjoint(range(int(m.group(1)), int(m.group(2)) + 1))
 
 
 def _running_with(fragment: str) -> list[int]:
@@ -42,6 +60,31 @@ def _running_with(fragment: str) -> list[int]:
         if fragment in cmd:
             pids.append(int(entry.name))
     return pids
+
+
+def test_the_stopped_check_sees_a_listener_and_ignores_time_wait() -> None:
+    """A live listener fails the check; a port with only TIME_WAIT left passes it although a
+    plain bind() still refuses that port (the flake the check replaced)."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    assert port in _listening_ports()
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    server.close()
+    conn.close()  # the server side closes first: its end of the connection enters TIME_WAIT
+    client.recv(1)
+    client.close()
+    assert port not in _listening_ports()
+    probe = socket.socket()
+    try:
+        with pytest.raises(OSError):
+            probe.bind(("127.0.0.1", port))
+    finally:
+        probe.close()
 
 
 @pytest.mark.skipif(
