@@ -152,9 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="picker rows: the durations the pickers are configured with (SLOs, decode step, "
                    "fetch time, flow control's TTL) in model seconds as deployed (default), or in wall "
                    "seconds (x time scale), the units of the prefill speed they learn (docs/bench.md, Limits)")  # fmt: skip
-    p.add_argument("--flow-control", action="store_true",
-                   help="picker rows: the pickers run flow control (its defaults; TTL and Retry-After "
-                   "in --picker-units); the clients resend a 429 after its Retry-After, at most 8 times")  # fmt: skip
+    p.add_argument("--flow-control", action=argparse.BooleanOptionalAction, default=True,
+                   help="picker rows: the pickers run flow control (the picker's default since 6 Dec 2026; its "
+                   "defaults, TTL and Retry-After in --picker-units; --no-flow-control: off); the clients "
+                   "resend a 429 after its Retry-After, at most 8 times")  # fmt: skip
     p.add_argument("--api", choices=APIS, default="chat",
                    help="wire API of the replayed traffic: OpenAI chat completions or Anthropic Messages (/v1/messages)")  # fmt: skip
     p.add_argument("--compare-sim", action="store_true",

@@ -133,7 +133,7 @@ class PickerFrontend:
     prefix_index: str = "auto"  # the picker's --prefix-index (precise: each engine's KV events)
     decision_log: bool = False  # the picker's --decision-log (one JSON line per decision)
     units: str = "model"  # the picker's configured durations: "model" seconds, or "wall" (x time scale)
-    flow_control: bool = False  # the picker config's flowControl (its defaults, TTL and Retry-After in units)
+    flow_control: bool = True  # the picker config's flowControl (its defaults, TTL and Retry-After in units)
 
     @property
     def router(self) -> str:
@@ -161,13 +161,12 @@ class PickerFrontend:
         if segment is not None:  # as the operator renders it from globalKV.segmentSize
             parameters["globalSegmentTokens"] = segment
         config: dict[str, object] = {"policy": {"name": self.policy, "parameters": parameters}}
-        if self.flow_control:
-            defaults = FlowControlConfig()
-            config["flowControl"] = {
-                "enabled": True,
-                "ttlS": defaults.ttl_s * unit_s,
-                "retryAfterS": defaults.retry_after_s * unit_s,  # the header is whole seconds: >= 1
-            }
+        defaults = FlowControlConfig()
+        config["flowControl"] = {  # always written: the row's choice, not the picker's default
+            "enabled": self.flow_control,
+            "ttlS": defaults.ttl_s * unit_s,
+            "retryAfterS": defaults.retry_after_s * unit_s,  # the header is whole seconds: >= 1
+        }
         return config
 
     def envoy_options(
@@ -363,7 +362,7 @@ def frontends(
     prefix_index: str = "auto",
     decision_log: bool = False,
     picker_units: str = "model",
-    flow_control: bool = False,
+    flow_control: bool = True,
 ) -> list[Frontend]:
     """Rows in run order: every picker policy (once per replica count), then each peer router's
     policies."""

@@ -67,7 +67,7 @@ class FlowControlConfig:
     """Flow-control settings of one pool (the picker config's ``flowControl``, the CRD's
     ``router.flowControl``, ``smetric simulate --flow-control``)."""
 
-    enabled: bool = False
+    enabled: bool = True  # the default since 6 Dec 2026 (docs/overload.md, section 8)
     max_queued: int = 1024  # requests held at the gateway (all flows, all bands)
     ttl_s: float = 2.0  # the longest a request waits at the gateway (docs/overload.md: why short)
     shed_on_deadline: bool = True  # shed a queued request once its TTFT deadline has passed
@@ -191,7 +191,7 @@ class FlowGate:
         """``hopeless_last``: no endpoint could serve ``request`` within ``slack x`` its TTFT SLO even with
         nothing queued there (its own compute and fetch alone miss, e.g. a long prompt no cache holds). It
         waits in the late band: served when no request that can still make its SLO waits."""
-        if not self._cfg.hopeless_last:
+        if not self._cfg.hopeless_last or not _any_fresh(endpoints):
             return False
         bare = [
             replace(ep, queued_prefill_cost=0.0, queued_prefill_tokens=0.0, queued_fetch_s=0.0)
@@ -209,10 +209,15 @@ class FlowGate:
             return False
         if not cfg.kv_headroom or ep.kv_capacity_tokens <= 0:
             return True
+        n = prompt_tokens(request)
+        need = n - min(max(0, ep.local_hit_tokens), n)
+        if need > ep.kv_capacity_tokens:
+            # no amount of waiting frees that much: not the gate's question (the engine refuses
+            # a prompt over its context with a 400; holding it would end in a 429 worth retrying)
+            return True
         used = min(1.0, max(0.0, ep.kv_usage))
         free = (1.0 - used) * ep.kv_capacity_tokens - max(0.0, ep.queued_prefill_tokens)
-        n = prompt_tokens(request)
-        return n - min(max(0, ep.local_hit_tokens), n) <= free
+        return need <= free
 
     def has_capacity(
         self, request: RequestView, endpoints: Sequence[EndpointSnapshot], waited_s: float = 0.0
@@ -247,7 +252,13 @@ class FlowGate:
         """The endpoints the policy may choose from: ``None`` when none can take the request (hold
         it); else ``endpoints`` as given, or with ``filter_candidates`` each endpoint the gate
         refuses marked stale, so the policy scores only those that can take it (GIE's filters
-        before its scorers; the framework shows a policy no stale endpoint while a fresh one exists)."""
+        before its scorers; the framework shows a policy no stale endpoint while a fresh one exists).
+
+        With every endpoint stale (ejected for errors, or no fresh scrape) the gate knows no
+        capacity to wait for: ``endpoints`` as given, and the request takes the path it takes
+        without flow control (the engine's own answer, not a 429 that blames load)."""
+        if not _any_fresh(endpoints):
+            return endpoints
         mask = self.capable(request, endpoints, waited_s)
         if not any(mask):
             return None
@@ -256,6 +267,10 @@ class FlowGate:
         return [
             ep if ok or ep.stale else replace(ep, stale=True) for ep, ok in zip(endpoints, mask, strict=True)
         ]
+
+
+def _any_fresh(endpoints: Sequence[EndpointSnapshot]) -> bool:
+    return any(not ep.stale for ep in endpoints)
 
 
 T = TypeVar("T")

@@ -15,7 +15,7 @@ Shape (the operator renders exactly the ``policy`` block)::
       kvCacheUtilThreshold: 0.8
     servedModels: []              # empty = accept any model (the engine answers 404 itself)
     flowControl:                  # SLO-aware gateway queue (smetric.policy.flowcontrol, docs/overload.md)
-      enabled: false
+      enabled: true               # on by default since 6 Dec 2026 (false: every request goes straight to an engine)
       maxQueued: 1024             # requests held, all flows; a full queue answers 429 at once
       ttlS: 2                     # the longest a request waits, then 429
       shedOnDeadline: true        # 429 once the request's TTFT SLO has passed while it waits
@@ -110,7 +110,7 @@ class SaturationSection(_Strict):
 class FlowControlSection(_Strict):
     """:class:`smetric.policy.flowcontrol.FlowControlConfig` in the config's camelCase."""
 
-    enabled: bool = False
+    enabled: bool = True
     maxQueued: int = Field(default=1024, ge=1, le=1_000_000)
     ttlS: float = Field(default=2.0, gt=0, le=3600)
     shedOnDeadline: bool = True

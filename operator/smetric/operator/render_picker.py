@@ -79,8 +79,9 @@ def policy_config(spec: SMetricPoolSpec) -> dict[str, Any]:
     served = served_models(spec)
     if served:
         config["servedModels"] = list(served)
-    if spec.router.flow_control.enabled:  # the picker config's flowControl, same camelCase keys
-        config["flowControl"] = spec.router.flow_control.model_dump(by_alias=True)
+    # the picker config's flowControl, same camelCase keys; rendered off too, so the pool's choice
+    # never depends on the picker's own default
+    config["flowControl"] = spec.router.flow_control.model_dump(by_alias=True)
     return config
 
 

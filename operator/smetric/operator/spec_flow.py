@@ -10,7 +10,7 @@ from smetric.operator.spec_params import SpecModel
 
 class FlowControlSpec(SpecModel):
     enabled: bool = Field(
-        default=False,
+        default=True,
         description="Hold a request no engine can serve within its TTFT SLO in a bounded gateway queue "
         "(fair across sessions, sheddable requests last) instead of sending it to an overloaded engine; "
         "refuse with 429 + Retry-After what can no longer make it.",

@@ -46,8 +46,10 @@ def test_an_engine_that_misses_in_wall_time_is_refused_only_in_wall_units() -> N
 
 def test_flow_control_in_the_picker_config() -> None:
     spec = ClusterSpec(4, PRESET, TS, 0, 16, "0", "m")
-    off = PickerFrontend("smetric").picker_config(spec)
-    assert "flowControl" not in off
+    off = PickerFrontend("smetric", flow_control=False).picker_config(spec)
+    assert off["flowControl"] == {"enabled": False, "ttlS": 2.0, "retryAfterS": 5.0}  # written off, not left out
+    assert validate_config(off).flowControl.enabled is False  # whatever the picker's default
+    assert PickerFrontend("smetric").picker_config(spec)["flowControl"]["enabled"] is True  # type: ignore[index]
     on = PickerFrontend("smetric", units="wall", flow_control=True).picker_config(spec)
     fc = on["flowControl"]
     assert isinstance(fc, dict) and fc["enabled"] is True

@@ -166,7 +166,8 @@ def test_config_section_parses_and_validates() -> None:
     assert fc.late_last and fc.tpot_guard  # on by default (docs/overload.md)
     off = validate_config({"flowControl": {"enabled": True, "lateLast": False, "tpotGuard": False}})
     assert not off.flowControl.config().late_last and not off.flowControl.config().tpot_guard
-    assert not validate_config({}).flowControl.enabled
+    assert validate_config({}).flowControl.enabled  # on by default since 6 Dec 2026 (docs/overload.md)
+    assert not validate_config({"flowControl": {"enabled": False}}).flowControl.config().enabled
     try:
         validate_config({"flowControl": {"maxQueued": 0}})
     except ValueError as exc:

@@ -24,8 +24,15 @@ def test_flow_control_renders_into_the_picker_config_and_the_picker_reads_it() -
     assert (fc.enabled, fc.max_queued, fc.ttl_s, fc.retry_after_s) == (True, 200, 20.0, 3.0)
 
 
-def test_flow_control_off_leaves_the_config_as_before() -> None:
-    assert "flowControl" not in picker_config(spec())
+def test_flow_control_is_on_by_default_and_rendered_either_way() -> None:
+    """The default pool renders flow control on; a pool that turns it off renders ``enabled:
+    false``, so the picker never falls back to its own default."""
+    on = picker_config(spec())["flowControl"]
+    assert on["enabled"] is True and on["hopelessLast"] is True  # type: ignore[index]
+    assert validate_config(picker_config(spec())).flowControl.config().enabled
+    off = picker_config(spec(router={"flowControl": {"enabled": False}}))
+    assert off["flowControl"]["enabled"] is False  # type: ignore[index]
+    assert not validate_config(off).flowControl.config().enabled
 
 
 def test_bad_flow_control_is_refused() -> None:

@@ -84,6 +84,20 @@ def test_policy_config_map() -> None:
             },
         },
         "pdDisaggregation": {"enabled": False},
+        "flowControl": {
+            "enabled": True,
+            "maxQueued": 1024,
+            "ttlS": 2.0,
+            "shedOnDeadline": True,
+            "retryAfterS": 5.0,
+            "slack": 1.0,
+            "maxEngineWaiting": 0,
+            "kvHeadroom": True,
+            "lateLast": True,
+            "tpotGuard": True,
+            "filterCandidates": False,
+            "hopelessLast": True,
+        },
         "servedModels": ["Qwen/Qwen3-Coder-30B-A3B-Instruct"],
     }
     from smetric.epp.config import parse_config, policy_params
@@ -181,7 +195,11 @@ def test_global_segment_tokens_are_one_pods_segment_over_kv_bytes_per_token() ->
     assert policy_config(pool(9)) == policy_config(pool(4))  # scaling leaves the config alone
     # a segment smaller than one token's KV still counts as one token (never 0: no tier at all)
     tiny = SMetricPoolSpec.model_validate(
-        {"model": model, "topology": {"mode": "colocated", "replicas": 1}, "globalKV": {"enabled": True, "segmentSize": "32Ki"}}
+        {
+            "model": model,
+            "topology": {"mode": "colocated", "replicas": 1},
+            "globalKV": {"enabled": True, "segmentSize": "32Ki"},
+        }
     )
     assert policy_config(tiny)["policy"]["parameters"]["globalSegmentTokens"] == 1
     explicit = pool(4, router={"parameters": {"globalSegmentTokens": 1000}})

@@ -151,6 +151,20 @@ def test_config_map_holds_the_policy_config() -> None:
             },
         },
         "pdDisaggregation": {"enabled": False},
+        "flowControl": {
+            "enabled": True,
+            "maxQueued": 1024,
+            "ttlS": 2.0,
+            "shedOnDeadline": True,
+            "retryAfterS": 5.0,
+            "slack": 1.0,
+            "maxEngineWaiting": 0,
+            "kvHeadroom": True,
+            "lateLast": True,
+            "tpotGuard": True,
+            "filterCandidates": False,
+            "hopelessLast": True,
+        },
         "servedModels": ["org/m"],  # the model the rendered `vllm serve` serves
     }
     assert cm["data"]["config.yaml"].startswith("policy:\n  name: smetric\n")  # key order kept
@@ -428,8 +442,14 @@ def test_replicas_share_the_responses_map_through_a_headless_service() -> None:
         "args"
     ]
     assert "--snapshot-port=9004" in args and "--peers=p-epp-peers.team-a.svc:9004" in args
-    ports = next(m for m in out if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]
-    assert ports[-1] == {"name": "snapshot", "containerPort": 9004, "protocol": "TCP"}  # the Service's targetPort
+    ports = next(m for m in out if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
+        "ports"
+    ]
+    assert ports[-1] == {
+        "name": "snapshot",
+        "containerPort": 9004,
+        "protocol": "TCP",
+    }  # the Service's targetPort
     (epp_policy, *_) = network_policies(POOL, parse_spec(raw()))
     rule = epp_policy["spec"]["ingress"][-1]
     assert rule["ports"] == [{"port": 9004, "protocol": "TCP"}]
@@ -440,13 +460,13 @@ def test_replicas_share_the_responses_map_through_a_headless_service() -> None:
         "args"
     ]
     assert not any(a.startswith(("--peers", "--snapshot-port")) for a in one_args)
-    one_ports = next(m for m in one if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
-        "ports"
-    ]
+    one_ports = next(m for m in one if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][
+        0
+    ]["ports"]
     assert [p["name"] for p in one_ports] == ["grpc", "grpc-health", "metrics"]
     two = picker(POOL, parse_spec(raw(router={"replicas": 2})))  # the smallest count with peers
     assert any(m["metadata"]["name"] == "p-epp-peers" for m in two)
-    two_ports = next(m for m in two if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
-        "ports"
-    ]
+    two_ports = next(m for m in two if m["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][
+        0
+    ]["ports"]
     assert two_ports[-1]["name"] == "snapshot"

@@ -55,6 +55,20 @@ def test_gate_refuses_an_engine_with_a_queue_or_no_kv_room_even_when_the_estimat
 
 def test_gate_ignores_stale_endpoints() -> None:
     assert not gate().has_capacity(REQ, [ep(stale=True)])
+    # a stale endpoint beside a fresh busy one: the request waits for capacity
+    assert gate().candidates(REQ, [ep(stale=True), busy(30.0)]) is None
+
+
+def test_with_every_endpoint_stale_the_gate_holds_nothing() -> None:
+    """Every endpoint ejected for errors or without a fresh scrape: no capacity to wait for, so
+    the gate passes the request on (the path without flow control: the engine's own answer)
+    instead of a 429 that blames load; a hopeless request is not held either."""
+    stale = [ep(stale=True), busy(30.0, stale=True)]
+    long_req = RequestView("r", 40_000, turn=0)
+    g = gate()
+    assert g.candidates(REQ, stale) is stale
+    assert g.candidates(long_req, stale) is stale and not g.hopeless(long_req, stale)
+    assert not g.has_capacity(REQ, stale)  # the per-endpoint verdict is unchanged
 
 
 def test_config_rejects_bad_values_with_a_clear_error() -> None:
@@ -194,7 +208,7 @@ def test_the_config_defaults_and_shed_reasons_are_exact() -> None:
     assert SHED_REASONS == ("capacity", "ttl", "deadline") == get_args(ShedReason)
     c = FlowControlConfig()
     assert (c.enabled, c.max_queued, c.ttl_s, c.shed_on_deadline, c.retry_after_s, c.slack) == (
-        False, 1024, 2.0, True, 5.0, 1.0,
+        True, 1024, 2.0, True, 5.0, 1.0,
     )  # fmt: skip
     assert (c.idle_queued_tokens, c.max_engine_waiting, c.kv_headroom, c.late_last, c.tpot_guard) == (
         0.0, 0, True, True, True,
@@ -254,7 +268,10 @@ def test_admissible_kv_headroom_boundaries() -> None:
     g = gate()
     n = REQ.prompt_tokens
     assert g.admissible(REQ, ep(kv_capacity_tokens=0))  # capacity unknown: no KV check
-    assert not g.admissible(REQ, ep(kv_capacity_tokens=1, kv_usage=0.0))  # 1 token free < 8,000
+    assert not g.admissible(REQ, ep(kv_capacity_tokens=n, kv_usage=0.5))  # 4,000 tokens free < 8,000
+    # more than the whole cache: no wait frees that much, the engine answers it (over its context)
+    assert g.admissible(REQ, ep(kv_capacity_tokens=n - 1, kv_usage=1.0))
+    assert not g.admissible(REQ, ep(kv_capacity_tokens=n, kv_usage=1.0))  # fits once the cache frees
     assert g.admissible(REQ, ep(kv_capacity_tokens=n, kv_usage=0.0))  # exactly fits
     assert not g.admissible(REQ, ep(kv_capacity_tokens=n, kv_usage=0.0, queued_prefill_tokens=1.0))
     assert g.admissible(
@@ -266,13 +283,13 @@ def test_admissible_kv_headroom_boundaries() -> None:
     )  # usage clamped to 1: nothing free
     assert g.admissible(REQ, ep(kv_capacity_tokens=n, kv_usage=-0.5))  # clamped to 0
     assert g.admissible(
-        REQ, ep(kv_capacity_tokens=1000, kv_usage=0.0, local_hit_tokens=n - 1000)
+        REQ, ep(kv_capacity_tokens=2000, kv_usage=0.5, local_hit_tokens=n - 1000)
     )  # cached part
-    assert not g.admissible(REQ, ep(kv_capacity_tokens=1000, kv_usage=0.0, local_hit_tokens=n - 1001))
+    assert not g.admissible(REQ, ep(kv_capacity_tokens=2000, kv_usage=0.5, local_hit_tokens=n - 1001))
     assert g.admissible(
         REQ, ep(kv_capacity_tokens=1000, kv_usage=0.0, local_hit_tokens=2 * n)
     )  # hit > prompt: all
-    assert not g.admissible(REQ, ep(kv_capacity_tokens=1000, kv_usage=0.0, local_hit_tokens=-5))  # bad: 0
+    assert not g.admissible(REQ, ep(kv_capacity_tokens=2 * n, kv_usage=0.6, local_hit_tokens=-5))  # bad: 0
     assert gate(kv_headroom=False).admissible(REQ, ep(kv_capacity_tokens=1, kv_usage=1.0))
     # usage above 1 reads as full, not as negative room: a fully cached request still fits
     assert g.admissible(REQ, ep(kv_capacity_tokens=10 * n, kv_usage=1.5, local_hit_tokens=n))

@@ -167,7 +167,10 @@ def translate(cfg: EndpointPickerConfig) -> Translation:
     for section in cfg.unknown_sections():
         r.warn(f"{section}: top-level section unknown to this picker; ignored")
     if cfg.flowControl is not None:
-        r.warn("flowControl: upstream flow control (queueing in the picker) is not implemented; ignored")
+        r.warn(
+            "flowControl: upstream flow control (queueing in the picker) is not implemented; ignored "
+            "(this picker's own flowControl applies: on by default)"
+        )
     pd, routing_profile, decider = _profiles(r)
     doc: dict[str, Any] = {}
     policy, params, served = _policy(r, routing_profile)
