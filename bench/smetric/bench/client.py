@@ -28,7 +28,7 @@ from smetric.emulator.protocol import SERVER_TIMING_FIELD
 SESSION_HEADER = "x-session-token"  # llm-d's session-affinity header: carries the true session id
 SERVED_HEADERS = ("x-gateway-destination-endpoint-served", "x-served-by", "x-smetric-instance")
 ANTHROPIC_VERSION = "2023-06-01"  # the ``anthropic-version`` header the Messages API requires
-MAX_RETRY_AFTER_S = 60.0  # the longest a client waits on one Retry-After
+MAX_RETRY_AFTER_S = 60.0  # the longest a client waits on one Retry-After (model seconds)
 Api = Literal["chat", "anthropic"]
 APIS: tuple[str, ...] = ("chat", "anthropic")
 
@@ -38,8 +38,18 @@ class ChatClient:
 
     path = "/v1/chat/completions"
 
-    def __init__(self, base_url: str, model: str, timeout_s: float = 600.0, max_connections: int = 0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        timeout_s: float = 600.0,
+        max_connections: int = 0,
+        time_scale: float = 1.0,
+    ) -> None:
         self.url = base_url.rstrip("/") + self.path
+        # the agents live in model time: a Retry-After of N seconds is N model seconds, N x this
+        # wall seconds (the engines' clock; 1.0 = real time)
+        self.time_scale = time_scale
         self.model = model
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=10.0)
         self._max_connections = max_connections
@@ -90,8 +100,8 @@ class ChatClient:
         # TTFT and end-to-end time keep counting from the first send
         while outcome.status == 429 and retries < self.max_retries_429:
             retries += 1
-            self.in_flight[spec.request_id] = f"429, retry {retries} after {outcome.retry_after_s:g} s"
-            await asyncio.sleep(min(max(outcome.retry_after_s, 0.0), MAX_RETRY_AFTER_S))
+            self.in_flight[spec.request_id] = f"429, retry {retries} after {outcome.retry_after_s:g} model s"
+            await asyncio.sleep(min(max(outcome.retry_after_s, 0.0), MAX_RETRY_AFTER_S) * self.time_scale)
             outcome = await self._send(spec, payload, headers, start)
         self.in_flight.pop(spec.request_id, None)
         return dataclasses.replace(outcome, retries_429=retries) if retries else outcome
@@ -143,11 +153,14 @@ class AnthropicClient(ChatClient):
         return await _read_anthropic_stream(resp, start, served, self.in_flight, request_id)
 
 
-def make_client(api: Api, base_url: str, model: str, timeout_s: float = 600.0) -> ChatClient:
-    """The bench's client for ``--api``."""
+def make_client(
+    api: Api, base_url: str, model: str, timeout_s: float = 600.0, time_scale: float = 1.0
+) -> ChatClient:
+    """The bench's client for ``--api``; ``time_scale``: wall seconds per model second (a
+    Retry-After is waited in model seconds)."""
     if api == "anthropic":
-        return AnthropicClient(base_url, model, timeout_s)
-    return ChatClient(base_url, model, timeout_s)
+        return AnthropicClient(base_url, model, timeout_s, time_scale=time_scale)
+    return ChatClient(base_url, model, timeout_s, time_scale=time_scale)
 
 
 async def _sse_events(resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[bytes, bytes]]:

@@ -88,7 +88,9 @@ async def run_row(
             phase("replaying")
             cpu_start, wall_start = CpuSnapshot.take(_pids(sup)), time.monotonic()
             async with (
-                make_client(settings.api, urls.base_url, settings.cluster.model) as client,
+                make_client(
+                    settings.api, urls.base_url, settings.cluster.model, time_scale=settings.cluster.time_scale
+                ) as client,
                 LoadSampler(cluster.base_urls, settings.sample_interval_s) as sampler,
             ):
                 at_warmup_end = (

@@ -145,10 +145,12 @@ class PickerFrontend:
 
     def picker_config(self, spec: ClusterSpec) -> dict[str, object]:
         """The picker's config file. ``units`` ``wall``: every duration it is configured with (SLOs,
-        decode step, global-tier fetch time, flow control's TTL and Retry-After) times the time
-        scale, the units of the prefill speed it learns from wall-clock TTFTs; ``model``: as
-        deployed, in model seconds, so at time scale ``ts`` its SLO checks pass ``1 / ts`` times
-        too easily and the fetch term weighs ``1 / ts`` times too much (docs/bench.md, "Limits")."""
+        decode step, global-tier fetch time) times the time scale, the units of the prefill speed
+        it learns from wall-clock TTFTs; ``model``: as deployed, in model seconds, so at time scale
+        ``ts`` its SLO checks pass ``1 / ts`` times too easily and the fetch term weighs ``1 / ts``
+        times too much (docs/bench.md, "Limits"). Flow control's TTL is times the time scale in
+        both (a wait on the picker's own clock) and its Retry-After as deployed (the clients wait
+        it in model seconds)."""
         if self.units not in ("model", "wall"):
             raise BenchError(f"picker units must be model or wall, got {self.units!r}")
         unit_s = spec.time_scale if self.units == "wall" else 1.0
@@ -164,8 +166,10 @@ class PickerFrontend:
         defaults = FlowControlConfig()
         config["flowControl"] = {  # always written: the row's choice, not the picker's default
             "enabled": self.flow_control,
-            "ttlS": defaults.ttl_s * unit_s,
-            "retryAfterS": defaults.retry_after_s * unit_s,  # the header is whole seconds: >= 1
+            # a wait on the picker's own clock, in either units: the deployed TTL in model time
+            "ttlS": defaults.ttl_s * spec.time_scale,
+            # a header the clients read, whole seconds: the clients wait it in model seconds
+            "retryAfterS": defaults.retry_after_s,
         }
         return config
 

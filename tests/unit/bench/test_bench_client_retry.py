@@ -3,6 +3,8 @@ an agent's client does, a bounded number of times; TTFT counts from the first se
 
 from __future__ import annotations
 
+import time
+
 from aiohttp import web
 
 from smetric.bench.client import ChatClient
@@ -11,13 +13,13 @@ from smetric.bench.replay import SendSpec
 SPEC = SendSpec("r1", "s1", "f1", 0, ({"role": "user", "content": "hi"},), 4, 0)
 
 
-async def serve(refusals: int) -> tuple[web.AppRunner, str, list[int]]:
-    calls: list[int] = []
+async def serve(refusals: int, retry_after: str = "0") -> tuple[web.AppRunner, str, list[float]]:
+    calls: list[float] = []
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        calls.append(1)
+        calls.append(time.monotonic())
         if len(calls) <= refusals:
-            return web.Response(status=429, text="flow control", headers={"retry-after": "0"})
+            return web.Response(status=429, text="flow control", headers={"retry-after": retry_after})
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
         await resp.write(b'data: {"choices":[{"delta":{"content":"ok"}}]}\n\n')
@@ -51,5 +53,18 @@ async def test_retries_are_bounded() -> None:
             out = await client.send(SPEC)
         assert not out.ok and out.status == 429
         assert len(calls) == 1 + ChatClient.max_retries_429
+    finally:
+        await runner.cleanup()
+
+
+async def test_retry_after_is_waited_in_model_seconds() -> None:
+    """The agents live in model time: Retry-After 5 at time scale 0.02 is a 0.1 s wall wait (in
+    real time it would be 5 s; unscaled, at time x0.002 it was 2,500 model seconds)."""
+    runner, url, calls = await serve(refusals=1, retry_after="5")
+    try:
+        async with ChatClient(url, "m", time_scale=0.02) as client:
+            out = await client.send(SPEC)
+        assert out.ok and out.retries_429 == 1
+        assert 0.09 <= calls[1] - calls[0] < 1.0
     finally:
         await runner.cleanup()

@@ -45,24 +45,19 @@ def test_an_engine_that_misses_in_wall_time_is_refused_only_in_wall_units() -> N
 
 
 def test_flow_control_in_the_picker_config() -> None:
+    """Written either way; the TTL is a wait on the picker's clock, so it is the deployed TTL in
+    model time (x the time scale) in both units; Retry-After is the header the clients wait in
+    model seconds (ChatClient scales it), so it stays as deployed."""
     spec = ClusterSpec(4, PRESET, TS, 0, 16, "0", "m")
+    ttl, retry = FlowControlConfig().ttl_s, FlowControlConfig().retry_after_s
     off = PickerFrontend("smetric", flow_control=False).picker_config(spec)
-    assert off["flowControl"] == {"enabled": False, "ttlS": 2.0, "retryAfterS": 5.0}  # written off, not left out
+    assert off["flowControl"] == {"enabled": False, "ttlS": ttl * TS, "retryAfterS": retry}  # off, not left out
     assert validate_config(off).flowControl.enabled is False  # whatever the picker's default
-    assert PickerFrontend("smetric").picker_config(spec)["flowControl"]["enabled"] is True  # type: ignore[index]
-    on = PickerFrontend("smetric", units="wall", flow_control=True).picker_config(spec)
-    fc = on["flowControl"]
-    assert isinstance(fc, dict) and fc["enabled"] is True
-    assert (
-        fc["ttlS"] == FlowControlConfig().ttl_s * TS
-        and fc["retryAfterS"] == FlowControlConfig().retry_after_s * TS
-    )
-    assert PickerFrontend("smetric", flow_control=True).picker_config(spec)["flowControl"]["ttlS"] == 2.0  # type: ignore[index]
-    picker = validate_config(on)  # the picker takes it: flow control on, TTL in wall seconds
-    assert (
-        picker.flowControl.config().enabled
-        and picker.flowControl.config().ttl_s == FlowControlConfig().ttl_s * TS
-    )
+    for units in ("model", "wall"):
+        fc = PickerFrontend("smetric", units=units).picker_config(spec)["flowControl"]
+        assert fc == {"enabled": True, "ttlS": ttl * TS, "retryAfterS": retry}, units
+        picker = validate_config(PickerFrontend("smetric", units=units).picker_config(spec))
+        assert picker.flowControl.config().enabled and picker.flowControl.config().ttl_s == ttl * TS
 
 
 def test_the_summary_reports_sheds_and_give_ups() -> None:
