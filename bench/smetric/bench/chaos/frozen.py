@@ -234,7 +234,7 @@ async def _burst_picker(st: ChaosStack) -> AsyncIterator[None]:
     scrape timeout and staleness threshold, and restarted as it was afterwards."""
     argv = list(st.picker_argv)
     config = st.work / "picker-burst.yaml"
-    config.write_text(f"policy:\n  name: {BURST_POLICY}\n")
+    config.write_text(f"policy:\n  name: {BURST_POLICY}\nflowControl:\n  enabled: false\n")  # as the stack's
     flags = [
         f"--config={config}",
         f"--scrape-timeout-ms={BURST_WINDOW_MS}",

@@ -26,6 +26,8 @@ from smetric.bench.procs import Supervisor, free_port, wait_http_ok
 from smetric.bench.stacks import HOST, smetric_argv, wait_grpc_serving
 
 MODEL = "m"
+# the fault rows' picker: flow control off (ChaosStack.start says why)
+CHAOS_PICKER_CONFIG = "policy:\n  name: smetric\nflowControl:\n  enabled: false\n"
 NO_DONE = "stream ended without [DONE]"  # Reply.error of a stream that ended cleanly, truncated
 GOOD_METRICS = (
     'vllm:num_requests_running{engine="0",model_name="m"} 0\n'
@@ -180,9 +182,12 @@ class ChaosStack:
         grpc_port, health_port, metrics_port = free_port(), free_port(), free_port()
         pool = [*self.endpoints, self.hostile.address]
         # The restart rows check session stickiness, which the session policy keeps (the picker's
-        # default, llmd-slo, balances without a session rule).
+        # default, llmd-slo, balances without a session rule). Flow control (on by default) is
+        # off: each row isolates its own guard, and a 429 of the flow control would stand in for
+        # it (the ledger row's engine queue, the retries after a kill, the body budget's share);
+        # flow control is the load-spike row's guard, with its own picker (chaos/spike.py).
         config = self.work / "picker.yaml"
-        config.write_text("policy:\n  name: smetric\n")
+        config.write_text(CHAOS_PICKER_CONFIG)
         patches = ",".join(p for g in s.guards_off for p in g.picker_patches)
         self.picker_argv = [
             *(
