@@ -168,6 +168,7 @@ def run_bench(
 ) -> None:
     cmd = [*smetric_argv("bench"), "--quick", "--policies", ",".join(policies),
            "--peer", "none", "--rates", f"{rate:g}", "--seeds", "1", "--seed", str(seed), "--decision-log",
+           "--no-flow-control",  # the routing decisions are compared: the simulator side runs none either
            "--trace", str(trace), "--records", str(out / "records.jsonl"), "--log-dir", str(out / "logs"),
            "--json", str(out / "bench.json"), *more]  # fmt: skip
     print("differential: " + " ".join(cmd[2:]), flush=True)
