@@ -16,6 +16,21 @@ from tests.support.crd_schema import known_kinds, validate_crd
 ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSION = "1.33.0"
 POOL = PoolRef(name="p", namespace="ns", uid="0c0ffee0-0000-4000-8000-000000000001")
+# the picker config's flowControl a default pool renders (docs/overload.md, section 8), spelled out
+DEFAULT_FLOW_CONTROL: dict[str, Any] = {
+    "enabled": True,
+    "maxQueued": 1024,
+    "ttlS": 2.0,
+    "shedOnDeadline": True,
+    "retryAfterS": 5.0,
+    "slack": 1.0,
+    "maxEngineWaiting": 0,
+    "kvHeadroom": True,
+    "lateLast": True,
+    "tpotGuard": True,
+    "filterCandidates": False,
+    "hopelessLast": True,
+}
 
 
 def validate(manifest: dict[str, Any], k8s_version: str = K8S_VERSION) -> None:

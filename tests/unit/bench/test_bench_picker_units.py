@@ -54,9 +54,9 @@ def test_flow_control_in_the_picker_config() -> None:
     assert off["flowControl"] == {"enabled": False, "ttlS": ttl * TS, "retryAfterS": retry}  # off, not left out
     assert validate_config(off).flowControl.enabled is False  # whatever the picker's default
     for units in ("model", "wall"):
-        fc = PickerFrontend("smetric", units=units).picker_config(spec)["flowControl"]
-        assert fc == {"enabled": True, "ttlS": ttl * TS, "retryAfterS": retry}, units
-        picker = validate_config(PickerFrontend("smetric", units=units).picker_config(spec))
+        config = PickerFrontend("smetric", units=units).picker_config(spec)
+        assert config["flowControl"] == {"enabled": True, "ttlS": ttl * TS, "retryAfterS": retry}, units
+        picker = validate_config(config)
         assert picker.flowControl.config().enabled and picker.flowControl.config().ttl_s == ttl * TS
 
 

@@ -8,6 +8,7 @@ import yaml
 from smetric.core.pickerflags import build_parser
 from smetric.policy.params import SMetricParams
 from tests.support.operator_render import (
+    DEFAULT_FLOW_CONTROL,
     VARIANTS,
     by_name,
     container,
@@ -84,20 +85,7 @@ def test_policy_config_map() -> None:
             },
         },
         "pdDisaggregation": {"enabled": False},
-        "flowControl": {
-            "enabled": True,
-            "maxQueued": 1024,
-            "ttlS": 2.0,
-            "shedOnDeadline": True,
-            "retryAfterS": 5.0,
-            "slack": 1.0,
-            "maxEngineWaiting": 0,
-            "kvHeadroom": True,
-            "lateLast": True,
-            "tpotGuard": True,
-            "filterCandidates": False,
-            "hopelessLast": True,
-        },
+        "flowControl": DEFAULT_FLOW_CONTROL,
         "servedModels": ["Qwen/Qwen3-Coder-30B-A3B-Instruct"],
     }
     from smetric.epp.config import parse_config, policy_params

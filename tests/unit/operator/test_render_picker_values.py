@@ -15,6 +15,7 @@ import yaml
 from smetric.operator.meta import PoolRef
 from smetric.operator.render_picker import picker, picker_args, policy_config, policy_config_text
 from smetric.operator.spec import InvalidSpecError, parse_spec
+from tests.support.operator_render import DEFAULT_FLOW_CONTROL
 
 POOL = PoolRef(name="p", namespace="team-a", uid="u-1")
 LABELS = {
@@ -151,20 +152,7 @@ def test_config_map_holds_the_policy_config() -> None:
             },
         },
         "pdDisaggregation": {"enabled": False},
-        "flowControl": {
-            "enabled": True,
-            "maxQueued": 1024,
-            "ttlS": 2.0,
-            "shedOnDeadline": True,
-            "retryAfterS": 5.0,
-            "slack": 1.0,
-            "maxEngineWaiting": 0,
-            "kvHeadroom": True,
-            "lateLast": True,
-            "tpotGuard": True,
-            "filterCandidates": False,
-            "hopelessLast": True,
-        },
+        "flowControl": DEFAULT_FLOW_CONTROL,
         "servedModels": ["org/m"],  # the model the rendered `vllm serve` serves
     }
     assert cm["data"]["config.yaml"].startswith("policy:\n  name: smetric\n")  # key order kept

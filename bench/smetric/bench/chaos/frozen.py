@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 from smetric.bench.chaos.guards import FROZEN_AVOIDED, IDLE_TIMEOUT, PER_TRY_IDLE, REQUEST_CAP, STALENESS
 from smetric.bench.chaos.row import Row
-from smetric.bench.chaos.stack import ChaosStack, Reply, chat
+from smetric.bench.chaos.stack import FLOW_CONTROL_OFF, ChaosStack, Reply, chat
 
 WAVE = 9
 # New sessions sent at once after the freeze: their prompts (a few thousand tokens each, charged to
@@ -234,7 +234,7 @@ async def _burst_picker(st: ChaosStack) -> AsyncIterator[None]:
     scrape timeout and staleness threshold, and restarted as it was afterwards."""
     argv = list(st.picker_argv)
     config = st.work / "picker-burst.yaml"
-    config.write_text(f"policy:\n  name: {BURST_POLICY}\nflowControl:\n  enabled: false\n")  # as the stack's
+    config.write_text(f"policy:\n  name: {BURST_POLICY}\n" + FLOW_CONTROL_OFF)
     flags = [
         f"--config={config}",
         f"--scrape-timeout-ms={BURST_WINDOW_MS}",

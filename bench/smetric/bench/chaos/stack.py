@@ -26,8 +26,9 @@ from smetric.bench.procs import Supervisor, free_port, wait_http_ok
 from smetric.bench.stacks import HOST, smetric_argv, wait_grpc_serving
 
 MODEL = "m"
-# the fault rows' picker: flow control off (ChaosStack.start says why)
-CHAOS_PICKER_CONFIG = "policy:\n  name: smetric\nflowControl:\n  enabled: false\n"
+# the fault rows' pickers: flow control off (ChaosStack.start says why)
+FLOW_CONTROL_OFF = "flowControl:\n  enabled: false\n"
+CHAOS_PICKER_CONFIG = "policy:\n  name: smetric\n" + FLOW_CONTROL_OFF
 NO_DONE = "stream ended without [DONE]"  # Reply.error of a stream that ended cleanly, truncated
 GOOD_METRICS = (
     'vllm:num_requests_running{engine="0",model_name="m"} 0\n'
