@@ -163,3 +163,31 @@ async def test_the_servicer_routes_a_large_body_keyed_in_a_worker(serve: object)
         assert bad[0].immediate_response.status.code == 400
     finally:
         await servicer.offload.close()
+
+
+_FORKS: list[int] = []  # this test module's record of the fork hook below (a test-only counter)
+os.register_at_fork(before=lambda: _FORKS.append(os.getpid()))
+
+
+def test_workers_start_without_forking_the_picker_under_uvloop() -> None:
+    """uvloop's subprocess_exec forks this multi-threaded process and runs the at-fork hooks in
+    the child (a child that crashed with SIGSEGV under load); the pool starts its workers with
+    CPython's vfork + exec, which runs none. Fails with the loop's subprocess_exec."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def two_bodies() -> list[int]:
+        offload = ParseOffload(recipe=KeyRecipe("approximate", 16, "", "0", "sha256"), processes=2)
+        try:
+            keys = await asyncio.gather(*(offload.parse(agent_body(10), PATH, _unused) for _ in range(2)))
+            assert all(k[2].block_keys for k in keys)
+            return offload.worker_pids
+        finally:
+            await offload.close()
+
+    _FORKS.clear()
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        pids = runner.run(two_bodies())
+    assert len(pids) == 2 and _FORKS == []
+    for pid in pids:  # closed: killed and reaped
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)

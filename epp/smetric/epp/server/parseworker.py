@@ -13,6 +13,13 @@ Both ends are this package (pickle is not a trust boundary here). A worker exits
 closes (the picker stopped or died). :class:`WorkerPool` is the picker's side: at most ``n``
 workers, started on first use, one body each at a time; a worker whose exchange did not finish
 (it died, or the request was cancelled mid-exchange) is killed and replaced by a fresh one.
+
+Workers are started with CPython's :mod:`subprocess` (``vfork`` + ``exec`` on Linux: no Python
+code runs in the child before ``exec``), never with the event loop's ``subprocess_exec``: uvloop's
+(the picker's default loop) forks through libuv and runs the interpreter's at-fork hooks in the
+child of this multi-threaded process (gRPC's threads), and under load that child crashed with
+SIGSEGV before it could ``exec`` (the chaos row "8 concurrent 15.5 MiB agent bodies" lost bodies
+to "parse worker ... exited (-11)"). Their pipes are then handed to the running loop.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ import dataclasses
 import json
 import pickle
 import struct
+import subprocess
 import sys
+import time
 from typing import BinaryIO
 
 from smetric.epp.contracts import PromptKey
@@ -101,30 +110,54 @@ class WorkerDied(Exception):
 
 
 class _Worker:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    """One worker process and the loop's streams over its pipes."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.proc = proc
+        self._reader = reader
+        self._writer = writer
+
+    @classmethod
+    async def spawn(cls, argv: list[str]) -> _Worker:
+        """Start ``argv`` with CPython's subprocess (see the module's docstring) and hand its
+        pipes to the running loop, which owns and closes them from then on."""
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        try:
+            reader = asyncio.StreamReader(loop=loop)
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), proc.stdout)
+            transport, protocol = await loop.connect_write_pipe(
+                lambda: asyncio.streams.FlowControlMixin(loop=loop), proc.stdin
+            )
+        except BaseException:
+            proc.kill()
+            raise
+        return cls(proc, reader, asyncio.StreamWriter(transport, protocol, None, loop))
+
+    async def returncode(self, wait_s: float = 0.5) -> int | None:
+        """The exit status, waiting at most ``wait_s`` for it without blocking the loop (the pipe
+        closes a moment before the process is gone)."""
+        await self.reap(time.monotonic() + wait_s)
+        return self.proc.returncode
 
     async def _frame(self) -> bytes:
-        stdout = self.proc.stdout
-        assert stdout is not None
         try:
-            (n,) = _ANSWER.unpack(await stdout.readexactly(_ANSWER.size))
-            return await stdout.readexactly(n)
+            (n,) = _ANSWER.unpack(await self._reader.readexactly(_ANSWER.size))
+            return await self._reader.readexactly(n)
         except asyncio.IncompleteReadError:
-            raise WorkerDied(f"parse worker {self.proc.pid} exited ({self.proc.returncode})") from None
+            raise WorkerDied(f"parse worker {self.proc.pid} exited ({await self.returncode()})") from None
 
     async def ready(self) -> None:
         if await self._frame() != READY:
             raise WorkerDied(f"parse worker {self.proc.pid} did not say ready")
 
     async def call(self, body: bytes | bytearray, path: str) -> tuple[ParsedBody, PromptKey]:
-        stdin = self.proc.stdin
-        assert stdin is not None
         p = path.encode()
         try:
-            stdin.write(_REQUEST.pack(len(p), len(body)) + p)
-            stdin.write(body)
-            await stdin.drain()
+            self._writer.write(_REQUEST.pack(len(p), len(body)) + p)
+            self._writer.write(body)
+            await self._writer.drain()
         except (ConnectionError, BrokenPipeError):
             raise WorkerDied(f"parse worker {self.proc.pid} is gone") from None
         answer = pickle.loads(await self._frame())
@@ -133,10 +166,18 @@ class _Worker:
         raise RequestError(answer[1], answer[2])
 
     def kill(self) -> None:
+        """SIGKILL and close the pipes. The process is reaped by :meth:`reap`, or by CPython's
+        subprocess at its next start (it keeps unreaped children and polls them)."""
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
+        self._writer.close()
+        self._reader.feed_eof()
+        self.proc.poll()
+
+    async def reap(self, deadline: float) -> None:
+        """Wait for the killed process until ``deadline`` (``time.monotonic()``), polling."""
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
 
 class WorkerPool:
@@ -154,10 +195,7 @@ class WorkerPool:
         return [w.proc.pid for w in self._all]
 
     async def _start(self) -> _Worker:
-        proc = await asyncio.create_subprocess_exec(
-            *self._argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
-        )
-        w = _Worker(proc)
+        w = await _Worker.spawn(self._argv)
         try:
             async with asyncio.timeout(self._start_timeout_s):
                 await w.ready()
@@ -222,9 +260,8 @@ class WorkerPool:
         self._idle.clear()
         for w in workers:
             w.kill()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                await asyncio.gather(*(w.proc.wait() for w in workers))
+        deadline = time.monotonic() + timeout_s
+        await asyncio.gather(*(w.reap(deadline) for w in workers))
 
 
 if __name__ == "__main__":
