@@ -144,6 +144,30 @@ async def test_a_cancelled_parse_replaces_its_worker_and_the_pool_stays_bounded(
         await offload.close()
 
 
+def _gone(pid: int) -> bool:
+    """``pid`` is reaped (no /proc entry); a zombie ('Z') still has one."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+async def test_a_worker_killed_mid_exchange_is_reaped_not_left_a_zombie() -> None:
+    offload = ParseOffload(recipe=KeyRecipe("approximate", 16, "", "0", "sha256"), processes=1)
+    try:
+        await offload.parse(agent_body(10), PATH, _unused)
+        (pid,) = offload.worker_pids
+        task = asyncio.create_task(offload.parse(agent_body(200_000), PATH, _unused))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(500):  # no other worker starts meanwhile (that would reap it in passing)
+            if _gone(pid):
+                break
+            await asyncio.sleep(0.01)
+        assert _gone(pid), f"worker {pid} left a zombie"
+    finally:
+        await offload.close()
+
+
 async def test_the_servicer_routes_a_large_body_keyed_in_a_worker(serve: object) -> None:
     recipe = KeyRecipe("approximate", 16, "", "0", "sha256")
     settings = ServicerSettings(max_body_bytes=4 << 20, offload_parse_bytes=64 * 1024, parse_processes=1)

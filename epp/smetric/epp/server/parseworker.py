@@ -191,6 +191,7 @@ class WorkerPool:
         self._all: set[_Worker] = set()  # idle and busy, to kill at close
         self._count = 0  # workers started or starting, idle or busy
         self._freed: asyncio.Condition | None = None
+        self._reaping: set[asyncio.Task[None]] = set()  # killed workers not yet reaped
 
     @property
     def pids(self) -> list[int]:
@@ -202,7 +203,7 @@ class WorkerPool:
             async with asyncio.timeout(self._start_timeout_s):
                 await w.ready()
         except BaseException:
-            w.kill()
+            self._kill(w)
             raise
         self._all.add(w)
         return w
@@ -241,13 +242,21 @@ class WorkerPool:
             raise
         except BaseException as exc:  # died, or cancelled mid-exchange: its pipe state is unknown
             self._all.discard(w)
-            w.kill()
+            self._kill(w)
             await asyncio.shield(self._lost())
             if isinstance(exc, WorkerDied):
                 raise RequestError(503, f"the endpoint picker's {exc} (out of memory?): retry") from None
             raise
         await self._give_back(w)
         return result
+
+    def _kill(self, w: _Worker) -> None:
+        """Kill ``w`` and reap it in the background (within 5 s), so no zombie outlives it."""
+        w.kill()
+        if w.proc.returncode is None:
+            task = asyncio.get_running_loop().create_task(w.reap(time.monotonic() + 5.0))
+            self._reaping.add(task)
+            task.add_done_callback(self._reaping.discard)
 
     async def _give_back(self, w: _Worker) -> None:
         assert self._freed is not None
@@ -263,7 +272,7 @@ class WorkerPool:
         for w in workers:
             w.kill()
         deadline = time.monotonic() + timeout_s
-        await asyncio.gather(*(w.reap(deadline) for w in workers))
+        await asyncio.gather(*(w.reap(deadline) for w in workers), *self._reaping)
 
 
 if __name__ == "__main__":
