@@ -125,16 +125,22 @@ async def test_a_dead_worker_is_a_503_and_the_next_body_gets_a_new_worker() -> N
         await offload.close()
 
 
+async def _cancel_mid_exchange(offload: ParseOffload) -> int:
+    """Start the one worker, cancel a parse while a large body is on its way to it; its pid."""
+    await offload.parse(agent_body(10), PATH, _unused)
+    (pid,) = offload.worker_pids
+    task = asyncio.create_task(offload.parse(agent_body(200_000), PATH, _unused))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return pid
+
+
 async def test_a_cancelled_parse_replaces_its_worker_and_the_pool_stays_bounded() -> None:
     offload = ParseOffload(recipe=KeyRecipe("approximate", 16, "", "0", "sha256"), processes=1)
     try:
-        await offload.parse(agent_body(10), PATH, _unused)
-        (pid,) = offload.worker_pids
-        task = asyncio.create_task(offload.parse(agent_body(200_000), PATH, _unused))
-        await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        pid = await _cancel_mid_exchange(offload)
         # the worker was mid-exchange: killed, and a new one serves the next body
         _p, _t, key = await offload.parse(agent_body(10), PATH, _unused)
         assert key.block_keys and len(offload.worker_pids) == 1 and offload.worker_pids != [pid]
@@ -152,13 +158,7 @@ def _gone(pid: int) -> bool:
 async def test_a_worker_killed_mid_exchange_is_reaped_not_left_a_zombie() -> None:
     offload = ParseOffload(recipe=KeyRecipe("approximate", 16, "", "0", "sha256"), processes=1)
     try:
-        await offload.parse(agent_body(10), PATH, _unused)
-        (pid,) = offload.worker_pids
-        task = asyncio.create_task(offload.parse(agent_body(200_000), PATH, _unused))
-        await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        pid = await _cancel_mid_exchange(offload)
         for _ in range(500):  # no other worker starts meanwhile (that would reap it in passing)
             if _gone(pid):
                 break
