@@ -18,7 +18,7 @@ from rich.table import Table
 
 from smetric.bench.plot import plot_rows as plot_rows  # re-exported: cli, tests
 from smetric.bench.report import _clean, _fmt, _pct
-from smetric.bench.sweep import Row, row_dict, shown_label
+from smetric.bench.sweep import Row, pooled, row_dict, shown_label
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 
 
@@ -149,7 +149,30 @@ def headline(rows: Sequence[Row]) -> list[str]:
     if total:
         out.append(f"  {ref} significantly ahead in {better} and behind in {worse} of {total} comparisons; "
                    "n.s. = the interval includes 0")  # fmt: skip
+    out += pooled_lines(rows)
     return out
+
+
+def _pooled_short(p: Mapping[str, Any]) -> str:
+    half = p["ci95_pct"]
+    if half is None:
+        return f"{shown_label(p['label'])} {p['mean_pct']:+.1f} % (one pair)"
+    lo, hi = p["mean_pct"] - half, p["mean_pct"] + half
+    word = "better" if lo > 0 else "worse" if hi < 0 else "n.s."
+    return f"{shown_label(p['label'])} {p['mean_pct']:+.1f} % [{lo:+.1f}, {hi:+.1f}] ({word})"
+
+
+def pooled_lines(rows: Sequence[Row]) -> list[str]:
+    """The verdict over every load point at once (:func:`smetric.bench.sweep.pooled`): each front
+    end's TPS in SLO in % of the reference's, one pair per (load, seed)."""
+    pools = [p for p in pooled(rows) if p["loads"] > 1]
+    if not pools:
+        return []
+    p0 = pools[0]
+    skipped = sum(p["skipped"] for p in pools)
+    tail = f"; {skipped} pairs without a ratio (reference 0)" if skipped else ""
+    head = f"  over all {p0['loads']} loads ({p0['pairs']} paired runs, % of {p0['vs']}'s TPS in SLO{tail}):"
+    return [head, *(f"    {_pooled_short(p)}" for p in pools)]
 
 
 NOT_SENT = (
@@ -279,7 +302,7 @@ def _paired(row: Row) -> str:
 
 
 def rows_json(rows: Sequence[Row], meta: Mapping[str, Any]) -> bytes:
-    doc = {"meta": dict(meta), "results": [row_dict(r) for r in rows]}
+    doc = {"meta": dict(meta), "results": [row_dict(r) for r in rows], "pooled": pooled(rows)}
     return orjson.dumps(_clean(doc), option=orjson.OPT_INDENT_2)
 
 

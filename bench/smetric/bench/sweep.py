@@ -196,6 +196,44 @@ def paired_interval(diffs: Sequence[float]) -> tuple[float, float | None]:
     return float(np.mean(diffs)), half
 
 
+def pooled(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Each row label's TPS within SLO relative to the reference's, paired by (rate, seed) over every
+    load point: one value per run pair, ``100 * (mine / ref - 1)``, and the two-sided 95 % Student t
+    interval over them. With two seeds a per-load interval has one degree of freedom (t = 12.7); over
+    three loads the pairs have five. The interval counts the loads' differences from each other as
+    noise, so it is wider, not narrower, than one that modelled them. A pair whose reference served
+    nothing within SLO has no ratio and is left out (``skipped``)."""
+    ref = next((r.paired["vs"] for r in rows if r.paired), "")
+    if not ref:
+        return []
+
+    def tps(row: Row) -> dict[int, float]:
+        return {int(s["seed"]): float(s["tps_within_slo"]) for s in row.per_seed
+                if isinstance(s.get("tps_within_slo"), int | float)}  # fmt: skip
+
+    base = {r.rate: tps(r) for r in rows if r.label == ref and r.summary is not None}
+    out: list[dict[str, Any]] = []
+    for label in dict.fromkeys(r.label for r in rows if r.label != ref):
+        pcts: list[float] = []
+        skipped = 0
+        for row in (r for r in rows if r.label == label and r.rate in base):
+            for seed, mine in sorted(tps(row).items()):
+                theirs = base[row.rate].get(seed)
+                if theirs is None or math.isnan(mine) or math.isnan(theirs):
+                    continue
+                if theirs <= 0.0:
+                    skipped += 1
+                    continue
+                pcts.append(100.0 * (mine / theirs - 1.0))
+        if not pcts:
+            continue
+        mean, half = paired_interval(pcts)
+        loads = len({r.rate for r in rows if r.label == label and r.rate in base})
+        out.append({"label": label, "vs": ref, "loads": loads, "pairs": len(pcts), "skipped": skipped,
+                    "mean_pct": mean, "ci95_pct": half})  # fmt: skip
+    return out
+
+
 def point_of(rate: float, knee: float | None, past: float | None) -> str:
     if knee is None:
         return "sweep"
