@@ -119,9 +119,12 @@ def _short(row: Row) -> str:
     half = p.get("ci95")
     if half is None:
         return f"{shown_label(row.label)} {p['mean']:+.1f} (one seed)"
-    lo, hi = p["mean"] - half, p["mean"] + half
-    word = "better" if lo > 0 else "worse" if hi < 0 else "n.s."
-    return f"{shown_label(row.label)} {p['mean']:+.1f} ± {half:.1f} ({word})"
+    return f"{shown_label(row.label)} {p['mean']:+.1f} ± {half:.1f} ({_word(p['mean'], half)})"
+
+
+def _word(mean: float, half: float) -> str:
+    """better / worse when the interval ``mean ± half`` excludes 0, else n.s."""
+    return "better" if mean - half > 0 else "worse" if mean + half < 0 else "n.s."
 
 
 def headline(rows: Sequence[Row]) -> list[str]:
@@ -157,9 +160,8 @@ def _pooled_short(p: Mapping[str, Any]) -> str:
     half = p["ci95_pct"]
     if half is None:
         return f"{shown_label(p['label'])} {p['mean_pct']:+.1f} % (one pair)"
-    lo, hi = p["mean_pct"] - half, p["mean_pct"] + half
-    word = "better" if lo > 0 else "worse" if hi < 0 else "n.s."
-    return f"{shown_label(p['label'])} {p['mean_pct']:+.1f} % [{lo:+.1f}, {hi:+.1f}] ({word})"
+    mean = p["mean_pct"]
+    return f"{shown_label(p['label'])} {mean:+.1f} % [{mean - half:+.1f}, {mean + half:+.1f}] ({_word(mean, half)})"
 
 
 def pooled_lines(rows: Sequence[Row]) -> list[str]:
