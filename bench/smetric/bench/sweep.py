@@ -214,9 +214,10 @@ def pooled(rows: Sequence[Row]) -> list[dict[str, Any]]:
     base = {r.rate: tps(r) for r in rows if r.label == ref and r.summary is not None}
     out: list[dict[str, Any]] = []
     for label in dict.fromkeys(r.label for r in rows if r.label != ref):
+        mine_rows = [r for r in rows if r.label == label and r.rate in base]
         pcts: list[float] = []
         skipped = 0
-        for row in (r for r in rows if r.label == label and r.rate in base):
+        for row in mine_rows:
             for seed, mine in sorted(tps(row).items()):
                 theirs = base[row.rate].get(seed)
                 if theirs is None or math.isnan(mine) or math.isnan(theirs):
@@ -228,7 +229,7 @@ def pooled(rows: Sequence[Row]) -> list[dict[str, Any]]:
         if not pcts:
             continue
         mean, half = paired_interval(pcts)
-        loads = len({r.rate for r in rows if r.label == label and r.rate in base})
+        loads = len({r.rate for r in mine_rows})
         out.append({"label": label, "vs": ref, "loads": loads, "pairs": len(pcts), "skipped": skipped,
                     "mean_pct": mean, "ci95_pct": half})  # fmt: skip
     return out
