@@ -76,6 +76,15 @@ class CachedMovesParams(ParamsModel):
         "unset globalSegmentTokens = a fully provisioned tier), else it is routed as without a tier; "
         "always = the tier credited whatever its size (ablation).",
     )
+    cached_moves_room: float = Field(
+        default=4.0,
+        ge=0,
+        description="backed applies only to a session its GPU has room for this many times over (the "
+        "endpoint with the longest local hit has kv_capacity_tokens >= cachedMovesRoom x the prompt "
+        "tokens): a session that fills a large share of its GPU is evicted there before its next turn "
+        "anyway, so keeping it put buys one hit and piles sessions on their pods; 0 = every session. "
+        "4 chosen on development seeds 0-2 (docs/evidence.md, 'One H20 per instance').",
+    )
 
 
 class SessionParams(HitRatioParams, CachedMovesParams):

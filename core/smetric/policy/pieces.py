@@ -33,7 +33,9 @@ policy decides. SMetric's own ``nobodyMeets: least-loaded`` calls the same funct
 GPU still holds, in a pool whose tier holds less than the engines' HBM (:func:`tier_backs_gpus`), skips both
 pieces: the policy sees it as in a pool without a tier. First turns and sessions no GPU holds keep them. SMetric's
 own tier estimate and fallback follow the same test (:mod:`smetric.policy.sessioncentric`). Chosen on development
-seeds 0-2 (docs/evidence.md, "No global tier and a small one").
+seeds 0-2 (docs/evidence.md, "No global tier and a small one"). ``cachedMovesRoom`` (default 4) limits it to a session
+its GPU holds four times over: a larger one is evicted there before its next turn anyway (docs/policies.md; 4 chosen
+on development seeds 0-2 of one H20 per instance, docs/evidence.md, "One H20 per instance").
 """
 
 from __future__ import annotations
@@ -105,18 +107,29 @@ def tier_backs_gpus(endpoints: Sequence[EndpointSnapshot], params: PolicyParams)
 
 
 def stays_put(
-    request: RequestView, endpoints: Sequence[EndpointSnapshot], params: PolicyParams, hit_ratio: float
+    request: RequestView,
+    endpoints: Sequence[EndpointSnapshot],
+    params: PolicyParams,
+    hit_ratio: float,
+    room: float = 0.0,
 ) -> bool:
     """``cachedMoves: backed``: a follow-up whose session a GPU still holds (``max c > HIT_RATIO * est_hit``), in a
     pool whose tier cannot back the GPUs (:func:`tier_backs_gpus`), is routed as without a tier: no tier credit, no
-    overload fallback. First turns and sessions no GPU holds keep both."""
+    overload fallback. First turns and sessions no GPU holds keep both. ``room`` (``cachedMovesRoom``): only a
+    session whose GPU (the longest local hit) holds ``room`` times its prompt; a session that fills a large share
+    of its GPU is evicted there before its next turn anyway (0 = every session)."""
     if params.global_fetch_s_per_token is None or request.turn <= 0:
         return False
-    if params.global_segment_tokens is None:
+    if params.global_segment_tokens is None or not endpoints:
         return False
-    c = max((local_hit(request, ep) for ep in endpoints), default=0)
+    hits = [local_hit(request, ep) for ep in endpoints]
+    c = max(hits)
     if not c > hit_ratio * max(0, request.est_hit_tokens):
         return False
+    if room > 0:
+        cap = endpoints[hits.index(c)].kv_capacity_tokens
+        if 0 < cap < room * prompt_tokens(request):
+            return False
     return not tier_backs_gpus(endpoints, params)
 
 
@@ -210,6 +223,7 @@ class WithPieces:
         self._hit_ratio = own.hit_ratio
         self._slack = own.slack
         self._backed = own.cached_moves == "backed"
+        self._room = own.cached_moves_room
         self._ties = RoundRobinTies()
         self.name = inner.name + PIECES_SUFFIX
 
@@ -219,7 +233,7 @@ class WithPieces:
 
     def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:
         p = self._params
-        if self._backed and stays_put(request, endpoints, p, self._hit_ratio):
+        if self._backed and stays_put(request, endpoints, p, self._hit_ratio, self._room):
             return self._inner.pick(request, endpoints)
         if (
             self._fallback

@@ -35,7 +35,8 @@ global-tier fetch (a pool with a tier; a first turn, or a session whose prefix t
 A small tier (``cachedMoves: backed``): a follow-up whose session a GPU still holds, in a pool whose global tier
 holds less than the engines' HBM, is scored and checked with the local estimate and never takes the least-loaded
 fallback (:func:`smetric.policy.pieces.stays_put`): moving it would duplicate it on the target and evict sessions
-the tier no longer holds.
+the tier no longer holds. Only a session its GPU holds ``cachedMovesRoom`` (4) times over: a larger one is evicted
+there before its next turn anyway.
 
 Reconstruction notes: (1) the score is divided by ``rate[i]`` so it is the same wall-time
 estimate the SLO check uses (identical to the paper's cost units when all rates are 1.0);
@@ -76,6 +77,7 @@ class SessionCentric:
         self._queued_fetch = own.queued_fetch
         # cachedMoves: backed (smetric.policy.pieces.stays_put)
         self._backed = own.cached_moves == "backed"
+        self._room = own.cached_moves_room
         # a cached follow-up nobody can serve within its SLO: stick (False) or argmin (True)
         self._nobody_argmin = False
         # any request nobody can serve within its SLO: the least loaded by the engines' gauges
@@ -100,7 +102,7 @@ class SessionCentric:
         return None
 
     def pick(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> Decision:
-        local_only = self._backed and stays_put(request, endpoints, self._params, self._hit_ratio)
+        local_only = self._backed and stays_put(request, endpoints, self._params, self._hit_ratio, self._room)
         times = self.balance_times_s(request, endpoints, local_only=local_only)
         if self._params.mode == "colocated":
             scores = [t * (batch(ep) + 1) for t, ep in zip(times, endpoints, strict=True)]

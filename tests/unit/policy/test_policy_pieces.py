@@ -161,7 +161,11 @@ def _params(segment: int | None, moves: str = "backed") -> PolicyParams:
     return PolicyParams(
         global_fetch_s_per_token=FETCH,
         global_segment_tokens=segment,
-        own=(PiecesParams(cached_moves=moves), SMetricParams(cached_moves=moves)),  # type: ignore[arg-type]
+        # cachedMovesRoom 0: every session (this session fills half its GPU; the room is tested below)
+        own=(
+            PiecesParams(cached_moves=moves, cached_moves_room=0),  # type: ignore[arg-type]
+            SMetricParams(cached_moves=moves, cached_moves_room=0),  # type: ignore[arg-type]
+        ),
     )
 
 
@@ -198,6 +202,34 @@ def test_a_small_tier_does_not_move_a_session_a_gpu_holds(name: str) -> None:
         assert (d.target, d.reason) == (0, REASON_STICK)
     # the guard off (cachedMoves: always): the small tier moves it like a big one
     assert make_policy(name, _params(SMALL, "always")).pick(request, snaps).target == 1
+
+
+@pytest.mark.parametrize("name", ["smetric", "lmetric+pieces"])
+def test_cached_moves_room_gates_only_a_session_its_gpu_holds_many_times_over(name: str) -> None:
+    from smetric.policy.pieces import stays_put
+
+    request, snaps = _overloaded()  # L = 100k on GPUs of 200k: room for the session twice
+
+    def params(room: float) -> PolicyParams:
+        from smetric.policy.params import SMetricParams
+
+        return PolicyParams(
+            global_fetch_s_per_token=FETCH,
+            global_segment_tokens=SMALL,
+            own=(PiecesParams(cached_moves_room=room), SMetricParams(cached_moves_room=room)),
+        )
+
+    assert stays_put(request, snaps, params(0), 0.5, 0.0)  # 0: every session (the gate as before)
+    assert stays_put(request, snaps, params(2), 0.5, 2.0)  # its GPU holds it twice: gated
+    assert not stays_put(request, snaps, params(3), 0.5, 3.0)  # not three times: it keeps the tier
+    # the room is read off the GPU that holds the session, not the largest one
+    bigger = [snaps[0], *(replace_kv(s, 10 * L) for s in snaps[1:])]
+    assert not stays_put(request, bigger, params(3), 0.5, 3.0)
+    # a holder that does not report its capacity keeps the gate (the others' 400k of HBM > the tier's 300k)
+    assert stays_put(request, [replace_kv(snaps[0], 0), *snaps[1:]], params(3), 0.5, 3.0)
+    # through the policies: room 3 lets the overload fallback move it (b), room 2 keeps it routed as without a tier
+    assert make_policy(name, params(3)).pick(request, snaps).target == 1
+    assert make_policy(name, params(2)).pick(request, snaps).target != 1
 
 
 def test_a_small_tier_still_balances_an_evicted_session_by_its_copy() -> None:
