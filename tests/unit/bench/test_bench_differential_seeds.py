@@ -1,0 +1,57 @@
+"""The differential harness over several seeds: rho of the seed means, the paired gap, the bench's spread."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import orjson
+import pytest
+
+from smetric.bench.differential_seeds import collect, load, main, rho_of_means
+
+
+def doc(seed: int, bench: dict[str, float], sim: dict[str, float], rho: float = 0.0) -> dict[str, object]:
+    return {
+        "seed": seed,
+        "spearman": {"as is": rho},
+        "policies": {
+            p: {"tps_within_slo_bench": bench[p], "as is": {"tps_within_slo_sim": sim[p]}} for p in bench
+        },
+    }
+
+
+# two seeds on which each tool orders two of three policies differently, while the means agree
+DOCS = [
+    doc(2, {"a": 40, "b": 30, "c": 5}, {"a": 30, "b": 40, "c": 6}, rho=0.5),
+    doc(3, {"a": 20, "b": 10, "c": 3}, {"a": 28, "b": 12, "c": 2}, rho=1.0),
+]
+
+
+def test_the_seed_means_rank_the_policies_where_one_seed_does_not() -> None:
+    rows = {r.policy: r for r in collect(DOCS)}
+    assert rows["a"].mean(rows["a"].bench) == 30 and rows["a"].mean(rows["a"].sim) == 29
+    assert rho_of_means(list(rows.values())) == pytest.approx(1.0)
+
+
+def test_the_gap_is_paired_by_seed_and_the_spread_is_the_bench_s() -> None:
+    rows = {r.policy: r for r in collect(DOCS)}
+    m, ci = rows["b"].gap()  # 30 - 40 and 10 - 12
+    assert m == pytest.approx(-6.0) and ci is not None and ci[0] < -6.0 < ci[1]
+    assert rows["a"].inside_spread()  # 29 against 30 +- 2 x 14.1
+    tight = collect([doc(2, {"x": 10}, {"x": 20}), doc(3, {"x": 11}, {"x": 21})])[0]
+    assert not tight.inside_spread()  # 20.5 against 10.5 +- 2 x 0.7
+    assert not collect([doc(2, {"x": 10}, {"x": 10})])[0].inside_spread()  # one seed: no spread to lie in
+
+
+def test_the_command_reads_gzipped_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = []
+    for d in DOCS:
+        p = tmp_path / f"s{d['seed']}.json.gz"
+        p.write_bytes(gzip.compress(orjson.dumps(d)))
+        paths.append(str(p))
+    assert load(paths[0])["seed"] == 2
+    main(paths)
+    out = capsys.readouterr().out
+    assert "rho of the seed means: +1.00 (per seed: seed 2 +0.50, seed 3 +1.00)" in out
+    assert "| a | 40.0 / 20.0 | 30.0 (14.1) |" in out
