@@ -173,8 +173,17 @@ def pooled_lines(rows: Sequence[Row]) -> list[str]:
     p0 = pools[0]
     skipped = sum(p["skipped"] for p in pools)
     tail = f"; {skipped} pairs without a ratio (reference 0)" if skipped else ""
-    head = f"  over all {p0['loads']} loads ({p0['pairs']} paired runs, % of {p0['vs']}'s TPS in SLO{tail}):"
-    return [head, *(f"    {_pooled_short(p)}" for p in pools)]
+    if all((p["loads"], p["pairs"]) == (p0["loads"], p0["pairs"]) for p in pools):
+        head = (
+            f"  over all {p0['loads']} loads ({p0['pairs']} paired runs, % of {p0['vs']}'s TPS in SLO{tail}):"
+        )
+        return [head, *(f"    {_pooled_short(p)}" for p in pools)]
+    # a front end with a failed run has fewer pairs than another: each line says its own
+    head = f"  over all loads (% of {p0['vs']}'s TPS in SLO{tail}):"
+    return [
+        head,
+        *(f"    {_pooled_short(p)}, {p['pairs']} paired runs over {p['loads']} loads" for p in pools),
+    ]
 
 
 NOT_SENT = (

@@ -54,3 +54,12 @@ def test_the_headline_and_the_json_carry_it() -> None:
 
 def test_one_load_point_adds_no_pooled_line() -> None:
     assert not any("over all" in line for line in headline(ROWS[:3]))
+
+
+def test_a_front_end_with_fewer_pairs_says_its_own_count() -> None:
+    # vllm-router's seed 3 failed at the second load: 3 pairs against LMetric's 4
+    failed = _row("vllm-router", 0.2, {2: 30.0})
+    text = "\n".join(headline([*ROWS[:5], failed]))
+    assert "over all loads (% of smetric's TPS in SLO):" in text
+    assert "(n.s.), 4 paired runs over 2 loads" in text
+    assert ", 3 paired runs over 2 loads" in text
