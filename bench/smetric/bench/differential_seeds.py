@@ -79,11 +79,11 @@ def rho_of_means(rows: Sequence[PolicyAcrossSeeds]) -> float:
     return spearman([r.mean(r.bench) for r in rows], [r.mean(r.sim) for r in rows])
 
 
-def report(docs: Sequence[Mapping[str, Any]]) -> str:
-    rows = collect(docs)
+def report(docs: Sequence[Mapping[str, Any]], view: str = SIM_VIEW) -> str:
+    rows = collect(docs, view)
     seeds = sorted({int(d["seed"]) for d in docs})
     lines = [
-        f"seeds {', '.join(map(str, seeds))}: TPS within SLO, bench / simulator ({SIM_VIEW})",
+        f"seeds {', '.join(map(str, seeds))}: TPS within SLO, bench / simulator ({view})",
         "",
         "| policy | bench per seed | bench mean (sd) | simulator per seed | simulator mean | bench - simulator,"
         " paired | inside the bench's spread |",
@@ -97,7 +97,7 @@ def report(docs: Sequence[Mapping[str, Any]]) -> str:
             f" ({r.bench_sd:.1f}) | {' / '.join(f'{r.sim[s]:.1f}' for s in r.seeds)} | {r.mean(r.sim):.1f}"
             f" | {m:+.1f}{interval} | {'yes' if r.inside_spread() else 'no'} |"
         )
-    per_seed = ", ".join(f"seed {int(d['seed'])} {float(d['spearman'][SIM_VIEW]):+.2f}" for d in docs)
+    per_seed = ", ".join(f"seed {int(d['seed'])} {float(d['spearman'][view]):+.2f}" for d in docs)
     lines += ["", f"rho of the seed means: {rho_of_means(rows):+.2f} (per seed: {per_seed})"]
     return "\n".join(lines)
 
@@ -105,8 +105,14 @@ def report(docs: Sequence[Mapping[str, Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m smetric.bench.differential_seeds", description=__doc__)
     ap.add_argument("files", nargs="+", help="differential_run --json outputs of one regime, one per seed")
+    ap.add_argument(
+        "--view",
+        default=SIM_VIEW,
+        help="the simulator's variant to compare with (differential_run's columns: 'as is', \"bench's loop\", "
+        "'loop+scrape', \"bench's sends\")",
+    )
     a = ap.parse_args(argv)
-    print(report([load(f) for f in a.files]))
+    print(report([load(f) for f in a.files], a.view))
 
 
 if __name__ == "__main__":

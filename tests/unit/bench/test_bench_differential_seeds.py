@@ -55,3 +55,14 @@ def test_the_command_reads_gzipped_runs(tmp_path: Path, capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert "rho of the seed means: +1.00 (per seed: seed 2 +0.50, seed 3 +1.00)" in out
     assert "| a | 40.0 / 20.0 | 30.0 (14.1) |" in out
+
+
+def test_another_simulator_view_is_compared_when_asked() -> None:
+    docs = [doc(2, {"x": 10, "y": 5}, {"x": 20, "y": 4}), doc(3, {"x": 12, "y": 6}, {"x": 22, "y": 5})]
+    for d, loop in zip(docs, (11.0, 12.5), strict=True):
+        d["policies"]["x"]["bench's loop"] = {"tps_within_slo_sim": loop}  # type: ignore[index]
+        d["policies"]["y"]["bench's loop"] = {"tps_within_slo_sim": 5.0}  # type: ignore[index]
+        d["spearman"]["bench's loop"] = 1.0  # type: ignore[index]
+    as_is = {r.policy: r for r in collect(docs)}
+    looped = {r.policy: r for r in collect(docs, "bench's loop")}
+    assert not as_is["x"].inside_spread() and looped["x"].inside_spread()
