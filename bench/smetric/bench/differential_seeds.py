@@ -13,20 +13,19 @@ deviations over the seeds; the paired interval says whether the gap between the 
 from __future__ import annotations
 
 import argparse
-import gzip
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import orjson
-
 from smetric.bench.compare import spearman
+from smetric.bench.evidence.inputs import InputError, command, read_json
 from smetric.sim.stats import mean_ci95
 
 SIM_VIEW = "as is"  # the simulator as it is, the plan's own arrival times (differential_run's first column)
+DIFF = "a `differential_run --json` output"
+DIFF_KEYS = ("seed", "policies", "spearman")
 
 
 @dataclass(frozen=True)
@@ -57,11 +56,9 @@ class PolicyAcrossSeeds:
 
 
 def load(path: str) -> dict[str, Any]:
-    raw = Path(path).read_bytes()
-    if path.endswith(".gz"):
-        raw = gzip.decompress(raw)
-    doc: dict[str, Any] = orjson.loads(raw)
-    return doc
+    """A ``differential_run --json`` output (gzipped or not); a missing, malformed or other document is an
+    :class:`InputError` (one line through :func:`smetric.bench.evidence.inputs.command`)."""
+    return read_json(path, DIFF, DIFF_KEYS)
 
 
 def collect(docs: Sequence[Mapping[str, Any]], view: str = SIM_VIEW) -> list[PolicyAcrossSeeds]:
@@ -69,6 +66,10 @@ def collect(docs: Sequence[Mapping[str, Any]], view: str = SIM_VIEW) -> list[Pol
     for doc in docs:
         seed = int(doc["seed"])
         for name, p in doc["policies"].items():
+            if view not in p:
+                raise InputError(
+                    f"seed {seed}, {name}: no simulator view {view!r} (it has {', '.join(map(repr, p))})"
+                )
             row = out.setdefault(name, PolicyAcrossSeeds(name, {}, {}))
             row.bench[seed] = float(p["tps_within_slo_bench"])
             row.sim[seed] = float(p[view]["tps_within_slo_sim"])
@@ -102,7 +103,7 @@ def report(docs: Sequence[Mapping[str, Any]], view: str = SIM_VIEW) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m smetric.bench.differential_seeds", description=__doc__)
     ap.add_argument("files", nargs="+", help="differential_run --json outputs of one regime, one per seed")
     ap.add_argument(
@@ -113,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     a = ap.parse_args(argv)
     print(report([load(f) for f in a.files], a.view))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(command(main, None, "python -m smetric.bench.differential_seeds"))

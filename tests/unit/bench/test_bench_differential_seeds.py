@@ -66,3 +66,25 @@ def test_another_simulator_view_is_compared_when_asked() -> None:
     as_is = {r.policy: r for r in collect(docs)}
     looped = {r.policy: r for r in collect(docs, "bench's loop")}
     assert not as_is["x"].inside_spread() and looped["x"].inside_spread()
+
+
+def test_a_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from smetric.bench.evidence.inputs import command
+
+    good = tmp_path / "s2.json.gz"
+    good.write_bytes(gzip.compress(orjson.dumps(DOCS[0])))
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(good.read_bytes()[:20])
+    other = tmp_path / "other.json"
+    other.write_text('{"a": 1}\n')
+    prog = "python -m smetric.bench.differential_seeds"
+    for argv, says in (
+        ([str(tmp_path / "none.json")], "cannot read it (No such file or directory)"),
+        ([str(cut)], "cannot read it (a gzip file cut short)"),
+        ([str(other)], "not a `differential_run --json` output (no 'seed', 'policies', 'spearman')"),
+        ([str(good), "--view", "loop"], "seed 2, a: no simulator view 'loop'"),
+    ):
+        assert command(main, argv, prog) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"{prog}: ") and says in err, err

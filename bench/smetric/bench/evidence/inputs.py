@@ -5,6 +5,7 @@ line on stderr and exit status 2."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -28,13 +29,18 @@ class InputError(ValueError):
 def read_json(
     path: Path | str, what: str = SWEEP, keys: Sequence[str] = SWEEP_KEYS, row_keys: Sequence[str] = ROW_KEYS
 ) -> dict[str, Any]:
-    """The JSON object in ``path``, with each of ``keys``; when ``results`` is among them, every
-    row of it an object with each of ``row_keys``."""
+    """The JSON object in ``path`` (gzipped when its name ends in ``.gz``, as the committed results are), with
+    each of ``keys``; when ``results`` is among them, every row of it an object with each of ``row_keys``."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
+        raw = p.read_bytes()
+        if p.name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        text = raw.decode("utf-8")
+    except OSError as exc:  # gzip.BadGzipFile is one
         raise InputError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+    except EOFError:
+        raise InputError(f"{p}: cannot read it (a gzip file cut short)") from None
     except UnicodeDecodeError:
         raise InputError(f"{p}: not {what} (not UTF-8 text)") from None
     try:
