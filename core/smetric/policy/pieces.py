@@ -111,7 +111,7 @@ def stays_put(
     endpoints: Sequence[EndpointSnapshot],
     params: PolicyParams,
     hit_ratio: float,
-    room: float = 0.0,
+    room: float,
 ) -> bool:
     """``cachedMoves: backed``: a follow-up whose session a GPU still holds (``max c > HIT_RATIO * est_hit``), in a
     pool whose tier cannot back the GPUs (:func:`tier_backs_gpus`), is routed as without a tier: no tier credit, no

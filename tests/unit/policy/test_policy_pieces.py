@@ -177,14 +177,14 @@ def test_the_tier_backs_the_gpus_only_when_it_holds_their_kv() -> None:
     assert tier_backs_gpus(snaps, _params(BIG)) and not tier_backs_gpus(snaps, _params(SMALL))
     unknown = [replace_kv(s, 0) for s in snaps]  # engines that do not report their capacity
     assert tier_backs_gpus(unknown, _params(SMALL))
-    assert stays_put(request, snaps, _params(SMALL), 0.5)
-    assert not stays_put(request, snaps, _params(BIG), 0.5)
+    assert stays_put(request, snaps, _params(SMALL), 0.5, 0.0)
+    assert not stays_put(request, snaps, _params(BIG), 0.5, 0.0)
     # a first turn and a session no GPU holds keep the tier
-    assert not stays_put(RequestView("r", L, turn=0), snaps, _params(SMALL), 0.5)
+    assert not stays_put(RequestView("r", L, turn=0), snaps, _params(SMALL), 0.5, 0.0)
     evicted = [replace_c(s, 0) for s in snaps]
-    assert not stays_put(request, evicted, _params(SMALL), 0.5)
+    assert not stays_put(request, evicted, _params(SMALL), 0.5, 0.0)
     # no tier at all: nothing to gate
-    assert not stays_put(request, snaps, PolicyParams(global_segment_tokens=SMALL), 0.5)
+    assert not stays_put(request, snaps, PolicyParams(global_segment_tokens=SMALL), 0.5, 0.0)
 
 
 @pytest.mark.parametrize("name", ["smetric", "lmetric+pieces"])
