@@ -13,6 +13,7 @@ accountings and the SLOs.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import tempfile
 import time
@@ -148,10 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decision-log", action="store_true",
                    help="picker rows: the pickers log one JSON line per decision (request id, endpoint, every "
                    "candidate's view) to <log-dir>/.../picker.log; smetric.bench.differential reads them")  # fmt: skip
-    p.add_argument("--picker-units", choices=("model", "wall"), default="model",
+    p.add_argument("--picker-units", choices=("model", "wall"),
                    help="picker rows: the durations the pickers are configured with (SLOs, decode step, "
-                   "fetch time, flow control's TTL) in model seconds as deployed (default), or in wall "
-                   "seconds (x time scale), the units of the prefill speed they learn (docs/bench.md, Limits)")  # fmt: skip
+                   "fetch time, flow control's TTL) in model seconds as deployed, or in wall seconds (x time "
+                   f"scale), the units of the prefill speed they learn (default {FULL.picker_units}, --quick "
+                   f"{QUICK.picker_units}; docs/bench.md, Limits)")  # fmt: skip
+    p.add_argument("--concurrent-rows", action=argparse.BooleanOptionalAction, default=None,
+                   help="run each (load, seed) cell's rows side by side, each its own cluster and router, "
+                   f"sharing the box and the client process (default {'on' if FULL.concurrent_rows else 'off'}, "
+                   f"--quick {'on' if QUICK.concurrent_rows else 'off'})")  # fmt: skip
     p.add_argument("--flow-control", action=argparse.BooleanOptionalAction, default=True,
                    help="picker rows: the pickers run flow control (the picker's default since 6 Dec 2026; its "
                    "defaults, TTL and Retry-After in --picker-units; --no-flow-control: off); the clients "
@@ -221,7 +227,7 @@ class Bench:
             peers = [p for p in peers if not p.startswith("vllm-router")]
         self.rows = frontends(
             split_names(preset.policies), peers, args.envoy, args.response_path, args.envoy_upstream,
-            replica_counts(args.pickers), args.prefix_index, args.decision_log, args.picker_units,
+            replica_counts(args.pickers), args.prefix_index, args.decision_log, preset.picker_units,
             args.flow_control,
         )  # fmt: skip
         if not self.rows:
@@ -240,7 +246,8 @@ class Bench:
             "time_accounting": TIME_ACCOUNTING, "peer_missing": missing_peer, "started_unix_s": time.time(),
             "arrivals": preset.arrivals, "warmup_s": preset.warmup_s, "max_arrival_drift": MAX_ARRIVAL_DRIFT,
             "timers": picker_timers(preset.time_scale),
-            "picker_units": args.picker_units, "flow_control": args.flow_control,
+            "picker_units": preset.picker_units, "flow_control": args.flow_control,
+            "concurrent_rows": preset.concurrent_rows,
         }  # fmt: skip
         console.print(
             f"[bold]smetric bench[/]: {preset.instances} emulated instances ({args.preset}), time x{preset.time_scale:g}, "
@@ -342,6 +349,16 @@ class Bench:
         self.meta.setdefault("runs", []).append(run | {"trace_notes": notes[-1:]})  # fmt: skip
         settings = replace(self.settings, seed=seed)
         out: list[PolicyResult] = []
+        if self.preset.concurrent_rows and len(self.rows) > 1:
+            lock = asyncio.Lock()  # one row at a time picks its ports and starts (runner.run_row)
+            async with asyncio.TaskGroup() as group:  # a crash in one row stops the others
+                tasks = [group.create_task(self._row(fe, plan, settings, rate, seed, lock, len(self.rows)))
+                         for fe in self.rows]  # fmt: skip
+            out = [t.result() for t in tasks]
+            self.cells.extend(Cell(rate, seed, r) for r in out)
+            self.write(self._rows(), final=False)
+            self.console.print(self.run_count.line(len(self.cells), time.monotonic() - self.started))
+            return out
         for fe in self.rows:
             out.append(await self._row(fe, plan, settings, rate, seed))
             self.cells.append(Cell(rate, seed, out[-1]))
@@ -350,8 +367,9 @@ class Bench:
         return out
 
     async def _row(
-        self, fe: Frontend, plan: ReplayPlan | AgentPlan, settings: RunSettings, rate: float, seed: int
-    ) -> PolicyResult:
+        self, fe: Frontend, plan: ReplayPlan | AgentPlan, settings: RunSettings, rate: float, seed: int,
+        start_lock: asyncio.Lock | None = None, side_by_side: int = 1,
+    ) -> PolicyResult:  # fmt: skip
         progress, records_out = self.progress, self.records_out
         ts, warmup_s = (
             settings.cluster.time_scale,
@@ -374,7 +392,9 @@ class Bench:
             progress.update(task, description=f"{name} {text}")
 
         row_dir = self.log_dir / f"rate{rate:g}-seed{seed}"
-        result = await run_row(fe, plan, settings, self.count, row_dir, on_record, on_phase, on_send)
+        result = await run_row(
+            fe, plan, settings, self.count, row_dir, on_record, on_phase, on_send, start_lock, side_by_side
+        )
         progress.update(task, description=f"{name} {result.status}")
         return result
 

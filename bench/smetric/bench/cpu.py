@@ -79,15 +79,19 @@ class CpuUse:
 
     @classmethod
     def between(
-        cls, a: CpuSnapshot, b: CpuSnapshot, requests: int, wall_s: float, cores: int | None = None
+        cls, a: CpuSnapshot, b: CpuSnapshot, requests: int, wall_s: float, cores: int | None = None,
+        client_share: float = 1.0,
     ) -> CpuUse:
+        """``client_share``: this row's part of the client process's CPU (``1 / k`` when ``k`` rows
+        run side by side in it: split evenly, since one process's time cannot be told apart)."""
         n = max(requests, 1)
         ncpu = cores or os.cpu_count() or 1
 
         def delta(role: str) -> float:
             return b.roles_s.get(role, math.nan) - a.roles_s.get(role, math.nan)
 
-        router, engines, client = delta(ROUTER), delta(ENGINES), b.client_s - a.client_s
+        router, engines = delta(ROUTER), delta(ENGINES)
+        client = (b.client_s - a.client_s) * client_share
         total = sum(v for v in (router, engines, client) if not math.isnan(v))
         share = total / (wall_s * ncpu) if wall_s > 0 else math.nan
         return cls(1000 * router / n, 1000 * client / n, 1000 * engines / n, share)

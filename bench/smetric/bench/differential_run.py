@@ -2,8 +2,10 @@
 picker + emulator, request by request (docs/bench.md, "Differential harness").
 
 1. ``smetric bench --quick`` (its preset: 4 instances, the full global tier, steady agents, tokens
-   x1/8 with the cost preserved, time x0.002) with ``--decision-log --records`` at one load and
-   seed, for the given policies (child process; ``--bench-dir`` reuses a finished run).
+   x1/8 with the cost preserved; pinned to the --quick of 4 Dec 2026: time x0.002, a 1,200 + 4,800
+   model s window, pickers in model units, rows one after the other; ``--bench-arg`` overrides)
+   with ``--decision-log --records`` at one load and seed, for the given policies (child process;
+   ``--bench-dir`` reuses a finished run).
 2. The simulator in-process on the same trace (loaded as the bench loads it), instances, preset,
    tier, agents (same seed: the same families per agent), warm-up + window, and the bench's scrape
    interval in model time; it records, per request, the snapshots its router saw.
@@ -41,7 +43,7 @@ from smetric.bench.differential import (
     read_decisions,
 )
 from smetric.bench.inputs import find_trace, load_trace
-from smetric.bench.presets import QUICK
+from smetric.bench.presets import QUICK, QUICK_X0002
 from smetric.bench.procs import BenchError, check_writable, run_child, stopped
 from smetric.bench.stacks import smetric_argv
 from smetric.core.argparsing import OneLineErrors
@@ -170,7 +172,8 @@ def run_bench(
            "--peer", "none", "--rates", f"{rate:g}", "--seeds", "1", "--seed", str(seed), "--decision-log",
            "--no-flow-control",  # the routing decisions are compared: the simulator side runs none either
            "--trace", str(trace), "--records", str(out / "records.jsonl"), "--log-dir", str(out / "logs"),
-           "--json", str(out / "bench.json"), *more]  # fmt: skip
+           "--json", str(out / "bench.json"), "--no-concurrent-rows",
+           *(x for kv in QUICK_X0002.items() for x in kv), *more]  # fmt: skip
     print("differential: " + " ".join(cmd[2:]), flush=True)
     rc = run_child(cmd, BENCH_TIMEOUT_S, BENCH_STOP_GRACE_S)
     if rc is None:

@@ -173,6 +173,8 @@ def resolve(args: argparse.Namespace) -> Preset:
         drain_s=args.drain_timeout if args.drain_timeout is not None else base.drain_s,
         global_tier=args.global_tier if args.global_tier is not None else base.global_tier,
         rates=parse_rates(args) or (base.rates if args.knee_start is None else ()),
+        picker_units=args.picker_units or base.picker_units,
+        concurrent_rows=base.concurrent_rows if args.concurrent_rows is None else args.concurrent_rows,
     )
     # the preset's warm-up keeps its share of the window when --duration changes the window
     share = base.warmup_s / base.duration_s if base.duration_s > 0 else 0.0

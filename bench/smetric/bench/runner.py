@@ -7,6 +7,7 @@ taken before it are left out."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from smetric.bench.promtext import EngineScrape, counter_delta
 from smetric.bench.replay import ClosedLoopReplay, ReplayResult, RequestRecord, SendSpec
 from smetric.bench.report import PolicyResult
 from smetric.bench.sampler import LoadSampler, scrape_all
-from smetric.bench.stacks import ClusterSpec, Frontend, start_cluster
+from smetric.bench.stacks import Cluster, ClusterSpec, Frontend, FrontendUrls, start_cluster
 from smetric.bench.synth import TokenCount
 from smetric.core.slo import SloConfig
 
@@ -66,8 +67,15 @@ async def run_row(
     on_record: Callable[[RequestRecord], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
     on_send: Callable[[SendSpec], None] | None = None,
+    start_lock: asyncio.Lock | None = None,
+    side_by_side: int = 1,
 ) -> PolicyResult:
-    """Run one row; a :class:`BenchError` becomes a ``failed`` row, anything else propagates."""
+    """Run one row; a :class:`BenchError` becomes a ``failed`` row, anything else propagates.
+
+    Rows run side by side (``side_by_side`` of them in this process) share ``start_lock``: each
+    starts its cluster and router holding it, so two rows never pick the same free ports (they
+    are free when checked, not reserved), and each counts ``1 / side_by_side`` of the client
+    process's CPU."""
 
     def phase(text: str) -> None:
         if on_phase is not None:
@@ -76,10 +84,7 @@ async def run_row(
     row_dir = log_dir / frontend.label.replace(":", "-")
     try:
         async with Supervisor(row_dir) as sup:
-            phase("starting emulator")
-            cluster = await start_cluster(sup, settings.cluster)
-            phase(f"starting {frontend.router}")
-            urls = await frontend.start(sup, cluster, settings.cluster, row_dir)
+            cluster, urls = await start_stack(sup, frontend, settings.cluster, row_dir, phase, start_lock)
             timeout = aiohttp.ClientTimeout(total=5.0)
             warmup_wall_s = settings.warmup_s * settings.cluster.time_scale
             if warmup_wall_s <= 0:
@@ -118,7 +123,7 @@ async def run_row(
                     if at_warmup_end is not None:
                         at_warmup_end.cancel()
                 cpu = CpuUse.between(cpu_start, CpuSnapshot.take(_pids(sup)), len(result.records),
-                                     time.monotonic() - wall_start)  # fmt: skip
+                                     time.monotonic() - wall_start, client_share=1.0 / max(side_by_side, 1))  # fmt: skip
                 if client.in_flight:  # requests cut at the drain deadline: say where they were stuck
                     lines = [f"{rid}: {state}" for rid, state in sorted(client.in_flight.items())]
                     (row_dir / "stuck-requests.txt").write_text("\n".join(lines) + "\n")
@@ -146,6 +151,21 @@ async def run_row(
     )  # fmt: skip
     note = "" if summary.n_failed == 0 else _first_error(result.records)
     return PolicyResult(frontend.label, frontend.router, frontend.policy, "ok", note, summary)
+
+
+async def start_stack(
+    sup: Supervisor, frontend: Frontend, spec: ClusterSpec, row_dir: Path, phase: Callable[[str], None],
+    start_lock: asyncio.Lock | None,
+) -> tuple[Cluster, FrontendUrls]:
+    """Start the emulated cluster, then the front end, holding ``start_lock`` (rows side by side
+    would otherwise both take the first free port range: it is checked, not reserved, until the
+    processes bind it, which each start waits for)."""
+    async with start_lock if start_lock is not None else contextlib.nullcontext():
+        phase("starting emulator")
+        cluster = await start_cluster(sup, spec)
+        phase(f"starting {frontend.router}")
+        urls = await frontend.start(sup, cluster, spec, row_dir)
+    return cluster, urls
 
 
 def _pids(sup: Supervisor) -> dict[str, int]:

@@ -91,10 +91,10 @@ def test_the_stopped_check_sees_a_listener_and_ignores_time_wait() -> None:
     not TRACE.is_file() and not os.environ.get("SMETRIC_TRACES"), reason="agentic trace not found"
 )
 def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
-    # The quick preset (steady agents) at one fixed rate (the knee search is unit-tested), two seeds,
-    # a short window after a warm-up of half of it.
+    # The quick preset (steady agents, its rows side by side at time x0.02) at one fixed rate (the
+    # knee search is unit-tested), two seeds, a short window after a warm-up of half of it.
     out, plot, logs = tmp_path / "bench.json", tmp_path / "bench.png", tmp_path / "logs"
-    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--rates", "0.00124", "--duration", "1200", "--warmup", "600",
+    argv = [sys.executable, "-m", "smetric.core.cli", "bench", "--quick", "--rates", "0.00124", "--duration", "600", "--warmup", "300",
             "--json", str(out), "--plot", str(plot), "--records", str(tmp_path / "r.jsonl"), "--log-dir", str(logs)]  # fmt: skip
     peer = bool(
         shutil.which("vllm-router", path=str(Path(sys.executable).parent)) or shutil.which("vllm-router")
@@ -112,7 +112,7 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
         assert "vllm-router is not installed" in proc.stdout
     assert set(doc["meta"]["time_accounting"]) >= {"split", "all_scaled"}
     assert doc["meta"]["seeds"] == [0, 1]
-    assert doc["meta"]["arrivals"] == "agents" and doc["meta"]["warmup_s"] == 600
+    assert doc["meta"]["arrivals"] == "agents" and doc["meta"]["warmup_s"] == 300
     assert [run["agents"] for run in doc["meta"]["runs"]] == [12, 12]
     for row in doc["results"]:
         assert row["status"] == "ok", row
@@ -130,7 +130,8 @@ def test_quick_bench_runs_every_row_and_cleans_up(tmp_path: Path) -> None:
     assert plot.stat().st_size > 10_000
     assert "TPS in SLO" in proc.stdout and "verdict (TPS within SLO" in proc.stdout
     assert "progress: 6 of 6 runs done" in proc.stdout or "progress: 4 of 4 runs done" in proc.stdout
-    assert doc["meta"]["timers"]["picker_refresh_model_s"] == pytest.approx(0.05 / 0.002)
+    assert doc["meta"]["timers"]["picker_refresh_model_s"] == pytest.approx(0.05 / 0.02)
+    assert doc["meta"]["concurrent_rows"] and doc["meta"]["picker_units"] == "wall"
     lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert any(line["warmup"] for line in lines)  # every request is recorded, the warm-up's marked
     assert sum(1 for line in lines if not line["warmup"]) == sum(

@@ -116,7 +116,7 @@ def _parse(*argv: str) -> cli.Preset:
 def test_arrivals_default_to_steady_agents_with_a_warm_up_and_cold_keeps_the_old_preset() -> None:
     quick, full = _parse("--quick"), _parse()
     assert quick.arrivals == full.arrivals == "agents"
-    assert quick.warmup_s == quick.duration_s / 4 and full.warmup_s == full.duration_s / 2
+    assert quick.warmup_s == 1.5 * quick.duration_s and full.warmup_s == full.duration_s / 2
     cold = _parse("--quick", "--arrivals", "cold")
     assert cold.arrivals == "cold" and cold.warmup_s == 0 and cold.rates == (0.005, 0.007)
     assert _parse("--arrivals", "cold").rate == pytest.approx(1.41)
@@ -124,8 +124,8 @@ def test_arrivals_default_to_steady_agents_with_a_warm_up_and_cold_keeps_the_old
     assert stationary.arrivals == "stationary" and stationary.rates == quick.rates
     assert _parse("--quick", "--warmup", "0").warmup_s == 0.0
     assert (
-        _parse("--quick", "--duration", "600").warmup_s == 150.0
-    )  # the preset's share of any window (a quarter)
+        _parse("--quick", "--duration", "600").warmup_s == 900.0
+    )  # the preset's share of any window (1.5 windows)
     for bad in (["--warmup", "-1"], ["--warmup", "nan"], ["--sessions", "5"]):
         with pytest.raises(BenchError):
             _parse("--quick", *bad)

@@ -31,18 +31,18 @@ def test_quick_runs_with_the_full_global_tier_as_the_full_bench() -> None:
     assert quick.global_tier == "full" and quick.token_scale == pytest.approx(1 / 8)
     assert _parse("--quick", "--arrivals", "cold").global_tier == "none"  # the cold preset's
     assert quick.token_cost == "preserved" and quick.token_cost_scale == pytest.approx(8.0)
-    assert quick.duration_s == 4800 and quick.time_scale == pytest.approx(0.002)
+    assert quick.duration_s == 1000 and quick.time_scale == pytest.approx(0.02)
     assert quick.rate == pytest.approx(0.005) and quick.seeds == 2
     # three fixed load points (12, 17 and 24 agents: where the best router's attainment has fallen
     # and two past it), no search
     assert quick.rates == (0.00128, 0.00181, 0.00256) and quick.arrivals == "agents"
-    assert quick.warmup_s == 1200
+    assert quick.warmup_s == 1500
     assert _parse("--quick", "--arrivals", "cold").rates == (0.005, 0.007)  # the cold preset's
     assert _parse("--quick", "--rates", "0.3").rates == (0.3,)
     assert _parse("--quick", "--knee-start", "0.2").rates == ()  # --knee-start asks for the search
     assert _parse().rates == ()  # the full bench finds the knee
     assert quick.peers == ("vllm-router:cache_aware",) and quick.policies == "smetric,lmetric"
-    assert quick.duration_s * quick.time_scale == pytest.approx(9.6)  # wall seconds per window
+    assert quick.duration_s * quick.time_scale == pytest.approx(20.0)  # wall seconds per window
     full = _parse()
     assert full.global_tier == "full" and full.token_scale == pytest.approx(1 / 16)
     assert full.token_cost == "scaled" and full.token_cost_scale == 1.0
@@ -143,6 +143,6 @@ def test_compare_sim_runs_the_simulator_with_the_bench_presets_global_tier(
     out = compare.compare_with_simulator(bench, rows, Console(file=None, quiet=True))  # type: ignore[arg-type]
     argv = seen[0]
     assert argv[argv.index("--global-tier") + 1] == "small"
-    assert argv[argv.index("--refresh-ms") + 1] == "25000"  # 50 wall ms at time x0.002
+    assert argv[argv.index("--refresh-ms") + 1] == "2500"  # 50 wall ms at time x0.02
     assert argv[argv.index("--subsample") + 1] == "0.5"
     assert out["bench_order"] == ["lmetric", "smetric"] and out["spearman"] == pytest.approx(1.0)
