@@ -222,7 +222,8 @@ def render_rows(rows: Sequence[Row], console: Console, title: str) -> None:
     heads = ["load", "policy", "TPS in SLO", f"Δ vs {ref}\n(95 % CI)" if ref else "Δ", "SLO att.",
              "TTFT s\np50/p90", "local\nhit", "router ms\nwall/CPU", "drift %\nper seed"]  # fmt: skip
     for i, h in enumerate(heads):
-        table.add_column(h, justify="left" if i <= 1 else "right", no_wrap=i == 1)
+        # the policy and the SLO attainment stay on one line (its " %" alone on the next was unreadable)
+        table.add_column(h, justify="left" if i <= 1 else "right", no_wrap=i in (1, 4))
     last_rate, k = None, 0
     for r in rows:
         if last_rate is not None and r.rate != last_rate:
