@@ -25,12 +25,21 @@ from tests.support.proctree import alive, descendants, kill_all, stopped_cleanly
 # which no other command line holds (the tool's own, a ``python -c`` of a script that embeds STUB,
 # holds it split: a fork of the tool before its exec is not taken for the grandchild).
 GRANDCHILD = "# stub-grandchild"
+# A SIGTERM that lands while ``Popen`` is still returning (the grandchild has exec'd, so the test
+# may already signal, but ``g`` is not bound yet) is held until ``g`` is: handled at once it raised
+# NameError in the handler and left the grandchild running (a rare flake of these tests).
 STUB = (
     "import signal, subprocess, sys, time\n"
+    "g = None\n"
+    "held = []\n"
     "def term(*_):\n"
+    "    if g is None:\n"
+    "        held.append(1); return\n"
     "    g.terminate(); g.wait(); sys.exit(143)\n"
     "signal.signal(signal.SIGTERM, term)\n"
     "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)  # stub-' + 'grandchild'])\n"
+    "if held:\n"
+    "    term()\n"
     "time.sleep(60)\n"
 )
 
