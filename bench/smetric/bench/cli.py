@@ -70,9 +70,10 @@ from smetric.trace.model import Trace
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrors(prog="smetric bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help=f"small preset (~4 min on 2 cores: {QUICK.instances} instances, {QUICK.policies}, vllm-router, steady agents, "
+                   help=f"small preset (~6 min on 2 cores: {QUICK.instances} instances, {QUICK.policies}, vllm-router, steady agents, "
                    f"{QUICK.seeds} seeds, global KV tier {QUICK.global_tier}, tokens x1/{1 / QUICK.token_scale:g} "
-                   f"(cost {QUICK.token_cost}), time x{QUICK.time_scale:g}; docs/bench.md says why)")  # fmt: skip
+                   f"(cost {QUICK.token_cost}), time x{QUICK.time_scale:g} with the pickers in {QUICK.picker_units} units, each cell's rows "
+                   "side by side; docs/bench.md says why)")  # fmt: skip
     p.add_argument("--instances", type=int, help=f"emulated instances (default {FULL.instances})")
     p.add_argument("--policies", help=f"comma-separated picker policies (default {FULL.policies}); '' = none")
     p.add_argument(
