@@ -356,16 +356,19 @@ class Bench:
                 tasks = [group.create_task(self._row(fe, plan, settings, rate, seed, lock, len(self.rows)))
                          for fe in self.rows]  # fmt: skip
             out = [t.result() for t in tasks]
-            self.cells.extend(Cell(rate, seed, r) for r in out)
-            self.write(self._rows(), final=False)
-            self.console.print(self.run_count.line(len(self.cells), time.monotonic() - self.started))
-            return out
-        for fe in self.rows:
-            out.append(await self._row(fe, plan, settings, rate, seed))
-            self.cells.append(Cell(rate, seed, out[-1]))
-            self.write(self._rows(), final=False)  # partial results survive an interrupted run
-            self.console.print(self.run_count.line(len(self.cells), time.monotonic() - self.started))
+            self._keep(rate, seed, out)
+        else:
+            for fe in self.rows:
+                out.append(await self._row(fe, plan, settings, rate, seed))
+                self._keep(rate, seed, out[-1:])
         return out
+
+    def _keep(self, rate: float, seed: int, results: Sequence[PolicyResult]) -> None:
+        """Finished rows: into the cells, to ``--json`` (partial results survive an interrupted
+        run), and the overall progress line."""
+        self.cells.extend(Cell(rate, seed, r) for r in results)
+        self.write(self._rows(), final=False)
+        self.console.print(self.run_count.line(len(self.cells), time.monotonic() - self.started))
 
     async def _row(
         self, fe: Frontend, plan: ReplayPlan | AgentPlan, settings: RunSettings, rate: float, seed: int,

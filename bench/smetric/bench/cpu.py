@@ -79,7 +79,12 @@ class CpuUse:
 
     @classmethod
     def between(
-        cls, a: CpuSnapshot, b: CpuSnapshot, requests: int, wall_s: float, cores: int | None = None,
+        cls,
+        a: CpuSnapshot,
+        b: CpuSnapshot,
+        requests: int,
+        wall_s: float,
+        cores: int | None = None,
         client_share: float = 1.0,
     ) -> CpuUse:
         """``client_share``: this row's part of the client process's CPU (``1 / k`` when ``k`` rows

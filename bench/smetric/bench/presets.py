@@ -99,6 +99,7 @@ QUICK = replace(
 # the differential harness's documented runs used: it pins these fields in its bench command
 QUICK_X0002 = {"--time-scale": "0.002", "--duration": "4800", "--warmup": "1200", "--picker-units": "model"}
 
+
 def preset_for(quick: bool, arrivals: str) -> Preset:
     """The preset of ``--quick`` (or not) for these arrivals (``stationary`` uses the agents' one)."""
     if arrivals == "cold":

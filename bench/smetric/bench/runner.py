@@ -94,7 +94,10 @@ async def run_row(
             cpu_start, wall_start = CpuSnapshot.take(_pids(sup)), time.monotonic()
             async with (
                 make_client(
-                    settings.api, urls.base_url, settings.cluster.model, time_scale=settings.cluster.time_scale
+                    settings.api,
+                    urls.base_url,
+                    settings.cluster.model,
+                    time_scale=settings.cluster.time_scale,
                 ) as client,
                 LoadSampler(cluster.base_urls, settings.sample_interval_s) as sampler,
             ):
@@ -154,7 +157,11 @@ async def run_row(
 
 
 async def start_stack(
-    sup: Supervisor, frontend: Frontend, spec: ClusterSpec, row_dir: Path, phase: Callable[[str], None],
+    sup: Supervisor,
+    frontend: Frontend,
+    spec: ClusterSpec,
+    row_dir: Path,
+    phase: Callable[[str], None],
     start_lock: asyncio.Lock | None,
 ) -> tuple[Cluster, FrontendUrls]:
     """Start the emulated cluster, then the front end, holding ``start_lock`` (rows side by side
