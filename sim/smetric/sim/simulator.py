@@ -309,9 +309,12 @@ class _Run:
         return self.work.keyed_request(key), self.work.view(i, clone, fresh=self.joined_unwarmed(key))
 
     def snapshots(self, req: EngineRequest, rview: RequestView, t: float) -> list[EndpointSnapshot]:
+        tv = self.tier_view
+        if tv is not None and tv.sets_only_g:  # one pass, the same snapshots as enrich's copies
+            return self.view.snapshots(req, rview, tv.global_hit(req))[1]
         _, snaps = self.view.snapshots(req, rview)
-        if self.tier_view is not None:
-            snaps = self.tier_view.enrich(snaps, req, t)
+        if tv is not None:
+            snaps = tv.enrich(snaps, req, t)
         return snaps
 
     def drain(self, t: float) -> None:

@@ -27,7 +27,9 @@ ledger's queued fetch seconds per node (``queued_fetch_s``).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
+from typing import overload
 
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.engine import EngineRequest, Instance, Piece
@@ -39,6 +41,42 @@ from smetric.router.tier_model import GlobalTierModel
 def block_keys(pieces: Sequence[Piece]) -> list[int]:
     """A prompt's chained block ids, one per block (each stands for its whole prefix)."""
     return [x for a, b in pieces for x in range(a, b + 1)]
+
+
+class BlockChain(Sequence[int]):
+    """:func:`block_keys` without expanding it: ``len`` and indexing over the pieces (bisect on their
+    cumulative lengths). g's binary search reads O(log n) keys of a prompt that has thousands, at
+    every probe of a queued request; a slice expands to the list."""
+
+    __slots__ = ("_ends", "_starts")
+
+    def __init__(self, pieces: Sequence[Piece]) -> None:
+        self._starts = [a for a, _ in pieces]
+        ends: list[int] = []
+        n = 0
+        for a, b in pieces:
+            n += b - a + 1
+            ends.append(n)  # keys before the next piece
+        self._ends = ends
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        k = bisect_right(self._ends, i)
+        before = self._ends[k - 1] if k else 0
+        return self._starts[k] + (i - before)
 
 
 class _StoreEvents:
@@ -93,7 +131,13 @@ class TierView:
             return 0
         if self._model is None:  # the oracle
             return min(request.prompt_tokens, self._tier.match(request.prompt_pieces) * self._block_tokens)
-        return self._model.global_hit(block_keys(request.prompt_pieces), request.prompt_tokens)
+        return self._model.global_hit(BlockChain(request.prompt_pieces), request.prompt_tokens)
+
+    @property
+    def sets_only_g(self) -> bool:
+        """:meth:`enrich` changes nothing but g (a tier, no node facts): the router view can build the
+        snapshots with :meth:`global_hit` directly instead of copying each one."""
+        return self._tier is not None and not self._node_facts
 
     def enrich(
         self, snaps: list[EndpointSnapshot], request: EngineRequest, now_s: float

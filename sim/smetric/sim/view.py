@@ -124,13 +124,16 @@ class RouterView:
         self._next_tick_s = tick + self._refresh_s
 
     def snapshots(
-        self, request: EngineRequest, view: RequestView
+        self, request: EngineRequest, view: RequestView, global_hit_tokens: int | None = None
     ) -> tuple[list[int], list[EndpointSnapshot]]:
-        """``(c, snapshots)``: local hits and one snapshot per instance for ``request``."""
+        """``(c, snapshots)``: local hits and one snapshot per instance for ``request``;
+        ``global_hit_tokens`` given (the tier view's g) replaces this view's own g."""
         hits = [inst.local_hit_tokens(request) for inst in self._instances]
         # every instance is scraped at every tick (an untouched one's gauges are not rebuilt:
         # they cannot have changed), so one scrape time stands for all
-        if self._global == "estimate":
+        if global_hit_tokens is not None:
+            g = global_hit_tokens
+        elif self._global == "estimate":
             g = self.core.global_hit(view)
         elif self._global == "tier" and self._tier is not None:
             bt = self._instances[0].config.block_tokens
