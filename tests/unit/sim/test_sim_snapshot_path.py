@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from smetric.core.presets import get_preset
-from smetric.sim.simulator import SimConfig, simulate
+from smetric.sim.simulator import SimConfig, build_cluster, simulate
 from smetric.sim.tier_view import BlockChain, TierView, block_keys
 from smetric.sim.workload import PreparedWorkload, prepare
-from tests.support.sim_synth import synthetic
+from tests.support.sim_synth import comparable, synthetic
 
 P30 = get_preset("qwen3-30b-h20")
 CFG = SimConfig(instances=3, warmup_s=0.0, measure_s=600.0, seed=5, arrivals="cold", global_tier="full")
@@ -21,10 +21,6 @@ CFG = SimConfig(instances=3, warmup_s=0.0, measure_s=600.0, seed=5, arrivals="co
 
 def _work() -> PreparedWorkload:
     return prepare(synthetic(families=12, turns=6, base_tokens=20_000, step_tokens=2_000, think_s=1.0), P30)
-
-
-def _comparable(d: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in d.items() if k not in ("sim_wall_s", "events_per_s")}
 
 
 PIECES = [
@@ -68,13 +64,11 @@ def test_the_one_pass_snapshots_change_no_figure(
     fast = simulate(w, policy, 0.2, cfg).to_dict()
     monkeypatch.setattr(TierView, "sets_only_g", property(lambda self: False))  # every decision: two passes
     slow = simulate(w, policy, 0.2, cfg).to_dict()
-    assert _comparable(fast) == _comparable(slow)
+    assert comparable(fast) == comparable(slow)  # both runs are of one policy
     assert fast["requests_in_window"] != 0
 
 
 def test_the_one_pass_path_is_taken_only_where_enrich_sets_g_alone() -> None:
-    from smetric.sim.simulator import build_cluster
-
     w = _work()
     with_tier = build_cluster(CFG, P30, w.block_tokens)
     without = build_cluster(replace(CFG, global_tier="none"), P30, w.block_tokens)
