@@ -266,6 +266,15 @@ def _router_flags(p: argparse.ArgumentParser) -> None:
         "publishes no removals), or from the simulated tier's exact content (exact: an oracle, ablations)",
     )
     p.add_argument(
+        "--framework-g",
+        choices=("tier", "session"),
+        default="tier",
+        help="the global-tier hit g the framework (the flow gate's TTFT estimate, the dispatch ledger's "
+        "charge) reads for a policy whose rule does not read the tier (the baselines as shipped): tier = "
+        "the same tier model as SMetric's (--tier-hits; default since 7 Dec 2026), session = the session's "
+        "previous turn, as every run before (docs/overload.md, section 8e)",
+    )
+    p.add_argument(
         "--flow-control",
         action="store_true",
         help="SLO-aware flow control at the gateway for every policy: hold a request no instance "
@@ -413,6 +422,7 @@ def _spec(a: argparse.Namespace, notes: list[str] | None = None) -> SweepSpec:
         policy_parameters=own_json,
         router_view=a.router_view,
         tier_hits=a.tier_hits,
+        framework_g=a.framework_g,
         legacy_ledger=a.legacy_ledger,
         warmup_s=a.warmup_s if a.warmup_s is not None else warmup_default,
         measure_s=a.measure_s if a.measure_s is not None else measure_default,

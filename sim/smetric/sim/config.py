@@ -18,6 +18,7 @@ from smetric.sim.view import ROUTER_VIEWS
 
 ARRIVALS = ("agents", "stationary", "cold")
 TIER_HITS = ("estimate", "events", "exact")
+FRAMEWORK_G = ("tier", "session")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,11 @@ class SimConfig:
     # without removals (LMCache's CacheStoreEvent), bounded by the tier's capacity; "exact" = the
     # simulated tier's content (an oracle: ablations only)
     tier_hits: str = "estimate"
+    # the g the framework (the flow gate's TTFT estimate, the dispatch ledger's charge) reads for a
+    # policy whose rule does not read the tier (the baselines as shipped): "tier" = the one tier
+    # model, as for SMetric (tier_hits; the default since 7 Dec 2026); "session" = the session's
+    # previous turn (smetric.router.estimated_global_hit), every run before (docs/overload.md, 8e)
+    framework_g: str = "tier"
     # flow control at the simulated gateway (smetric.policy.flowcontrol, sim/gateway.py): canonical
     # JSON of FlowControlConfig fields (snake_case) plus the clients' "max_retries" and
     # "jitter"; "" = off (every request is dispatched at once, as before)
@@ -103,6 +109,8 @@ class SimConfig:
             )
         if self.tier_hits not in TIER_HITS:
             raise ValueError(f"tier_hits must be one of {', '.join(TIER_HITS)}, got {self.tier_hits!r}")
+        if self.framework_g not in FRAMEWORK_G:
+            raise ValueError(f"framework_g must be one of {', '.join(FRAMEWORK_G)}, got {self.framework_g!r}")
         if self.arrivals not in ARRIVALS:
             raise ValueError(f"arrivals must be one of {', '.join(ARRIVALS)}, got {self.arrivals!r}")
         if self.agent_entry_s is not None and not (0 <= self.agent_entry_s <= self.warmup_s):

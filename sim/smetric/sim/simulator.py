@@ -109,7 +109,9 @@ class _Run:
             params.global_fetch_s_per_token,
             legacy_ledger=cfg.legacy_ledger,
         )
-        self.tier_view = (  # two-tier facts only for a policy that reads them (smetric, smetric-tiered, X+pieces)
+        # two-tier facts for a policy that reads them (smetric, smetric-tiered, X+pieces) and, with a global
+        # tier, for every policy: the framework's g (the flow gate's estimate, the ledger's charge; framework_g)
+        self.tier_view = (
             TierView(
                 cluster,
                 work.block_tokens,
@@ -119,6 +121,7 @@ class _Run:
                 node_facts=uses_node_facts(policy),
             )
             if uses_tier_view(policy)
+            or (cfg.framework_g == "tier" and params.global_fetch_s_per_token is not None)
             else None
         )
         self.loads = LoadTracker(len(cluster), cfg.window_s)

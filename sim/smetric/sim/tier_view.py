@@ -1,8 +1,10 @@
 """The simulator's adapter of the one tier model (:mod:`smetric.router.tier_model`): the two-tier facts the
-simulated router gives a policy that reads them (``smetric``, ``smetric-tiered``, every ``X+pieces``).
+simulated router gives a policy that reads them (``smetric``, ``smetric-tiered``, every ``X+pieces``) and, in a pool
+with a global tier, the framework's g for every other policy too (the flow gate's TTFT estimate and the dispatch
+ledger's charge read it; ``SimConfig.framework_g``, docs/overload.md 8e).
 
-Only built for a policy whose registry entry says ``uses_tier_view``; other policies' runs are unchanged and pay
-nothing. Per decision it sets, on each endpoint snapshot:
+Without a global tier it is built only for a policy whose registry entry says ``uses_tier_view``. Per decision it
+sets, on each endpoint snapshot:
 
 * ``global_hit_tokens`` (g): one lookup per request (the tier is cluster-wide, so g is the same for every
   instance), from ``SimConfig.tier_hits``:

@@ -103,18 +103,46 @@ def _metrics() -> EngineMetrics:
     return EngineMetrics(0, 0, 0.0, 100_000, 16, 0.0, 0.0, scraped_at_s=1e12)
 
 
-def test_build_picker_wires_tier_facts_for_the_policies_that_read_them() -> None:
+def test_build_picker_wires_tier_facts_for_every_policy_in_a_pool_with_a_tier() -> None:
+    # with a tier: g for every policy (the gate and the ledger read it, docs/overload.md 8e), node facts for
+    # smetric-tiered; without one only smetric-tiered (nodes, footprint) builds them
     source = StaticEndpointSource(["10.0.0.1:8000", "10.0.0.2:8000"])
     index = ApproximateIndex(block_tokens=16)
-    for name, expect in (("lmetric", False), ("smetric", True), ("smetric-tiered", True)):
-        cfg = parse_config({"policy": {"name": name, "parameters": {"globalFetchSPerToken": 1e-5}}})
-        params = params_from_mapping(cfg.policy.parameters)
-        picker = build_picker(cfg, params, source, index)
-        assert (picker.tier_facts is not None) is expect
+    for tier in (False, True):
+        for name, expect in (
+            ("lmetric", tier),
+            ("round-robin", tier),
+            ("smetric", tier),
+            ("smetric-tiered", True),
+        ):
+            parameters = {"globalFetchSPerToken": 1e-5} if tier else {}
+            cfg = parse_config({"policy": {"name": name, "parameters": parameters}})
+            params = params_from_mapping(cfg.policy.parameters)
+            picker = build_picker(cfg, params, source, index)
+            assert (picker.tier_facts is not None) is expect, (name, tier)
+            if expect:
+                assert picker.tier_facts is not None and picker.tier_facts.node_facts is (
+                    name == "smetric-tiered"
+                )
     assert picker.tier_facts is not None and picker.tier_facts.index.tokens_per_key == 64
     pick = picker.pick(RequestView("r1", 1000), "x" * 4000)
     assert picker.tier_facts.footprint.tokens(pick.destination, picker.clock()) > 0
     assert picker.tier_facts.index.size() > 0
+
+
+def test_a_baselines_ledger_charge_reads_the_tier_model_not_the_previous_turn() -> None:
+    # A follow-up claims 3,000 tokens of history (est_hit) that were never routed (e.g. its previous turn was
+    # shed): the tier holds none of it, so the framework charges the whole prompt as computed; the previous-turn
+    # estimate credited the claimed 3,000 as a fetch. Routed once, the same prompt's chunks are there.
+    cfg = parse_config({"policy": {"name": "lmetric", "parameters": {"globalFetchSPerToken": 1e-5}}})
+    source = StaticEndpointSource(["10.0.0.1:8000", "10.0.0.2:8000"])
+    picker = build_picker(
+        cfg, params_from_mapping(cfg.policy.parameters), source, ApproximateIndex(block_tokens=16)
+    )
+    first = picker.pick(RequestView("r1", 4000, turn=2, est_hit_tokens=3000), "y" * 16_000)
+    assert first.fetched_tokens == 0 and first.uncached_tokens == 4000
+    again = picker.pick(RequestView("r2", 4000, turn=3, est_hit_tokens=3000), "y" * 16_000)
+    assert again.uncached_tokens < 4000  # the first one's chunks: a local hit where it ran, a fetch elsewhere
 
 
 def test_facts_of_gives_node_and_footprint_per_address() -> None:
@@ -239,7 +267,7 @@ def test_the_write_estimate_records_whole_lmcache_chunks() -> None:
 
 def test_a_baseline_with_the_pieces_reads_g_in_the_picker_too() -> None:
     # lmetric+pieces: the picker builds the tier facts for it (g from the one tier model) and charges
-    # the ledger with the fetch; lmetric as shipped gets none
+    # the ledger with the fetch; lmetric as shipped gets the same g (the framework's: gate and ledger)
     prompt = "a" * 8000
     pickers = {}
     for name in ("lmetric", "lmetric+pieces"):
@@ -248,7 +276,7 @@ def test_a_baseline_with_the_pieces_reads_g_in_the_picker_too() -> None:
         pickers[name] = build_picker(
             cfg, params_from_mapping(cfg.policy.parameters), source, ApproximateIndex(block_tokens=16)
         )
-    assert pickers["lmetric"].tier_facts is None
+    assert pickers["lmetric"].tier_facts is not None and not pickers["lmetric"].tier_facts.node_facts
     picker = pickers["lmetric+pieces"]
     assert picker.tier_facts is not None and not picker.tier_facts.node_facts
     picker.pick(RequestView("s1", 2000), prompt)

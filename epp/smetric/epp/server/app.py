@@ -20,7 +20,7 @@ from smetric.epp.server.tier_facts import build_tier_facts
 from smetric.policy import PolicyParams
 from smetric.policy.flowcontrol import FlowGate
 from smetric.policy.framework import Router
-from smetric.policy.registry import make_policy, uses_node_facts, uses_tier_view
+from smetric.policy.registry import make_policy, uses_node_facts
 from smetric.policy.selective_pd import PdDecider
 
 MAX_FALLBACKS = 4  # keeps the destination list short (header and metadata; --destination-list)
@@ -75,8 +75,11 @@ def build_picker(
         flow_gate=FlowGate(cfg.flowControl.config(), params) if cfg.flowControl.enabled else None,
     )
     node_facts = uses_node_facts(cfg.policy.name)
-    # g needs a global tier; without one only a policy that reads nodes and footprint needs them
-    if uses_tier_view(cfg.policy.name) and (node_facts or params.global_fetch_s_per_token is not None):
+    # With a global tier every policy's snapshots carry g from the one tier model: the flow gate's TTFT
+    # estimate and the ledger's charge are the framework's, whatever the policy's rule reads (a baseline
+    # given the session's previous turn instead was judged on a g that a shed turn never wrote,
+    # docs/overload.md 8e). Without a tier only a policy that reads nodes and footprint needs them.
+    if node_facts or params.global_fetch_s_per_token is not None:
         picker.tier_facts = build_tier_facts(index, params, picker.clock, node_facts=node_facts)
     return picker
 

@@ -1,6 +1,10 @@
-"""The picker's two-tier facts for ``smetric-tiered``: g[i], nodes, session footprint.
+"""The picker's two-tier facts: g[i] for every policy in a pool with a global tier; nodes and session footprint for
+``smetric-tiered``.
 
-Built only when the configured policy reads them (its registry entry's ``uses_tier_view``); other policies pay nothing.
+g is built whenever a global tier is configured, whatever the policy: the flow gate's TTFT estimate and the dispatch
+ledger's charge are the framework's and read it for a baseline too (docs/overload.md, 8e); a policy's own rule reads it
+only when its registry entry says ``uses_tier_view``. Nodes and footprint only for a policy that reads them
+(``uses_node_facts``); a pool without a tier and such a policy pays nothing.
 
 **g (global-tier hit)** is :class:`smetric.router.tier_model.GlobalTierModel`, the one tier model the
 simulator uses too (its adapter there is ``smetric.sim.tier_view``); this module adapts the picker's inputs:
