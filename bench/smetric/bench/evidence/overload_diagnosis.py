@@ -9,6 +9,13 @@ requests that missed their TTFT SLO; dispatches to an engine that already had re
 the engines' waiting queue (time mean over instances, the worst instance's mean, the peak);
 herding (the most dispatches one instance took within one scrape interval, mean and p99 over
 intervals); GPU prefix-cache evictions (blocks) and the local / global hit shares. docs/overload.md.
+
+Behind the gate (``--flow-control``), per request dispatched in the window (docs/overload.md, 8e):
+how its TTFT compares with the gate's estimate at the chosen endpoint (``ttft_over_estimate_*``:
+the TTFT since the first send over the estimate plus the time already waited), how much hit the
+snapshot credited beyond what the engine really reused (``credited_minus_reused_tokens_*``:
+``max(c, g)`` at dispatch minus the engine's local + global hit), and what it missed
+(``dispatched_ok`` / ``dispatched_missed_ttft`` / ``dispatched_missed_tpot_only``).
 """
 
 from __future__ import annotations
@@ -17,8 +24,14 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
+
+import numpy as np
 
 from smetric.core.presets import get_preset
+from smetric.core.views import EndpointSnapshot, RequestView
+from smetric.policy.base import PolicyParams
+from smetric.policy.estimates import prompt_tokens, tier_times_s
 from smetric.sim.cli import default_trace
 from smetric.sim.config import SimConfig
 from smetric.sim.gateway import OverloadProbe
@@ -26,11 +39,79 @@ from smetric.sim.simulator import _Run, policy_params, simulate
 from smetric.sim.sweep import BASE_FAMILIES_PER_S_PER_32, WorkloadSpec, prepared
 
 
+class GateProbe(OverloadProbe):
+    """The overload probe plus, per dispatch in the window, the gate's estimate at the chosen endpoint, the
+    time already waited and the hit the snapshot credited (``max(c, g)``)."""
+
+    __slots__ = ("_params", "_sent", "at_dispatch")
+
+    def __init__(
+        self, params: PolicyParams, n_instances: int, tick_s: float, lo_s: float, hi_s: float, run: _Run
+    ) -> None:
+        super().__init__(params, n_instances, tick_s, lo_s, hi_s)
+        self._params = params
+        self._sent = run.table.by_key
+        self.at_dispatch: dict[int, tuple[float, float, int]] = {}  # key -> (estimate s, waited s, credited)
+
+    def dispatched(
+        self, key: int, t: float, request: RequestView, snaps: list[EndpointSnapshot], k: int
+    ) -> None:
+        super().dispatched(key, t, request, snaps, k)
+        if not self.lo_s <= t < self.hi_s:
+            return
+        p = self._params
+        est = tier_times_s(request, [snaps[k]], p.cost_model, p.global_fetch_s_per_token)[0]
+        s, n = snaps[k], prompt_tokens(request)
+        credited = max(min(max(0, s.local_hit_tokens), n), min(max(0, s.global_hit_tokens), n))
+        self.at_dispatch[key] = (est, t - self._sent[key].send_s, credited)
+
+
+def _pcts(prefix: str, x: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(x, dtype=np.float64)
+    if not a.size:
+        return {}
+    p50, p90 = np.percentile(a, [50, 90])
+    return {f"{prefix}_mean": float(a.mean()), f"{prefix}_p50": float(p50), f"{prefix}_p90": float(p90)}
+
+
+def gate_summary(run: _Run, probe: GateProbe, colocated: bool) -> dict[str, float]:
+    """The per-dispatch figures of the module docstring, from a finished run."""
+    slo = run.preset.slo
+    ratio: list[float] = []
+    gap: list[float] = []
+    ok = ttft_miss = tpot_only = 0
+    for key, (est, waited, credited) in probe.at_dispatch.items():
+        row = run.table.by_key[key]
+        e = run.work.engine[key % run.n]
+        ttft = row.first_token_s - row.send_s
+        ttft_ok = math.isfinite(ttft) and ttft <= slo.ttft_slo_s(e.prompt_tokens)
+        tpot_ok = True
+        if colocated and e.output_tokens > 1 and math.isfinite(row.finish_s):
+            tpot_ok = (row.finish_s - row.first_token_s) / (e.output_tokens - 1) <= slo.tpot_s
+        ok += ttft_ok and tpot_ok
+        ttft_miss += not ttft_ok
+        tpot_only += ttft_ok and not tpot_ok
+        if math.isfinite(ttft):
+            ratio.append(ttft / max(est + waited, 1e-9))
+        gap.append(credited - (row.local_hit_tokens + row.global_hit_tokens))
+    n = max(1, len(probe.at_dispatch))
+    return {
+        "dispatched_ok": ok / n,
+        "dispatched_missed_ttft": ttft_miss / n,
+        "dispatched_missed_tpot_only": tpot_only / n,
+        **_pcts("ttft_over_estimate", ratio),
+        **_pcts("credited_minus_reused_tokens", gap),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--instances", type=int, default=16)
     p.add_argument("--mode", default="colocated")
     p.add_argument("--global-tier", default="full")
+    p.add_argument("--tp", type=int, default=None, help="tensor parallel GPUs per instance (SimConfig.tp)")
+    p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (SimConfig.kv_dtype)")
+    p.add_argument("--framework-g", default="tier", help="SimConfig.framework_g (tier | session)")
     p.add_argument("--policies", default="smetric,lmetric,dynamo,round-robin")
     p.add_argument("--rates", default="3.5,5")
     p.add_argument("--seed", type=int, default=0)
@@ -42,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         instances=a.instances,
         mode=a.mode,
         global_tier=a.global_tier,
+        tp=a.tp,
+        kv_dtype=a.kv_dtype,
+        framework_g=a.framework_g,
         seed=a.seed,
         warmup_s=a.warmup_s,
         measure_s=a.measure_s,
@@ -53,13 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     for rate in (float(x) for x in a.rates.split(",")):
         for policy in a.policies.split(","):
             runs: list[_Run] = []
-            probes: list[OverloadProbe] = []
+            probes: list[GateProbe] = []
 
-            def make(
-                run: _Run, runs: list[_Run] = runs, probes: list[OverloadProbe] = probes
-            ) -> OverloadProbe:
-                pr = OverloadProbe(
-                    policy_params(cfg, preset, work.block_tokens), cfg.instances, cfg.refresh_s, lo, hi
+            def make(run: _Run, runs: list[_Run] = runs, probes: list[GateProbe] = probes) -> OverloadProbe:
+                pr = GateProbe(
+                    policy_params(cfg, preset, work.block_tokens), cfg.instances, cfg.refresh_s, lo, hi, run
                 )
                 runs.append(run)
                 probes.append(pr)
@@ -80,15 +162,19 @@ def main(argv: list[str] | None = None) -> int:
             out = {
                 "policy": policy,
                 "rate": rate,
+                "framework_g": cfg.framework_g,
                 "tps_within_slo": round(float(res.metrics["tps_within_slo"]), 1),
+                "prefill_tps_within_slo": round(float(res.metrics["prefill_tps_within_slo"]), 1),
                 "ttft_p50_s": round(float(res.metrics["ttft_p50_s"]), 2),
                 **{
                     k: (round(v, 3) if isinstance(v, float) else v)
                     for k, v in probe.summary(missed, [i.cache.evicted_blocks for i in run.cluster]).items()
                 },
+                **{k: round(v, 3) for k, v in gate_summary(run, probe, cfg.mode == "colocated").items()},
                 "local_hit_ratio": round(float(res.metrics["local_hit_ratio"]), 3),
                 "global_hit_ratio": round(float(res.metrics["global_hit_ratio"]), 3),
                 "imbalance_mean": round(float(res.metrics["imbalance_mean"]), 2),
+                "fc_shed_share": res.metrics.get("fc_shed_share"),
                 "reasons": res.reasons,
             }
             print(json.dumps(out), flush=True)
