@@ -271,7 +271,7 @@ def _router_flags(p: argparse.ArgumentParser) -> None:
         default="tier",
         help="the global-tier hit g the framework (the flow gate's TTFT estimate, the dispatch ledger's "
         "charge) reads for a policy whose rule does not read the tier (the baselines as shipped): tier = "
-        "the same tier model as SMetric's (--tier-hits; default since 7 Dec 2026), session = the session's "
+        "the same tier model as SMetric's (--tier-hits; default since 6 Dec 2026), session = the session's "
         "previous turn, as every run before (docs/overload.md, section 8e)",
     )
     p.add_argument(

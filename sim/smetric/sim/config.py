@@ -94,7 +94,7 @@ class SimConfig:
     tier_hits: str = "estimate"
     # the g the framework (the flow gate's TTFT estimate, the dispatch ledger's charge) reads for a
     # policy whose rule does not read the tier (the baselines as shipped): "tier" = the one tier
-    # model, as for SMetric (tier_hits; the default since 7 Dec 2026); "session" = the session's
+    # model, as for SMetric (tier_hits; the default since 6 Dec 2026); "session" = the session's
     # previous turn (smetric.router.estimated_global_hit), every run before (docs/overload.md, 8e)
     framework_g: str = "tier"
     # flow control at the simulated gateway (smetric.policy.flowcontrol, sim/gateway.py): canonical

@@ -27,7 +27,7 @@ def _work() -> PreparedWorkload:
     [
         ("lmetric", CFG, True),  # a baseline in a pool with a tier: the framework's g
         ("round-robin", replace(CFG, mode="disaggregated"), True),
-        ("lmetric", replace(CFG, framework_g="session"), False),  # the runs before 7 Dec 2026
+        ("lmetric", replace(CFG, framework_g="session"), False),  # the runs before 6 Dec 2026
         ("lmetric", replace(CFG, global_tier="none"), False),  # no tier: nothing to read
         ("smetric", replace(CFG, framework_g="session"), True),  # its rule reads the tier either way
     ],
