@@ -3,6 +3,7 @@ estimate), node topology from discovery, footprint, and the wiring in build_pick
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from smetric.core.views import EndpointSnapshot, RequestView
@@ -155,7 +156,7 @@ def test_facts_of_gives_node_and_footprint_per_address() -> None:
     assert facts("10.9.9.9:8000") == ("", 0.0)  # unknown address: no node, no footprint
 
 
-def _smetric_picker(parameters: dict[str, object]):  # type: ignore[no-untyped-def]
+def _smetric_picker(parameters: Mapping[str, object]):  # type: ignore[no-untyped-def]
     cfg = parse_config({"policy": {"name": "smetric", "parameters": parameters}})
     source = StaticEndpointSource(["10.0.0.1:8000", "10.0.0.2:8000"])
     return build_picker(
