@@ -32,6 +32,7 @@ from smetric.core.presets import get_preset
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import PolicyParams
 from smetric.policy.estimates import prompt_tokens, tier_times_s
+from smetric.router import dispatch_work
 from smetric.sim.cli import default_trace
 from smetric.sim.config import SimConfig
 from smetric.sim.gateway import OverloadProbe
@@ -59,11 +60,11 @@ class GateProbe(OverloadProbe):
         super().dispatched(key, t, request, snaps, k)
         if not self.lo_s <= t < self.hi_s:
             return
-        p = self._params
-        est = tier_times_s(request, [snaps[k]], p.cost_model, p.global_fetch_s_per_token)[0]
-        s, n = snaps[k], prompt_tokens(request)
-        credited = max(min(max(0, s.local_hit_tokens), n), min(max(0, s.global_hit_tokens), n))
-        self.at_dispatch[key] = (est, t - self._sent[key].send_s, credited)
+        p, s = self._params, snaps[k]
+        est = tier_times_s(request, [s], p.cost_model, p.global_fetch_s_per_token)[0]
+        # what the ledger's charge took as not computed: max(c, g), clamped as the charge clamps it
+        w = dispatch_work(p.cost_model, prompt_tokens(request), s.local_hit_tokens, s.global_hit_tokens)
+        self.at_dispatch[key] = (est, t - self._sent[key].send_s, w.prompt_tokens - w.computed_tokens)
 
 
 def _pcts(prefix: str, x: Sequence[float]) -> dict[str, float]:
@@ -72,6 +73,15 @@ def _pcts(prefix: str, x: Sequence[float]) -> dict[str, float]:
         return {}
     p50, p90 = np.percentile(a, [50, 90])
     return {f"{prefix}_mean": float(a.mean()), f"{prefix}_p50": float(p50), f"{prefix}_p90": float(p90)}
+
+
+def _ttft_ok(run: _Run, key: int) -> bool:
+    """Request ``key`` had its first token within its TTFT SLO (counted from its first send)."""
+    row = run.table.by_key[key]
+    ttft = row.first_token_s - row.send_s
+    return math.isfinite(ttft) and ttft <= run.preset.slo.ttft_slo_s(
+        run.work.engine[key % run.n].prompt_tokens
+    )
 
 
 def gate_summary(run: _Run, probe: GateProbe, colocated: bool) -> dict[str, float]:
@@ -84,7 +94,7 @@ def gate_summary(run: _Run, probe: GateProbe, colocated: bool) -> dict[str, floa
         row = run.table.by_key[key]
         e = run.work.engine[key % run.n]
         ttft = row.first_token_s - row.send_s
-        ttft_ok = math.isfinite(ttft) and ttft <= slo.ttft_slo_s(e.prompt_tokens)
+        ttft_ok = _ttft_ok(run, key)
         tpot_ok = True
         if colocated and e.output_tokens > 1 and math.isfinite(row.finish_s):
             tpot_ok = (row.finish_s - row.first_token_s) / (e.output_tokens - 1) <= slo.tpot_s
@@ -150,15 +160,11 @@ def main(argv: list[str] | None = None) -> int:
             fam_s = BASE_FAMILIES_PER_S_PER_32 * cfg.instances / 32.0 * rate
             res = simulate(work, policy, fam_s, cfg, rate_multiplier=rate, probe=make)
             run, probe = runs[0], probes[0]
-            slo = preset.slo
-            missed: set[int] = set()
-            for r in run.table.rows:
-                if not lo <= r.send_s < hi or r.instance < 0:
-                    continue
-                prompt = work.engine[r.key % run.n].prompt_tokens
-                ttft = r.first_token_s - r.send_s
-                if not (math.isfinite(ttft) and ttft <= slo.ttft_slo_s(prompt)):
-                    missed.add(r.key)
+            missed = {
+                r.key
+                for r in run.table.rows
+                if lo <= r.send_s < hi and r.instance >= 0 and not _ttft_ok(run, r.key)
+            }
             out = {
                 "policy": policy,
                 "rate": rate,
