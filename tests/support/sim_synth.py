@@ -85,5 +85,14 @@ def work() -> PreparedWorkload:
     return prepare(synthetic(), get_preset("qwen3-30b-h20"))
 
 
+def agent_work() -> PreparedWorkload:
+    """Twelve 6-turn sessions of 20k tokens growing 2k a turn, 1 s think time, for the 30B H20 preset:
+    long enough prompts that a small pool queues and its global tier matters."""
+    return prepare(
+        synthetic(families=12, turns=6, base_tokens=20_000, step_tokens=2_000, think_s=1.0),
+        get_preset("qwen3-30b-h20"),
+    )
+
+
 def comparable(d: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in d.items() if k not in ("sim_wall_s", "events_per_s", "policy")}

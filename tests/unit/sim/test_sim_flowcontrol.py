@@ -10,19 +10,12 @@ from dataclasses import replace
 
 import pytest
 
-from smetric.core.presets import get_preset
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.sim.gateway import SimGateway
 from smetric.sim.simulator import SimConfig, simulate
-from smetric.sim.workload import PreparedWorkload, prepare
-from tests.support.sim_synth import synthetic
+from tests.support.sim_synth import agent_work
 
-P30 = get_preset("qwen3-30b-h20")
 BASE = SimConfig(instances=2, warmup_s=0.0, measure_s=600.0, seed=3, arrivals="cold")
-
-
-def work() -> PreparedWorkload:
-    return prepare(synthetic(families=12, turns=6, base_tokens=20_000, step_tokens=2_000, think_s=1.0), P30)
 
 
 def with_fc(**kw: object) -> SimConfig:
@@ -34,7 +27,7 @@ def comparable(d: dict[str, object]) -> dict[str, object]:
 
 
 def test_disabled_flow_control_changes_nothing() -> None:
-    w = work()
+    w = agent_work()
     a = simulate(w, "smetric", 0.2, BASE).to_dict()
     b = simulate(w, "smetric", 0.2, replace(BASE, flow_control='{"enabled": false}')).to_dict()
     assert comparable(a) == comparable(b)
@@ -42,7 +35,7 @@ def test_disabled_flow_control_changes_nothing() -> None:
 
 
 def test_overload_is_held_in_a_bounded_queue_and_shed_within_its_ttl() -> None:
-    w = work()
+    w = agent_work()
     res = simulate(w, "smetric", 0.2, with_fc(max_queued=4, ttl_s=3.0, retry_after_s=2.0), keep_records=True)
     m = res.metrics
     assert int(m["fc_queued_dispatches"]) > 0  # some requests waited at the gateway
@@ -57,14 +50,14 @@ def test_overload_is_held_in_a_bounded_queue_and_shed_within_its_ttl() -> None:
 
 
 def test_every_policy_can_run_behind_flow_control() -> None:
-    w = work()
+    w = agent_work()
     for policy in ("round-robin", "dynamo", "load-balance"):
         m = simulate(w, policy, 0.2, with_fc(ttl_s=5.0)).metrics
         assert int(m["requests_sent"]) > 0 and "fc_shed_share" in m
 
 
 def test_clients_give_up_after_max_retries_and_their_session_goes_on() -> None:
-    w = work()
+    w = agent_work()
     m = simulate(
         w, "smetric", 0.2, with_fc(max_queued=1, ttl_s=0.5, retry_after_s=0.5, max_retries=0)
     ).metrics
@@ -110,7 +103,7 @@ def _dispatched_while_fresh_waits(
 
     monkeypatch.setattr(simulator._Run, "dispatch", spy)
     cfg = replace(with_fc(ttl_s=1.0, retry_after_s=0.5, max_retries=20, **fc), measure_s=150.0)
-    simulate(work(), "smetric", 0.3, cfg)
+    simulate(agent_work(), "smetric", 0.3, cfg)
     monkeypatch.setattr(simulator._Run, "dispatch", original)
     return seen[0], seen[1]
 
@@ -153,7 +146,10 @@ def test_filter_candidates_sends_a_request_only_where_the_gate_accepts_it(
 
         monkeypatch.setattr(simulator._Run, "dispatch", spy)
         simulate(
-            work(), "lmetric", 0.3, replace(with_fc(ttl_s=1.0, retry_after_s=0.5, **fc), measure_s=150.0)
+            agent_work(),
+            "lmetric",
+            0.3,
+            replace(with_fc(ttl_s=1.0, retry_after_s=0.5, **fc), measure_s=150.0),
         )
         monkeypatch.setattr(simulator._Run, "dispatch", original)
         return seen[0], seen[1]

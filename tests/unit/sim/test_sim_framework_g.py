@@ -9,17 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from smetric.core.presets import get_preset
 from smetric.sim.simulator import SimConfig, _Run
-from smetric.sim.workload import PreparedWorkload, prepare
-from tests.support.sim_synth import synthetic
+from smetric.sim.workload import PreparedWorkload
+from tests.support.sim_synth import agent_work
 
-P30 = get_preset("qwen3-30b-h20")
 CFG = SimConfig(instances=3, warmup_s=0.0, measure_s=600.0, seed=5, arrivals="cold", global_tier="full")
-
-
-def _work() -> PreparedWorkload:
-    return prepare(synthetic(families=12, turns=6, base_tokens=20_000, step_tokens=2_000, think_s=1.0), P30)
 
 
 @pytest.mark.parametrize(
@@ -35,7 +29,7 @@ def _work() -> PreparedWorkload:
 def test_the_tier_view_is_built_for_every_policy_in_a_pool_with_a_tier(
     policy: str, cfg: SimConfig, built: bool
 ) -> None:
-    assert (_Run(_work(), policy, cfg).tier_view is not None) is built
+    assert (_Run(agent_work(), policy, cfg).tier_view is not None) is built
 
 
 def _follow_up(w: PreparedWorkload) -> int:
@@ -44,7 +38,7 @@ def _follow_up(w: PreparedWorkload) -> int:
 
 
 def test_a_baselines_g_is_what_was_routed_not_the_previous_turn() -> None:
-    w = _work()
+    w = agent_work()
     tier, session = _Run(w, "lmetric", CFG), _Run(w, "lmetric", replace(CFG, framework_g="session"))
     key = _follow_up(w)
     req, view = w.keyed_request(key), w.view(key, 0)

@@ -12,15 +12,10 @@ import pytest
 from smetric.core.presets import get_preset
 from smetric.sim.simulator import SimConfig, build_cluster, simulate
 from smetric.sim.tier_view import BlockChain, TierView, block_keys
-from smetric.sim.workload import PreparedWorkload, prepare
-from tests.support.sim_synth import comparable, synthetic
+from tests.support.sim_synth import agent_work, comparable
 
 P30 = get_preset("qwen3-30b-h20")
 CFG = SimConfig(instances=3, warmup_s=0.0, measure_s=600.0, seed=5, arrivals="cold", global_tier="full")
-
-
-def _work() -> PreparedWorkload:
-    return prepare(synthetic(families=12, turns=6, base_tokens=20_000, step_tokens=2_000, think_s=1.0), P30)
 
 
 PIECES = [
@@ -57,7 +52,7 @@ def test_block_chain_reads_as_the_expanded_keys(pieces: tuple[tuple[int, int], .
 def test_the_one_pass_snapshots_change_no_figure(
     monkeypatch: pytest.MonkeyPatch, policy: str, mode: str, hits: str, flow_control: bool
 ) -> None:
-    w = _work()
+    w = agent_work()
     cfg = replace(CFG, mode=mode, tier_hits=hits)
     if flow_control:
         cfg = replace(cfg, flow_control=json.dumps({"enabled": True}))
@@ -69,7 +64,7 @@ def test_the_one_pass_snapshots_change_no_figure(
 
 
 def test_the_one_pass_path_is_taken_only_where_enrich_sets_g_alone() -> None:
-    w = _work()
+    w = agent_work()
     with_tier = build_cluster(CFG, P30, w.block_tokens)
     without = build_cluster(replace(CFG, global_tier="none"), P30, w.block_tokens)
     assert TierView(with_tier, w.block_tokens, 30.0, node_facts=False).sets_only_g
