@@ -74,11 +74,18 @@ def dispatch_work(
 
 
 def estimated_global_hit(request: RequestView, global_fetch_s_per_token: float | None) -> int:
-    """g for a router that does not see the global tier's content (the picker): with a fully
-    provisioned global tier configured (``global_fetch_s_per_token`` set) the session's previous
-    turn, ``min(est_hit, L)``, is there (it was written through when computed); without one, 0.
-    The same assumption as SMetric's ``meets`` (:func:`smetric.policy.estimates.session_hit`).
-    A first turn (``est_hit`` 0) gets no global credit even if its system prompt is stored."""
+    """g for a router that keeps no model of the global tier's content: with a fully provisioned
+    global tier configured (``global_fetch_s_per_token`` set) the session's previous turn,
+    ``min(est_hit, L)``, is assumed there; without one, 0. The same assumption as SMetric's
+    ``meets`` (:func:`smetric.policy.estimates.session_hit`). A first turn (``est_hit`` 0) gets no
+    global credit even if its system prompt is stored.
+
+    Neither tool builds its snapshots from it in a pool with a tier any more: the picker's tier
+    facts and the simulator's tier view give every policy g from the one tier model
+    (docs/overload.md, 8e: this estimate credits the previous answer, which LMCache does not
+    store, and turns that were refused and never written). It remains the simulator's
+    ``--framework-g session`` ablation, which reproduces the runs before that fix, and the
+    picker's g without a tier (0)."""
     if global_fetch_s_per_token is None:
         return 0
     return min(max(0, request.est_hit_tokens), max(0, request.prompt_tokens))
