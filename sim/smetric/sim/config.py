@@ -84,7 +84,7 @@ class SimConfig:
     # uncached first prefills do not all land at t = 0 (smetric.trace.SteadyAgents)
     agent_entry_s: float | None = None
     # write the KV of the joined sessions' earlier turns to the global tier before t = 0 (its
-    # steady state; Simulator.prewarm_tier); off = every joined session starts uncached
+    # steady state; smetric.sim.prewarm.prewarm_tier); off = every joined session starts uncached
     prewarm_global_tier: bool = True
     # where the tier view reads g from (sim/tier_view.py; smetric.router.tier_model): "estimate" =
     # the write estimate, what the operator's deployment gives the picker (LMCache publishes no KV

@@ -33,7 +33,6 @@ from collections.abc import Callable
 from smetric.core.presets import get_preset
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.engine import EngineEvent, EngineRequest
-from smetric.engine.prefix_cache import count_blocks, slice_blocks
 from smetric.policy import Router, make_policy
 from smetric.policy.registry import uses_node_facts, uses_tier_view
 from smetric.policy.tiered_params import SMetricTieredParams
@@ -42,6 +41,7 @@ from smetric.sim.calibrate import profiled_cost_model
 from smetric.sim.config import SimConfig
 from smetric.sim.gateway import OverloadProbe, SimGateway
 from smetric.sim.metrics import LoadTracker
+from smetric.sim.prewarm import prewarm_tier
 from smetric.sim.requests import RequestTable
 from smetric.sim.run_result import RunResult, family_metrics, request_metrics, request_records
 from smetric.sim.tier_view import TierView
@@ -159,7 +159,8 @@ class _Run:
             warm: list[tuple[float, int]] = []
             for joined in self.agents.initial(cfg.agent_entry_window_s):
                 self.start_family(joined.agent, joined.family, joined.start_s, joined.enter_s, warm)
-            self.prewarm_tier(warm)
+            if cfg.prewarm_global_tier:
+                prewarm_tier(self.cluster, work, self.tier_view, warm)
             heapq.heapify(self.heap)
             return
         lead_s = work.max_family_span_s if cfg.arrivals == "stationary" else 0.0
@@ -185,7 +186,7 @@ class _Run:
         sends of its sessions due from ``from_s`` (default ``start_s``) on; a family with nothing
         left to send ends at its recorded end and the agent moves on. ``warm`` collects
         ``(recorded send time, key)`` of the last request each joined session sent before
-        ``from_s`` (:meth:`prewarm_tier`)."""
+        ``from_s`` (:func:`smetric.sim.prewarm.prewarm_tier`)."""
         work, n_fam = self.work, self.n_fam
         assert self.agents is not None
         for _ in range(work.n_families + 1):  # a started family always sends; this bounds the loop
@@ -219,33 +220,10 @@ class _Run:
         """Agent ``agent`` took family key ``fk`` (a clone of a family) in :meth:`start_family`; a
         hook for recording runs (the differential harness), nothing here."""
 
-    def prewarm_tier(self, warm: list[tuple[float, int]]) -> None:
-        """Steady state of the global tier for the sessions agents join mid-way: what LMCache wrote for
-        their earlier turns (the last request before joining: its prompt's whole chunks, and its answer
-        only with ``save_decode_cache``, :meth:`GlobalTier.written_range`) is written, oldest first, so a
-        bounded tier keeps the most recent (LRU). No link time is charged: the writes happened before
-        ``t = 0``. The GPU tiers start empty (where a session's KV would sit is the policy's choice);
-        without a global tier nothing is written."""
-        tier = self.cluster[0].global_tier if self.cluster else None
-        if tier is None or not self.cfg.prewarm_global_tier:
-            return
-        work, n, bt = self.work, self.n, self.work.block_tokens
-        for _, key in sorted(warm):
-            clone, i = divmod(key, n)
-            req = work.engine_request(i, clone)
-            n_blocks = count_blocks(req.prompt_pieces)
-            _, hi = tier.written_range(0, req.prompt_tokens, bt, n_blocks)
-            written = slice_blocks(req.prompt_pieces, 0, hi)
-            if tier.path.save_decode_cache:
-                written = written + list(req.output_pieces)
-            tier.write(written)
-            if self.tier_view is not None:  # the picker routed those prompts before t = 0 too
-                self.tier_view.routed(req.prompt_pieces, req.prompt_tokens)
-
     def joined_unwarmed(self, key: int) -> bool:
         """Whether request ``key`` is the first request of a session joined mid-way (its previous
         turn was never sent in this run) whose earlier turns no tier holds (the global tier is not
-        pre-warmed, :meth:`prewarm_tier`): the router then sees a fresh history
+        pre-warmed, :func:`smetric.sim.prewarm.prewarm_tier`): the router then sees a fresh history
         (:func:`smetric.sim.workload.fresh_view`)."""
         clone, i = divmod(key, self.n)
         p = int(self.work.prev[i])
