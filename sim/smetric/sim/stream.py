@@ -12,6 +12,7 @@ rename), so a reader never sees half a file.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib.util
 import json
@@ -58,9 +59,17 @@ def fingerprint(config: object) -> str:
 
 def read_rows(path: Path) -> tuple[dict[str, Any], dict[RunKey, dict[str, Any]]]:
     """A sidecar's header and the rows of its finished runs (a torn line is skipped); empty for an
-    empty file. Raises ``ValueError`` for a file that is not a sidecar."""
-    with path.open("r", encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
+    empty file. A name ending in ``.gz`` is read gzipped (the committed results are). Raises
+    ``ValueError`` for a file that is not a sidecar."""
+    if path.name.endswith(".gz"):
+        try:
+            text = gzip.decompress(path.read_bytes()).decode("utf-8")
+        except (gzip.BadGzipFile, EOFError, UnicodeDecodeError):
+            raise ValueError(f"{path}: not a sweep sidecar (not gzip of UTF-8 text)") from None
+        lines = text.splitlines()
+    else:
+        with path.open("r", encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
     if not lines:
         return {}, {}
     try:

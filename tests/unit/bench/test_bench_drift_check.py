@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -45,3 +46,30 @@ def test_table_groups_runs_by_policy_and_rate(tmp_path: Path) -> None:
     assert len(lines) == 3  # header, rule, one group (the run without a drift is left out)
     row = lines[2]
     assert "| sweep | p | 1x | 3 |" in row and "+0.0 %" in row and "2/3" in row
+
+
+def test_a_gzipped_sidecar_reads_each_runs_own_window(tmp_path: Path) -> None:
+    """The committed results are ``.runs.jsonl.gz`` sidecars: no config, so a quarter is the row's window / 4."""
+    m = _module()
+    rows = [
+        {
+            "policy": "p",
+            "seed": s,
+            "rate_multiplier": 2.0,
+            "arrival_drift": d,
+            "arrival_rate_start_per_s": 1.0,
+            "arrival_rate_end_per_s": 1.0,
+            "window_start_s": 1200.0,
+            "window_end_s": 3600.0,
+            "tps_within_slo": 1.0,
+        }
+        for s, d in ((10, 0.15), (11, -0.05))
+    ]
+    lines = [json.dumps({"format": "smetric-sim-runs/1", "fingerprint": "f"})]
+    lines += [json.dumps({"key": ["", "p", r["seed"], 2.0], "row": r}) for r in rows]
+    path = tmp_path / "cell.runs.jsonl.gz"
+    path.write_bytes(gzip.compress("\n".join(lines).encode()))
+    got = m.rows([path])
+    assert [r["_quarter_s"] for r in got] == [600.0, 600.0] and {r["_file"] for r in got} == {"cell"}
+    row = m.table(got)[2]
+    assert "| cell | p | 2x | 2 |" in row and "1/2" in row and "| 600 |" in row

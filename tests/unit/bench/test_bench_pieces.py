@@ -3,8 +3,11 @@ table from its ``.runs.jsonl`` sidecar (an interrupted or running sweep)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
+
+import pytest
 
 from smetric.bench.evidence.pieces import load, regime
 
@@ -36,8 +39,11 @@ def test_a_sidecar_gives_the_table_of_its_sweeps_json(tmp_path: Path) -> None:
         lines = [json.dumps({"format": "smetric-sim-runs/1", "fingerprint": "f"})]
         lines += [json.dumps({"key": ["", r["policy"], r["seed"], 5.0], "row": r}) for r in rows]
         sidecar.write_text("\n".join(lines) + '\n{"key": ["", "torn')  # a torn last line
+        gz = tmp_path / f"x{pd}.runs.jsonl.gz"  # the committed results are gzipped sidecars
+        gz.write_bytes(gzip.compress(sidecar.read_bytes()))
         table = regime("x", load(str(path)), None)
         assert regime("x", load(str(sidecar)), None) == table
+        assert regime("x", load(str(gz)), None) == table
         assert ("prefill_tps_within_slo" in table) == pd
         assert "smetric vs lmetric (best as shipped): +9.0 %" in table
         assert "smetric-paper vs lmetric" in table and "loss" in table.split("smetric-paper vs")[1]
@@ -66,3 +72,10 @@ def test_a_rerun_of_some_policies_replaces_their_runs_and_keeps_the_rest(tmp_pat
     doc = load(f"{tmp_path / 'a.json'}+{tmp_path / 'b.json'}")
     smetric = [r for r in doc["results"] if r["policy"] == "smetric"]
     assert len(doc["results"]) == len(first) and [r["tps_within_slo"] for r in smetric] == [200.0] * 3
+
+
+def test_a_file_that_is_not_a_gzipped_sidecar_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "x.runs.jsonl.gz"
+    bad.write_text("not gzip")
+    with pytest.raises(ValueError, match="not a sweep sidecar"):
+        load(str(bad))

@@ -1,5 +1,6 @@
 """``python -m smetric.bench.evidence.drift_check SIM.json [...]``: is the offered load steady, and how much does a
-single run's arrival drift tell? Per (policy, rate) of ``smetric simulate --json`` outputs:
+single run's arrival drift tell? Per (policy, rate) of ``smetric simulate --json`` outputs (or their
+``.runs.jsonl`` sidecars, gzipped as committed):
 
 * **mean drift** over the seeds with its 95 % t-interval: a generator that ramps (or decays) shows
   a mean away from 0; a steady one a mean whose interval holds 0 (run many seeds: the per-run
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from smetric.bench.evidence.inputs import SWEEP, InputError, command, read_json
+from smetric.bench.evidence.pieces import load as load_sweep
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 from smetric.sim.stats import mean_ci95
 
@@ -36,15 +38,32 @@ def poisson_over(quarter_count: float, bound: float = MAX_ARRIVAL_DRIFT) -> floa
     return math.erfc(bound / sd / math.sqrt(2.0))
 
 
+def _quarter_s(row: dict[str, Any], measure_s: float | None) -> float:
+    """A quarter of the row's measurement window (its own window when it records one)."""
+    if row.get("window_start_s") is not None and row.get("window_end_s") is not None:
+        return (float(row["window_end_s"]) - float(row["window_start_s"])) / 4.0
+    if measure_s is None:
+        raise InputError(f"row {row.get('policy')} seed {row.get('seed')}: no measurement window")
+    return measure_s / 4.0
+
+
 def rows(paths: list[Path]) -> list[dict[str, Any]]:
+    """The runs of ``smetric simulate --json`` outputs or their ``.runs.jsonl`` sidecars (gzipped as
+    committed), each with its quarter's length and its file's name."""
     out: list[dict[str, Any]] = []
     for p in paths:
-        doc = read_json(p, keys=("config", "results"))
-        if "measure_s" not in doc["config"]:
-            raise InputError(f"{p}: not {SWEEP} (its config has no 'measure_s')")
-        quarter_s = float(doc["config"]["measure_s"]) / 4.0
+        if p.name.endswith((".runs.jsonl", ".runs.jsonl.gz")):
+            doc = load_sweep(str(p))
+            measure_s = None
+            name = p.name.removesuffix(".gz").removesuffix(".runs.jsonl")
+        else:
+            doc = read_json(p, keys=("config", "results"))
+            if "measure_s" not in doc["config"]:
+                raise InputError(f"{p}: not {SWEEP} (its config has no 'measure_s')")
+            measure_s = float(doc["config"]["measure_s"])
+            name = p.stem
         for r in doc["results"]:
-            out.append({**r, "_quarter_s": quarter_s, "_file": p.stem})
+            out.append({**r, "_quarter_s": _quarter_s(r, measure_s), "_file": name})
     return out
 
 
@@ -78,7 +97,12 @@ def table(all_rows: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("json", nargs="+", type=Path, help="smetric simulate --json outputs")
+    ap.add_argument(
+        "json",
+        nargs="+",
+        type=Path,
+        help="smetric simulate --json outputs or their .runs.jsonl(.gz) sidecars",
+    )
     a = ap.parse_args(argv)
     print("\n".join(table(rows(a.json))))
     return 0

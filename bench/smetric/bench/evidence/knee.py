@@ -29,11 +29,11 @@ import argparse
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from smetric.bench.evidence.inputs import command
 from smetric.bench.evidence.pieces import load as load_one
+from smetric.bench.evidence.pieces import sweep_name
 from smetric.policy.pieces import PIECES_SUFFIX
 from smetric.sim.stats import mean_ci95, verdict
 
@@ -216,7 +216,7 @@ def load(spec: str) -> dict[str, Any]:
 
 
 def _name(spec: str) -> str:
-    return Path(spec.split("+")[0]).stem
+    return sweep_name(spec)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

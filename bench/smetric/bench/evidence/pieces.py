@@ -103,14 +103,19 @@ def regime(name: str, doc: Mapping[str, Any], rate: float | None, peak: bool = F
     return "\n".join(out)
 
 
+def sweep_name(spec: str) -> str:
+    """A regime's name: its (first) file's name without ``.json``, ``.runs.jsonl`` or ``.runs.jsonl.gz``."""
+    return Path(spec.split("+")[0]).name.removesuffix(".gz").removesuffix(".runs.jsonl").removesuffix(".json")
+
+
 def load(spec: str) -> dict[str, Any]:
     """A ``smetric simulate`` JSON, or the rows of its ``.runs.jsonl`` sidecar (an interrupted or
-    running sweep; a sidecar does not carry the mode: its rows are P/D rows when none has a
+    running sweep; gzipped as committed; a sidecar does not carry the mode: its rows are P/D rows when none has a
     colocated TPS within SLO); ``A+B``: one regime from two sweeps (the first's config, both's rows; a run of
     B -- the same policy, seed and rate -- replaces A's, so a re-run of some policies merges with the rest)."""
     parts: list[dict[str, Any]] = []
     for path in spec.split("+"):
-        if path.endswith(".runs.jsonl"):
+        if path.endswith((".runs.jsonl", ".runs.jsonl.gz")):
             rows = list(read_rows(Path(path))[1].values())
             pd = bool(rows) and all(r.get("tps_within_slo") is None for r in rows)
             parts.append({"config": {"mode": "disaggregated" if pd else "colocated"}, "results": rows})
@@ -132,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     for path in a.json:
         doc = load(path)
-        name = Path(path.split("+")[0]).name.removesuffix(".runs.jsonl").removesuffix(".json")
+        name = sweep_name(path)
         print(regime(name, doc, a.rate, a.peak))
         print()
     return 0
