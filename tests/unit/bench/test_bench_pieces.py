@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from smetric.bench.evidence.pieces import load, regime
+from smetric.bench.evidence.inputs import InputError
+from smetric.bench.evidence.pieces import load, main, regime
 
 
 def _row(policy: str, seed: int, value: float, pd: bool) -> dict[str, object]:
@@ -53,7 +54,8 @@ def test_peaks_over_rates_and_two_sweeps_of_one_regime(tmp_path: Path) -> None:
     """--peak takes each seed's best over the rates; A+B reads one regime from two sweeps."""
     low = [{**r, "rate_multiplier": 4.0} for r in _rows(False)]
     high = [
-        {**r, "rate_multiplier": 5.0, "tps_within_slo": float(r["tps_within_slo"]) * 2} for r in _rows(False)
+        {**r, "rate_multiplier": 5.0, "tps_within_slo": float(str(r["tps_within_slo"])) * 2}
+        for r in _rows(False)
     ]
     high = [r for r in high if r["policy"] != "smetric"]  # smetric peaks at 4x, the others at 5x
     a, b = tmp_path / "a.json", tmp_path / "b.json"
@@ -79,3 +81,27 @@ def test_a_file_that_is_not_a_gzipped_sidecar_is_a_clear_error(tmp_path: Path) -
     bad.write_text("not gzip")
     with pytest.raises(ValueError, match="not a sweep sidecar"):
         load(str(bad))
+
+
+def test_only_some_policies_of_a_sweep_and_only_some_rates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``A@smetric+B``: SMetric's runs of A (its baselines re-run since, in B); ``--rates`` keeps a grid's rates."""
+    old = [{**r, "policy": "dynamo", "tps_within_slo": 1.0} for r in _rows(False)]  # a stale baseline, not re-run
+    a_rows = [r for r in _rows(False) if r["policy"] == "smetric"] + old
+    a_rows += [{**r, "rate_multiplier": 9.0, "tps_within_slo": 999.0} for r in _rows(False)]  # off the grid
+    b_rows = [r for r in _rows(False) if r["policy"] != "smetric"]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"config": {"mode": "colocated"}, "results": a_rows}))
+    b.write_text(json.dumps({"config": {"mode": "colocated"}, "results": b_rows}))
+    doc = load(f"{a}@smetric,smetric-paper+{b}")
+    assert {
+        r["policy"] for r in doc["results"] if r["tps_within_slo"] == 1.0
+    } == set()  # the stale rows left out
+    assert main([f"{a}@smetric+{b}", "--rates", "5", "--peak"]) == 0
+    out = capsys.readouterr().out
+    assert "smetric vs lmetric (best as shipped): +9.0 %" in out and "999" not in out
+    with pytest.raises(InputError, match="no policy after"):
+        load(f"{a}@")
+    with pytest.raises(SystemExit):
+        main([str(a), "--rates", "x"])

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from smetric.bench.evidence.inputs import command, read_json
+from smetric.bench.evidence.inputs import InputError, command, read_json
 from smetric.policy.registry import BASELINE_POLICIES, BASELINES_WITH_PIECES
 from smetric.sim.stats import mean_ci95, verdict
 from smetric.sim.stream import read_rows
@@ -105,22 +105,39 @@ def regime(name: str, doc: Mapping[str, Any], rate: float | None, peak: bool = F
 
 def sweep_name(spec: str) -> str:
     """A regime's name: its (first) file's name without ``.json``, ``.runs.jsonl`` or ``.runs.jsonl.gz``."""
-    return Path(spec.split("+")[0]).name.removesuffix(".gz").removesuffix(".runs.jsonl").removesuffix(".json")
+    return (
+        Path(spec.split("+")[0].partition("@")[0])
+        .name.removesuffix(".gz")
+        .removesuffix(".runs.jsonl")
+        .removesuffix(".json")
+    )
 
 
 def load(spec: str) -> dict[str, Any]:
     """A ``smetric simulate`` JSON, or the rows of its ``.runs.jsonl`` sidecar (an interrupted or
     running sweep; gzipped as committed; a sidecar does not carry the mode: its rows are P/D rows when none has a
     colocated TPS within SLO); ``A+B``: one regime from two sweeps (the first's config, both's rows; a run of
-    B -- the same policy, seed and rate -- replaces A's, so a re-run of some policies merges with the rest)."""
+    B -- the same policy, seed and rate -- replaces A's, so a re-run of some policies merges with the rest);
+    ``A@p,q``: only policies ``p`` and ``q``'s runs of ``A`` (names without ``+``), e.g. SMetric's runs of a
+    sweep whose baselines were re-run since."""
     parts: list[dict[str, Any]] = []
-    for path in spec.split("+"):
+    for part in spec.split("+"):
+        path, sep, only = part.partition("@")
         if path.endswith((".runs.jsonl", ".runs.jsonl.gz")):
             rows = list(read_rows(Path(path))[1].values())
             pd = bool(rows) and all(r.get("tps_within_slo") is None for r in rows)
-            parts.append({"config": {"mode": "disaggregated" if pd else "colocated"}, "results": rows})
+            doc_part: dict[str, Any] = {
+                "config": {"mode": "disaggregated" if pd else "colocated"},
+                "results": rows,
+            }
         else:
-            parts.append(read_json(path))
+            doc_part = read_json(path)
+        if sep:
+            keep = {p for p in only.split(",") if p}
+            if not keep:
+                raise InputError(f"{part}: no policy after '@'")
+            doc_part = {**doc_part, "results": [r for r in doc_part["results"] if r.get("policy") in keep]}
+        parts.append(doc_part)
     doc = dict(parts[0])
     runs = {
         (r.get("policy"), r.get("seed"), r.get("rate_multiplier")): r for d in parts for r in d["results"]
@@ -129,14 +146,30 @@ def load(spec: str) -> dict[str, Any]:
     return doc
 
 
+def _rates(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected rates like 8,12,16") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", nargs="+")
     ap.add_argument("--rate", type=float, default=None)
     ap.add_argument("--peak", action="store_true", help="each seed's best over the rates (the peak)")
+    ap.add_argument(
+        "--rates",
+        type=_rates,
+        default=None,
+        help="R1,R2,...: only these rates' runs (e.g. a grid's knee, 1.5x and 2x with --peak)",
+    )
     a = ap.parse_args(argv)
+    rates = None if a.rates is None else set(a.rates)
     for path in a.json:
         doc = load(path)
+        if rates is not None:
+            doc = {**doc, "results": [r for r in doc["results"] if float(r["rate_multiplier"]) in rates]}
         name = sweep_name(path)
         print(regime(name, doc, a.rate, a.peak))
         print()
