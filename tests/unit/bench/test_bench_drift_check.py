@@ -73,3 +73,33 @@ def test_a_gzipped_sidecar_reads_each_runs_own_window(tmp_path: Path) -> None:
     assert [r["_quarter_s"] for r in got] == [600.0, 600.0] and {r["_file"] for r in got} == {"cell"}
     row = m.table(got)[2]
     assert "| cell | p | 2x | 2 |" in row and "1/2" in row and "| 600 |" in row
+
+
+def test_the_summary_says_whether_the_drift_follows_the_seed_or_the_policy() -> None:
+    """Two policies on three seeds: the drift follows the seed (sd across policies ~0, across seeds large)."""
+    m = _module()
+    seed_drift = {10: 0.12, 11: -0.04, 12: 0.02}
+    got = [
+        {
+            "_file": "f",
+            "policy": p,
+            "seed": s,
+            "rate_multiplier": 8.0,
+            "arrival_drift": d + (0.01 if p == "b" else 0.0),
+        }
+        for p in ("a", "b")
+        for s, d in seed_drift.items()
+    ]
+    across_policies, n_seeds, across_seeds, n_policies = m.spread(got)
+    assert (n_seeds, n_policies) == (3, 2)
+    assert across_policies == pytest.approx(0.01 / math.sqrt(2))
+    assert across_seeds == pytest.approx(
+        math.sqrt(((0.12 - 1 / 30) ** 2 + (-0.04 - 1 / 30) ** 2 + (0.02 - 1 / 30) ** 2) / 2)
+    )
+    lines = m.summary(got)
+    assert lines[0] == "runs over the 10 % bound: 2 of 6; largest |drift| 13.0 %"
+    assert (
+        "across policies on one seed 0.7 pp (3 groups), across seeds for one policy 8.1 pp (2 groups)"
+        in lines[1]
+    )
+    assert m.summary([{**got[0], "arrival_drift": None}]) == []

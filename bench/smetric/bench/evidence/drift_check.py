@@ -26,6 +26,7 @@ from typing import Any
 
 from smetric.bench.evidence.inputs import SWEEP, InputError, command, read_json
 from smetric.bench.evidence.pieces import load as load_sweep
+from smetric.bench.evidence.pieces import sweep_name
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 from smetric.sim.stats import mean_ci95
 
@@ -47,23 +48,72 @@ def _quarter_s(row: dict[str, Any], measure_s: float | None) -> float:
     return measure_s / 4.0
 
 
-def rows(paths: list[Path]) -> list[dict[str, Any]]:
+def rows(specs: Sequence[Path | str]) -> list[dict[str, Any]]:
     """The runs of ``smetric simulate --json`` outputs or their ``.runs.jsonl`` sidecars (gzipped as
-    committed), each with its quarter's length and its file's name."""
+    committed; ``A+B`` and ``A@policy`` as :func:`smetric.bench.evidence.pieces.load` reads them), each
+    with its quarter's length and its (first) file's name."""
     out: list[dict[str, Any]] = []
-    for p in paths:
-        if p.name.endswith((".runs.jsonl", ".runs.jsonl.gz")):
-            doc = load_sweep(str(p))
+    for spec in map(str, specs):
+        if "+" in spec or "@" in spec or spec.endswith((".runs.jsonl", ".runs.jsonl.gz")):
+            doc = load_sweep(spec)
             measure_s = None
-            name = p.name.removesuffix(".gz").removesuffix(".runs.jsonl")
         else:
-            doc = read_json(p, keys=("config", "results"))
+            doc = read_json(spec, keys=("config", "results"))
             if "measure_s" not in doc["config"]:
-                raise InputError(f"{p}: not {SWEEP} (its config has no 'measure_s')")
+                raise InputError(f"{spec}: not {SWEEP} (its config has no 'measure_s')")
             measure_s = float(doc["config"]["measure_s"])
-            name = p.stem
+        name = sweep_name(spec)
         for r in doc["results"]:
             out.append({**r, "_quarter_s": _quarter_s(r, measure_s), "_file": name})
+    return out
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs) if xs else math.nan
+
+
+def _sd(xs: Sequence[float]) -> float:
+    m = _mean(xs)
+    return math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def _drifts(all_rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float]]:
+    return [
+        (r, float(r["arrival_drift"]))
+        for r in all_rows
+        if r.get("arrival_drift") is not None and math.isfinite(float(r["arrival_drift"]))
+    ]
+
+
+def spread(all_rows: list[dict[str, Any]]) -> tuple[float, int, float, int]:
+    """Whose drift is it? The mean sd of the drift across policies on one seed (same file and rate)
+    and across seeds for one policy, with the number of groups of each: a drift that follows the seed
+    (the trace's arrivals), not the policy, leaves a comparison paired on the seed unbiased."""
+    by_seed: dict[tuple[str, float, int], list[float]] = defaultdict(list)
+    by_policy: dict[tuple[str, float, str], list[float]] = defaultdict(list)
+    for r, d in _drifts(all_rows):
+        by_seed[(r["_file"], float(r["rate_multiplier"]), int(r["seed"]))].append(d)
+        by_policy[(r["_file"], float(r["rate_multiplier"]), str(r["policy"]))].append(d)
+    a = [_sd(v) for v in by_seed.values() if len(v) > 1]
+    b = [_sd(v) for v in by_policy.values() if len(v) > 1]
+    return _mean(a), len(a), _mean(b), len(b)
+
+
+def summary(all_rows: list[dict[str, Any]]) -> list[str]:
+    """The runs over the bound, the largest drift, and :func:`spread`."""
+    d = [x for _, x in _drifts(all_rows)]
+    if not d:
+        return []
+    over = sum(1 for x in d if abs(x) > MAX_ARRIVAL_DRIFT)
+    out = [
+        f"runs over the {100 * MAX_ARRIVAL_DRIFT:.0f} % bound: {over} of {len(d)}; largest |drift| {100 * max(map(abs, d)):.1f} %"
+    ]
+    across_policies, n_seeds, across_seeds, n_policies = spread(all_rows)
+    if n_seeds and n_policies:
+        out.append(
+            f"drift sd across policies on one seed {100 * across_policies:.1f} pp ({n_seeds} groups), "
+            f"across seeds for one policy {100 * across_seeds:.1f} pp ({n_policies} groups)"
+        )
     return out
 
 
@@ -100,11 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "json",
         nargs="+",
-        type=Path,
         help="smetric simulate --json outputs or their .runs.jsonl(.gz) sidecars",
     )
     a = ap.parse_args(argv)
-    print("\n".join(table(rows(a.json))))
+    got = rows(a.json)
+    print("\n".join(table(got)))
+    print("\n".join(["", *summary(got)]))
     return 0
 
 
