@@ -26,7 +26,7 @@ from typing import Any
 
 from smetric.bench.evidence.inputs import SWEEP, InputError, command, read_json
 from smetric.bench.evidence.pieces import load as load_sweep
-from smetric.bench.evidence.pieces import sweep_name
+from smetric.bench.evidence.pieces import parse_rates, sweep_name
 from smetric.sim.metrics import MAX_ARRIVAL_DRIFT
 from smetric.sim.stats import mean_ci95
 
@@ -152,8 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         help="smetric simulate --json outputs or their .runs.jsonl(.gz) sidecars",
     )
+    ap.add_argument("--rates", type=parse_rates, default=None, help="R1,R2,...: only these rates' runs")
     a = ap.parse_args(argv)
-    got = rows(a.json)
+    got = [r for r in rows(a.json) if a.rates is None or float(r["rate_multiplier"]) in a.rates]
     print("\n".join(table(got)))
     print("\n".join(["", *summary(got)]))
     return 0

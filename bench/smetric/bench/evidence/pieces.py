@@ -146,7 +146,7 @@ def load(spec: str) -> dict[str, Any]:
     return doc
 
 
-def _rates(text: str) -> list[float]:
+def parse_rates(text: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -160,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--peak", action="store_true", help="each seed's best over the rates (the peak)")
     ap.add_argument(
         "--rates",
-        type=_rates,
+        type=parse_rates,
         default=None,
         help="R1,R2,...: only these rates' runs (e.g. a grid's knee, 1.5x and 2x with --peak)",
     )
