@@ -12,8 +12,9 @@ when the interval of the paired absolute differences excludes 0):
 * the best baseline + pieces vs the best baseline as shipped.
 
 "Best" is by mean at that rate. Usage: python -m smetric.bench.evidence.pieces OUT/i16-coloc-full.json
-OUT/i16-pd-full.json [--rate 3 | --peak]. A ``.runs.jsonl`` sidecar (an interrupted or still running
-sweep) is read as the JSON of the runs it holds.
+OUT/i16-pd-full.json [--rate 3 | --peak [--rates 8,12,16]]. A ``.runs.jsonl`` sidecar (an interrupted or
+still running sweep; ``.runs.jsonl.gz`` as committed) is read as the JSON of the runs it holds; ``A+B``
+merges two sweeps of one regime (B's runs replace A's) and ``A@smetric`` keeps one policy's runs of A.
 """
 
 from __future__ import annotations
