@@ -87,7 +87,8 @@ def test_only_some_policies_of_a_sweep_and_only_some_rates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``A@smetric+B``: SMetric's runs of A (its baselines re-run since, in B); ``--rates`` keeps a grid's rates."""
-    old = [{**r, "policy": "dynamo", "tps_within_slo": 1.0} for r in _rows(False)]  # a stale baseline, not re-run
+    # a stale baseline, not re-run
+    old = [{**r, "policy": "dynamo", "tps_within_slo": 1.0} for r in _rows(False)]
     a_rows = [r for r in _rows(False) if r["policy"] == "smetric"] + old
     a_rows += [{**r, "rate_multiplier": 9.0, "tps_within_slo": 999.0} for r in _rows(False)]  # off the grid
     b_rows = [r for r in _rows(False) if r["policy"] != "smetric"]
