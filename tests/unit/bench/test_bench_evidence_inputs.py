@@ -79,3 +79,22 @@ def test_ablations_check_the_trace_and_the_output_before_any_run(
         assert _run(name, argv) == 2
         err = capsys.readouterr().err
         assert err.startswith(says) and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("name", ["drift_check", "knee", "pieces"])
+def test_a_bad_or_missing_sidecar_is_one_line(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The committed results are ``.runs.jsonl.gz`` sidecars: one that is not gzip, not a sidecar or
+    missing is one line naming the file, not a traceback."""
+    (tmp_path / "bad.runs.jsonl.gz").write_text("not gzip\n")
+    (tmp_path / "other.runs.jsonl").write_text('{"a": 1}\n')
+    for path, says in (
+        (tmp_path / "bad.runs.jsonl.gz", "not a sweep sidecar (not gzip of UTF-8 text)"),
+        (tmp_path / "other.runs.jsonl", "not a sweep sidecar"),
+        (tmp_path / "missing.runs.jsonl.gz", "cannot read it (No such file or directory)"),
+    ):
+        assert _run(name, [str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"python -m smetric.bench.evidence.{name}: {path}") and says in err, err

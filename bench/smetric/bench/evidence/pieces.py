@@ -125,7 +125,12 @@ def load(spec: str) -> dict[str, Any]:
     for part in spec.split("+"):
         path, sep, only = part.partition("@")
         if path.endswith((".runs.jsonl", ".runs.jsonl.gz")):
-            rows = list(read_rows(Path(path))[1].values())
+            try:
+                rows = list(read_rows(Path(path))[1].values())
+            except OSError as exc:
+                raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+            except ValueError as exc:  # not a sidecar: the message names the file
+                raise InputError(str(exc)) from None
             pd = bool(rows) and all(r.get("tps_within_slo") is None for r in rows)
             doc_part: dict[str, Any] = {
                 "config": {"mode": "disaggregated" if pd else "colocated"},
