@@ -68,12 +68,11 @@ def rows(specs: Sequence[Path | str]) -> list[dict[str, Any]]:
     return out
 
 
-def _mean(xs: Sequence[float]) -> float:
-    return math.fsum(xs) / len(xs) if xs else math.nan
-
-
 def _sd(xs: Sequence[float]) -> float:
-    m = _mean(xs)
+    """The sample standard deviation (``nan`` with fewer than two values)."""
+    if len(xs) < 2:
+        return math.nan
+    m = math.fsum(xs) / len(xs)
     return math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
@@ -96,7 +95,7 @@ def spread(all_rows: list[dict[str, Any]]) -> tuple[float, int, float, int]:
         by_policy[(r["_file"], float(r["rate_multiplier"]), str(r["policy"]))].append(d)
     a = [_sd(v) for v in by_seed.values() if len(v) > 1]
     b = [_sd(v) for v in by_policy.values() if len(v) > 1]
-    return _mean(a), len(a), _mean(b), len(b)
+    return mean_ci95(a)[0], len(a), mean_ci95(b)[0], len(b)
 
 
 def summary(all_rows: list[dict[str, Any]]) -> list[str]:
@@ -130,7 +129,7 @@ def table(all_rows: list[dict[str, Any]]) -> list[str]:
     for (name, policy, rate), rs in sorted(groups.items()):
         d = [float(r["arrival_drift"]) for r in rs]
         m, ci = mean_ci95(d)
-        sd = math.sqrt(math.fsum((x - m) ** 2 for x in d) / (len(d) - 1)) if len(d) > 1 else math.nan
+        sd = _sd(d)
         q = [
             (float(r["arrival_rate_start_per_s"]) + float(r["arrival_rate_end_per_s"])) / 2 * r["_quarter_s"]
             for r in rs
