@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 import pytest
 
 from smetric.bench.evidence import overload_table
+from smetric.bench.evidence.inputs import InputError
 
 
 def _row(policy: str, seed: int, tps: float, fc: bool, local: float) -> dict[str, object]:
@@ -56,3 +58,21 @@ def test_filters_policies_and_adds_the_local_share(
     assert overload_table.main([str(off)]) == 0
     plain = capsys.readouterr().out.splitlines()
     assert plain[0].endswith("| families done |") and len(plain) == 4 and any("random" in x for x in plain)
+
+
+def test_reads_a_gzipped_sidecar_as_docs_data_keeps_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [{"format": "smetric-sim-runs/1"}] + [
+        {"key": [], "row": _row("dynamo", s, 80.0 + s, True, 0.4)} for s in (10, 11)
+    ]
+    gz = tmp_path / "s51-cell.runs.jsonl.gz"
+    gz.write_bytes(gzip.compress("".join(json.dumps(x) + "\n" for x in lines).encode()))
+    assert overload_table.main([f"s51-cell={gz}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "| dynamo | 8x | s51-cell | 2 | 90 (90, 91) | 30.0 % | 10.0 % | 900 | 1.50 | 25 % |"
+
+    cut = tmp_path / "cut.runs.jsonl.gz"
+    cut.write_bytes(gz.read_bytes()[:-8])
+    with pytest.raises(InputError, match=r"cut\.runs\.jsonl\.gz: cannot read it"):
+        overload_table.main([str(cut)])

@@ -1,5 +1,5 @@
 """The flow-control evidence table of docs/overload.md from `smetric simulate --json` outputs (or
-their `.runs.jsonl` sidecars, read while a sweep runs): per (policy, rate) and flow control off /
+their `.runs.jsonl` sidecars, read while a sweep runs, or gzipped as `docs/data` keeps them): per (policy, rate) and flow control off /
 on, the mean over seeds of TPS within SLO (colocated) or prefill tokens/s within SLO (P/D), the
 shed share, the agents' family completion time and slowdown, and the share of families done.
 
@@ -15,6 +15,7 @@ read beside a sweep of four); ``--local`` adds the mean local share of prompt to
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import sys
@@ -26,11 +27,16 @@ from smetric.bench.evidence.inputs import InputError, check_rows, command, read_
 
 
 def rows(path: Path) -> list[dict[str, object]]:
-    if path.suffix == ".jsonl":
+    if path.name.endswith((".jsonl", ".jsonl.gz")):  # a sidecar, plain or gzipped as committed
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
+            raw = path.read_bytes()
+            lines = (gzip.decompress(raw) if path.name.endswith(".gz") else raw).decode("utf-8").splitlines()
+        except OSError as exc:  # gzip.BadGzipFile is one
             raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        except EOFError:
+            raise InputError(f"{path}: cannot read it (a gzip file cut short)") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not a sweep sidecar (not UTF-8 text)") from None
         out = []
         for n, line in enumerate(lines, 1):
             try:
