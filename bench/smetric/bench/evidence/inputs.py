@@ -26,23 +26,30 @@ class InputError(ValueError):
     """An evidence command's input or output cannot be used: ``path: what is wrong``."""
 
 
+def read_text(path: Path, what: str) -> str:
+    """The UTF-8 text of ``path`` (gzipped when its name ends in ``.gz``, as the committed results
+    are); a file that cannot be read, a gzip cut short or bytes that are not UTF-8 (``not what``)
+    are :class:`InputError`."""
+    try:
+        raw = path.read_bytes()
+        if path.name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        return raw.decode("utf-8")
+    except OSError as exc:  # gzip.BadGzipFile is one
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except EOFError:
+        raise InputError(f"{path}: cannot read it (a gzip file cut short)") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not {what} (not UTF-8 text)") from None
+
+
 def read_json(
     path: Path | str, what: str = SWEEP, keys: Sequence[str] = SWEEP_KEYS, row_keys: Sequence[str] = ROW_KEYS
 ) -> dict[str, Any]:
     """The JSON object in ``path`` (gzipped when its name ends in ``.gz``, as the committed results are), with
     each of ``keys``; when ``results`` is among them, every row of it an object with each of ``row_keys``."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-        if p.name.endswith(".gz"):
-            raw = gzip.decompress(raw)
-        text = raw.decode("utf-8")
-    except OSError as exc:  # gzip.BadGzipFile is one
-        raise InputError(f"{p}: cannot read it ({exc.strerror or exc})") from None
-    except EOFError:
-        raise InputError(f"{p}: cannot read it (a gzip file cut short)") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{p}: not {what} (not UTF-8 text)") from None
+    text = read_text(p, what)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

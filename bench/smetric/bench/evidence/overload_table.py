@@ -15,7 +15,6 @@ read beside a sweep of four); ``--local`` adds the mean local share of prompt to
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import sys
@@ -23,20 +22,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from smetric.bench.evidence.inputs import InputError, check_rows, command, read_json
+from smetric.bench.evidence.inputs import InputError, check_rows, command, read_json, read_text
 
 
 def rows(path: Path) -> list[dict[str, object]]:
     if path.name.endswith((".jsonl", ".jsonl.gz")):  # a sidecar, plain or gzipped as committed
-        try:
-            raw = path.read_bytes()
-            lines = (gzip.decompress(raw) if path.name.endswith(".gz") else raw).decode("utf-8").splitlines()
-        except OSError as exc:  # gzip.BadGzipFile is one
-            raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-        except EOFError:
-            raise InputError(f"{path}: cannot read it (a gzip file cut short)") from None
-        except UnicodeDecodeError:
-            raise InputError(f"{path}: not a sweep sidecar (not UTF-8 text)") from None
+        lines = read_text(path, "a sweep sidecar").splitlines()
         out = []
         for n, line in enumerate(lines, 1):
             try:
