@@ -106,3 +106,15 @@ def test_only_some_policies_of_a_sweep_and_only_some_rates(
         load(f"{a}@")
     with pytest.raises(SystemExit):
         main([str(a), "--rates", "x"])
+
+
+def test_named_pairs_get_their_paired_margin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--vs A:B``: a margin the standard four do not print (e.g. a baseline + pieces against itself)."""
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"config": {"mode": "colocated"}, "results": _rows(False)}))
+    assert main([str(path), "--vs", "lmetric+pieces:smetric-paper,dynamo:lmetric"]) == 0
+    out = capsys.readouterr().out
+    assert "* lmetric+pieces vs smetric-paper: +17.8 %" in out  # (108+s) / (90+s), s = 10-12
+    assert "* dynamo vs lmetric: -" in out.splitlines()  # dynamo did not run: no margin, no crash
+    with pytest.raises(SystemExit):
+        main([str(path), "--vs", "lmetric"])

@@ -12,7 +12,7 @@ when the interval of the paired absolute differences excludes 0):
 * the best baseline + pieces vs the best baseline as shipped.
 
 "Best" is by mean at that rate. Usage: python -m smetric.bench.evidence.pieces OUT/i16-coloc-full.json
-OUT/i16-pd-full.json [--rate 3 | --peak [--rates 8,12,16]]. A ``.runs.jsonl`` sidecar (an interrupted or
+OUT/i16-pd-full.json [--rate 3 | --peak [--rates 8,12,16]] [--vs dynamo+pieces:dynamo]. A ``.runs.jsonl`` sidecar (an interrupted or
 still running sweep; ``.runs.jsonl.gz`` as committed) is read as the JSON of the runs it holds; ``A+B``
 merges two sweeps of one regime (B's runs replace A's) and ``A@smetric`` keeps one policy's runs of A.
 """
@@ -61,8 +61,15 @@ def margin(a: Mapping[int, float], b: Mapping[int, float]) -> str:
     return f"{pm:+.1f} %{interval} {verdict(dci)} (n={len(seeds)})"
 
 
-def regime(name: str, doc: Mapping[str, Any], rate: float | None, peak: bool = False) -> str:
-    """``peak``: over every rate, each policy's best per seed (its peak) instead of one rate."""
+def regime(
+    name: str,
+    doc: Mapping[str, Any],
+    rate: float | None,
+    peak: bool = False,
+    pairs: Sequence[tuple[str, str]] = (),
+) -> str:
+    """``peak``: over every rate, each policy's best per seed (its peak) instead of one rate;
+    ``pairs``: more paired margins, ``(a, b)`` for "a vs b" (``-`` when either did not run)."""
     key = headline(doc)
     rows = [r for r in doc["results"] if rate is None or float(r["rate_multiplier"]) == rate]
     rates = sorted({float(r["rate_multiplier"]) for r in rows})
@@ -101,6 +108,8 @@ def regime(name: str, doc: Mapping[str, Any], rate: float | None, peak: bool = F
         out.append(f"* smetric-paper vs {best}: {margin(vals['smetric-paper'], vals[best])}")
     if best and best_p:
         out.append(f"* {best_p} vs {best}: {margin(vals[best_p], vals[best])}")
+    for a, b in pairs:
+        out.append(f"* {a} vs {b}: {margin(vals.get(a, {}), vals.get(b, {}))}")
     return "\n".join(out)
 
 
@@ -159,6 +168,16 @@ def parse_rates(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected rates like 8,12,16") from None
 
 
+def parse_pairs(text: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in text.split(","):
+        a, sep, b = item.strip().partition(":")
+        if not (sep and a and b):
+            raise argparse.ArgumentTypeError(f"{item!r}: expected A:B, e.g. lmetric+pieces:lmetric")
+        pairs.append((a, b))
+    return pairs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", nargs="+")
@@ -170,6 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="R1,R2,...: only these rates' runs (e.g. a grid's knee, 1.5x and 2x with --peak)",
     )
+    ap.add_argument(
+        "--vs",
+        type=parse_pairs,
+        default=[],
+        help="A:B[,C:D]: the paired margin of A against B too, in each regime ('-' where one did not run)",
+    )
     a = ap.parse_args(argv)
     rates = None if a.rates is None else set(a.rates)
     for path in a.json:
@@ -177,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rates is not None:
             doc = {**doc, "results": [r for r in doc["results"] if float(r["rate_multiplier"]) in rates]}
         name = sweep_name(path)
-        print(regime(name, doc, a.rate, a.peak))
+        print(regime(name, doc, a.rate, a.peak, a.vs))
         print()
     return 0
 
