@@ -81,6 +81,10 @@ class FlowControlConfig:
     filter_candidates: bool = False  # the policy chooses only among the endpoints the gate accepts
     # a request no endpoint could serve in time even idle waits with the late ones
     hopeless_last: bool = True
+    # a request no endpoint holds (or the tier can supply) cold_hit_share of waits with the late ones;
+    # a simulator ablation, not in the picker config: it changed nothing (docs/overload.md, 8g)
+    cold_last: bool = False
+    cold_hit_share: float = 0.5
 
     def __post_init__(self) -> None:
         problems = [
@@ -100,6 +104,10 @@ class FlowControlConfig:
                 (
                     self.max_engine_waiting >= 0,
                     f"max_engine_waiting must be >= 0, got {self.max_engine_waiting}",
+                ),
+                (
+                    math.isfinite(self.cold_hit_share) and 0 < self.cold_hit_share <= 1,
+                    f"cold_hit_share must be in (0, 1], got {self.cold_hit_share}",
                 ),
             )
             if not ok
@@ -201,6 +209,23 @@ class FlowGate:
         return not any(
             t <= left for t, ep in zip(self._times(request, bare), endpoints, strict=True) if not ep.stale
         )
+
+    def cold(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> bool:
+        """``cold_last``: no fresh endpoint holds, and the global tier cannot supply, ``cold_hit_share``
+        of ``request``'s prompt (a session no GPU holds: its turn would recompute and evict the
+        sessions the pool does hold). It waits in the late band: served when no request of a
+        session the pool holds waits. Past the knee of a pool without a full tier, a gate that admits
+        such a turn evicts a session that comes back for its next turn (docs/overload.md, 8g)."""
+        if not self._cfg.cold_last or not _any_fresh(endpoints):
+            return False
+        need = self._cfg.cold_hit_share * prompt_tokens(request)
+        return not any(
+            max(ep.local_hit_tokens, ep.global_hit_tokens) >= need for ep in endpoints if not ep.stale
+        )
+
+    def waits_last(self, request: RequestView, endpoints: Sequence[EndpointSnapshot]) -> bool:
+        """A first attempt that waits in the late band: :meth:`hopeless` or :meth:`cold`."""
+        return self.hopeless(request, endpoints) or self.cold(request, endpoints)
 
     def admissible(self, request: RequestView, ep: EndpointSnapshot) -> bool:
         """The engine gauges allow one more request: fresh, few enough waiting, KV room."""

@@ -82,8 +82,9 @@ class SimGateway:
         return (self.cfg.late_last and key in self.attempts) or key in self.hopeless
 
     def mark_hopeless(self, key: int, request: RequestView, snaps: list[EndpointSnapshot]) -> None:
-        """``hopeless_last``: remember ``key`` as late when no instance could serve it in time even idle."""
-        if self.gate.hopeless(request, snaps):
+        """``hopeless_last`` / ``cold_last``: remember ``key`` as late when no instance could serve it
+        in time even idle, or none holds its session (:meth:`FlowGate.waits_last`)."""
+        if self.gate.waits_last(request, snaps):
             self.hopeless.add(key)
 
     def admits(

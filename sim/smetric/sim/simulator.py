@@ -273,7 +273,7 @@ class _Run:
         snaps = self.snapshots(req, rview, t)
         gw = self.gateway
         if gw is not None:
-            if gw.cfg.hopeless_last and not retry:
+            if (gw.cfg.hopeless_last or gw.cfg.cold_last) and not retry:
                 gw.mark_hopeless(key, rview, snaps)
             admitted = gw.admits(rview, snaps, gw.late(key))
             if admitted is None:

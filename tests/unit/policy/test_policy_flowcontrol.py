@@ -341,3 +341,18 @@ def test_hopeless_means_no_endpoint_could_serve_it_in_time_even_idle() -> None:
     assert on.hopeless(long_req, [ep(local_hit_tokens=39_000, stale=True), ep("b")])
     assert not gate(hopeless_last=False).hopeless(long_req, [ep()])
     assert gate().hopeless(long_req, [ep()])  # on by default
+
+
+def test_cold_means_no_fresh_endpoint_or_the_tier_holds_the_share_of_its_prompt() -> None:
+    on = gate(cold_last=True)  # cold_hit_share 0.5: 4k of REQ's 8k tokens
+    assert on.cold(REQ, [ep(), ep("b", local_hit_tokens=3_999)])
+    assert not on.cold(REQ, [ep(), ep("b", local_hit_tokens=4_000)])  # a GPU holds its session
+    assert not on.cold(REQ, [ep(global_hit_tokens=6_000)])  # the tier can supply it
+    assert on.cold(REQ, [ep(local_hit_tokens=8_000, stale=True), ep("b")])  # a stale one does not count
+    assert not on.cold(REQ, [ep(stale=True)])  # nothing fresh: no capacity to wait for
+    assert not gate(cold_last=True, cold_hit_share=0.25).cold(REQ, [ep(local_hit_tokens=2_000)])
+    assert not gate().cold(REQ, [ep()])  # off by default
+    # waits_last: either reason puts a first attempt in the late band
+    assert on.waits_last(REQ, [ep()]) and not gate().waits_last(REQ, [ep()])
+    with pytest.raises(ValueError, match="cold_hit_share"):
+        FlowControlConfig(cold_hit_share=0.0)

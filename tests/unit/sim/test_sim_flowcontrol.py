@@ -177,3 +177,30 @@ def _doomed(gw: SimGateway, key: int, rview: RequestView, snaps: list[EndpointSn
 
     g = gw.gate
     return FlowGate(replace(g.config, hopeless_last=True), g._params).hopeless(rview, snaps)
+
+
+def test_cold_last_dispatches_a_turn_no_gpu_holds_only_when_no_fresh_one_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cold_last: a first attempt whose session no instance holds (and the tier cannot supply) is
+    dispatched only with no fresh request left in the queue. Guard off: such turns are dispatched
+    while fresh ones wait."""
+    cold, while_fresh = _dispatched_while_fresh_waits(
+        monkeypatch, _marked_cold, cold_last=True, hopeless_last=False
+    )
+    assert cold > 0 and while_fresh == 0
+    cold_off, while_fresh_off = _dispatched_while_fresh_waits(
+        monkeypatch, _marked_cold, cold_last=False, hopeless_last=False
+    )
+    assert cold_off > 0 and while_fresh_off > 0  # the same run without the guard
+
+
+def _marked_cold(gw: SimGateway, key: int, rview: RequestView, snaps: list[EndpointSnapshot]) -> bool:
+    """With the setting on: the keys the gateway marked at their first attempt; off: what the gate
+    would call cold at dispatch."""
+    from smetric.policy.flowcontrol import FlowGate
+
+    if gw.cfg.cold_last:
+        return key in gw.hopeless
+    g = gw.gate
+    return FlowGate(replace(g.config, cold_last=True), g._params).cold(rview, snaps)

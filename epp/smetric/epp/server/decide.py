@@ -373,7 +373,7 @@ class Picker(PickerFeedback):
             if prefill and len(prefill) < len(endpoints):
                 idx = prefill
         shown = [snaps[i] for i in idx]
-        if waited_s <= 0.0 and gate.hopeless(request, shown):  # first attempt: queue it with the late ones
+        if waited_s <= 0.0 and gate.waits_last(request, shown):  # first attempt: queue it with the late ones
             raise Held(request, *gate.expiry(request), late=True)
         gated = gate.candidates(request, shown, waited_s)
         if gated is None:
