@@ -85,6 +85,10 @@ class FlowControlConfig:
     # a simulator ablation, not in the picker config: it changed nothing (docs/overload.md, 8g)
     cold_last: bool = False
     cold_hit_share: float = 0.5
+    # at most this many sessions live at once (0: no budget); a session is live until it has been
+    # idle session_idle_s; a simulator ablation, not in the picker config (docs/overload.md, 8g)
+    session_budget: int = 0
+    session_idle_s: float = 60.0
 
     def __post_init__(self) -> None:
         problems = [
@@ -108,6 +112,11 @@ class FlowControlConfig:
                 (
                     math.isfinite(self.cold_hit_share) and 0 < self.cold_hit_share <= 1,
                     f"cold_hit_share must be in (0, 1], got {self.cold_hit_share}",
+                ),
+                (self.session_budget >= 0, f"session_budget must be >= 0, got {self.session_budget}"),
+                (
+                    math.isfinite(self.session_idle_s) and self.session_idle_s > 0,
+                    f"session_idle_s must be > 0, got {self.session_idle_s}",
                 ),
             )
             if not ok
@@ -292,6 +301,48 @@ class FlowGate:
         return [
             ep if ok or ep.stale else replace(ep, stale=True) for ep, ok in zip(endpoints, mask, strict=True)
         ]
+
+
+class SessionBudget:
+    """At most ``limit`` sessions live at once: a session becomes live when a request of it is
+    admitted and stays live until it has been idle ``idle_s`` (no request admitted or finished).
+    A request of a live session is always admitted; one of a new session only while fewer than
+    ``limit`` are live. Memory: at most ``limit`` entries. Pure: callers pass ``now_s``."""
+
+    __slots__ = ("_idle_s", "_limit", "_live")
+
+    def __init__(self, limit: int, idle_s: float) -> None:
+        if limit < 1 or not (math.isfinite(idle_s) and idle_s > 0):
+            raise ValueError(f"invalid session budget: limit {limit}, idle_s {idle_s}")
+        self._limit = limit
+        self._idle_s = idle_s
+        self._live: dict[Hashable, float] = {}  # session -> last seen; insertion order = last-seen order
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, session: Hashable) -> bool:
+        return session in self._live
+
+    def _prune(self, now_s: float) -> None:
+        live = self._live
+        horizon = now_s - self._idle_s
+        while live:
+            first = next(iter(live))
+            if live[first] > horizon:
+                break
+            del live[first]
+
+    def admits(self, session: Hashable, now_s: float) -> bool:
+        """Whether a request of ``session`` may go now (it does not make the session live)."""
+        self._prune(now_s)
+        return session in self._live or len(self._live) < self._limit
+
+    def touch(self, session: Hashable, now_s: float) -> None:
+        """``session`` was seen at ``now_s`` (a request admitted or finished): live from now."""
+        live = self._live
+        live.pop(session, None)
+        live[session] = now_s
 
 
 def _any_fresh(endpoints: Sequence[EndpointSnapshot]) -> bool:

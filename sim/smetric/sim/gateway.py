@@ -29,7 +29,7 @@ import numpy as np
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.engine import Instance
 from smetric.policy.base import PolicyParams
-from smetric.policy.flowcontrol import FairQueue, FlowControlConfig, FlowGate
+from smetric.policy.flowcontrol import FairQueue, FlowControlConfig, FlowGate, SessionBudget
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,7 @@ class SimGateway:
 
     __slots__ = (
         "attempts",
+        "budget",
         "cfg",
         "client",
         "failed",
@@ -76,6 +77,8 @@ class SimGateway:
         self.shed_by_reason: dict[str, int] = {}
         self.waits: list[float] = []  # gateway wait of every dispatched-after-queueing attempt
         self.max_len = 0
+        # session_budget: the families live at once (None: no budget)
+        self.budget = SessionBudget(cfg.session_budget, cfg.session_idle_s) if cfg.session_budget else None
 
     def late(self, key: int) -> bool:
         """``key`` is a resend after a 429 and resends wait last (``late_last``)."""

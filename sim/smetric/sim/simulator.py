@@ -273,6 +273,12 @@ class _Run:
         snaps = self.snapshots(req, rview, t)
         gw = self.gateway
         if gw is not None:
+            budget = gw.budget
+            if budget is not None:  # session_budget: a new session waits for a live one to go idle
+                if not budget.admits(fk, t):
+                    self.shed(key, fk, "sessions", t)
+                    return
+                budget.touch(fk, t)
             if (gw.cfg.hopeless_last or gw.cfg.cold_last) and not retry:
                 gw.mark_hopeless(key, rview, snaps)
             admitted = gw.admits(rview, snaps, gw.late(key))
@@ -388,6 +394,9 @@ class _Run:
         clone, i = divmod(key, self.n)
         j = int(work.next[i])
         fk = clone * self.n_fam + work.family_index[i]
+        budget = self.gateway.budget if self.gateway is not None else None
+        if budget is not None and fk in budget:  # a finished turn keeps its session live
+            budget.touch(fk, t)
         if j < 0:
             self.session_ended(fk, t)
             return

@@ -356,3 +356,24 @@ def test_cold_means_no_fresh_endpoint_or_the_tier_holds_the_share_of_its_prompt(
     assert on.waits_last(REQ, [ep()]) and not gate().waits_last(REQ, [ep()])
     with pytest.raises(ValueError, match="cold_hit_share"):
         FlowControlConfig(cold_hit_share=0.0)
+
+
+def test_a_session_budget_admits_live_sessions_and_new_ones_only_below_its_limit() -> None:
+    from smetric.policy.flowcontrol import SessionBudget
+
+    b = SessionBudget(limit=2, idle_s=10.0)
+    assert b.admits("a", 0.0)
+    b.touch("a", 0.0)
+    b.touch("b", 1.0)
+    assert not b.admits("c", 5.0)  # two live: a new session waits
+    assert b.admits("a", 5.0) and b.admits("b", 5.0)  # a live one always goes
+    b.touch("a", 6.0)  # a finished turn keeps "a" live
+    assert not b.admits("c", 10.5)  # "b" idle 9.5 s: still live
+    assert b.admits("c", 11.5) and "b" not in b and "a" in b  # "b" idle 10 s: its slot is free
+    b.touch("c", 11.5)
+    assert len(b) == 2 and not b.admits("d", 12.0)
+    assert b.admits("d", 40.0) and len(b) == 0  # every session idle: all slots free
+    with pytest.raises(ValueError):
+        SessionBudget(limit=0, idle_s=10.0)
+    with pytest.raises(ValueError, match="session_budget"):
+        FlowControlConfig(session_budget=-1)

@@ -204,3 +204,43 @@ def _marked_cold(gw: SimGateway, key: int, rview: RequestView, snaps: list[Endpo
         return key in gw.hopeless
     g = gw.gate
     return FlowGate(replace(g.config, cold_last=True), g._params).cold(rview, snaps)
+
+
+def test_a_session_budget_refuses_new_sessions_while_the_pool_has_its_limit_live(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """session_budget: no request of a family that is not live is admitted while ``limit`` families
+    are live (a family is live from an admitted request until idle ``session_idle_s``); the refused
+    ones get a 429 (reason ``sessions``) and their clients resend. Guard off: more families at once."""
+    from smetric.sim import simulator
+
+    def most_live(**fc: object) -> tuple[int, dict[str, float]]:
+        seen: dict[int, float] = {}  # family -> last admitted or finished
+        peak = [0]
+        original = simulator._Run.dispatch
+
+        def spy(
+            self: simulator._Run,
+            key: int,
+            req: object,
+            rview: RequestView,
+            snaps: list[EndpointSnapshot],
+            t: float,
+        ) -> None:
+            fk = (key // self.n) * self.n_fam + int(self.work.family_index[key % self.n])
+            seen[fk] = t
+            live = sum(1 for s in seen.values() if s > t - 25.0)  # admitted <= 2 s (TTL) before
+            peak[0] = max(peak[0], live)
+            original(self, key, req, rview, snaps, t)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(simulator._Run, "dispatch", spy)
+        cfg = replace(with_fc(retry_after_s=1.0, **fc), measure_s=300.0)
+        m = simulate(agent_work(), "smetric", 0.3, cfg).metrics
+        monkeypatch.setattr(simulator._Run, "dispatch", original)
+        return peak[0], m
+
+    peak, m = most_live(session_budget=2, session_idle_s=30.0)
+    # families dispatched within 25 s: each still live (idle < 30 s), so at most the budget
+    assert peak <= 2 and int(m["fc_sheds_sessions"]) > 0
+    peak_off, m_off = most_live()
+    assert peak_off > 2 and "fc_sheds_sessions" not in m_off
