@@ -89,6 +89,7 @@ class FlowControlConfig:
     # idle session_idle_s; a simulator ablation, not in the picker config (docs/overload.md, 8g)
     session_budget: int = 0
     session_idle_s: float = 60.0
+    session_kv_share: float = 0.0  # and the live sessions' prompts within this share of the pool's KV
 
     def __post_init__(self) -> None:
         problems = [
@@ -114,6 +115,10 @@ class FlowControlConfig:
                     f"cold_hit_share must be in (0, 1], got {self.cold_hit_share}",
                 ),
                 (self.session_budget >= 0, f"session_budget must be >= 0, got {self.session_budget}"),
+                (
+                    math.isfinite(self.session_kv_share) and self.session_kv_share >= 0,
+                    f"session_kv_share must be >= 0, got {self.session_kv_share}",
+                ),
                 (
                     math.isfinite(self.session_idle_s) and self.session_idle_s > 0,
                     f"session_idle_s must be > 0, got {self.session_idle_s}",
@@ -304,19 +309,26 @@ class FlowGate:
 
 
 class SessionBudget:
-    """At most ``limit`` sessions live at once: a session becomes live when a request of it is
-    admitted and stays live until it has been idle ``idle_s`` (no request admitted or finished).
-    A request of a live session is always admitted; one of a new session only while fewer than
-    ``limit`` are live. Memory: at most ``limit`` entries. Pure: callers pass ``now_s``."""
+    """A budget of live sessions: a session becomes live when a request of it is admitted and stays
+    live until it has been idle ``idle_s`` (no request admitted or finished). A request of a live
+    session is always admitted; one of a new session only while fewer than ``limit`` sessions are
+    live (``limit`` 0: no count) and, with ``kv_share``, while the live sessions' prompts plus its own
+    fit ``kv_share`` x the pool's KV tokens (each session counts its latest prompt). Memory: one
+    entry per live session. Pure: callers pass ``now_s``."""
 
-    __slots__ = ("_idle_s", "_limit", "_live")
+    __slots__ = ("_idle_s", "_kv_share", "_limit", "_live", "_tokens")
 
-    def __init__(self, limit: int, idle_s: float) -> None:
-        if limit < 1 or not (math.isfinite(idle_s) and idle_s > 0):
+    def __init__(self, limit: int, idle_s: float, kv_share: float = 0.0) -> None:
+        if limit < 0 or not (math.isfinite(idle_s) and idle_s > 0):
             raise ValueError(f"invalid session budget: limit {limit}, idle_s {idle_s}")
+        if not (math.isfinite(kv_share) and kv_share >= 0) or (limit == 0 and kv_share == 0):
+            raise ValueError(f"invalid session budget: limit {limit}, kv_share {kv_share}")
         self._limit = limit
         self._idle_s = idle_s
-        self._live: dict[Hashable, float] = {}  # session -> last seen; insertion order = last-seen order
+        self._kv_share = kv_share
+        # session -> (last seen, prompt tokens); insertion order = last-seen order
+        self._live: dict[Hashable, tuple[float, int]] = {}
+        self._tokens = 0  # the live sessions' prompt tokens
 
     def __len__(self) -> int:
         return len(self._live)
@@ -324,25 +336,40 @@ class SessionBudget:
     def __contains__(self, session: Hashable) -> bool:
         return session in self._live
 
+    @property
+    def tokens(self) -> int:
+        return self._tokens
+
     def _prune(self, now_s: float) -> None:
         live = self._live
         horizon = now_s - self._idle_s
         while live:
             first = next(iter(live))
-            if live[first] > horizon:
+            seen, tokens = live[first]
+            if seen > horizon:
                 break
             del live[first]
+            self._tokens -= tokens
 
-    def admits(self, session: Hashable, now_s: float) -> bool:
-        """Whether a request of ``session`` may go now (it does not make the session live)."""
+    def admits(self, session: Hashable, now_s: float, tokens: int = 0, kv_tokens: int = 0) -> bool:
+        """Whether a request of ``session`` (``tokens`` prompt tokens; the pool holds ``kv_tokens``
+        KV tokens, 0 unknown) may go now. It does not make the session live (:meth:`touch`)."""
         self._prune(now_s)
-        return session in self._live or len(self._live) < self._limit
+        if session in self._live:
+            return True
+        if self._limit and len(self._live) >= self._limit:
+            return False
+        return not (self._kv_share and kv_tokens > 0 and self._tokens + tokens > self._kv_share * kv_tokens)
 
-    def touch(self, session: Hashable, now_s: float) -> None:
-        """``session`` was seen at ``now_s`` (a request admitted or finished): live from now."""
+    def touch(self, session: Hashable, now_s: float, tokens: int | None = None) -> None:
+        """``session`` was seen at ``now_s`` (a request admitted, ``tokens`` its prompt; or one
+        finished, ``None``: the footprint stays): live from now."""
         live = self._live
-        live.pop(session, None)
-        live[session] = now_s
+        old = live.pop(session, None)
+        kept = old[1] if old is not None else 0
+        new = kept if tokens is None else max(0, tokens)
+        self._tokens += new - kept
+        live[session] = (now_s, new)
 
 
 def _any_fresh(endpoints: Sequence[EndpointSnapshot]) -> bool:

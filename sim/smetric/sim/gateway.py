@@ -22,6 +22,7 @@ queue over time.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,7 @@ class SimGateway:
         "max_len",
         "queue",
         "rng",
+        "session_of",
         "shed_by_reason",
         "waits",
     )
@@ -77,8 +79,13 @@ class SimGateway:
         self.shed_by_reason: dict[str, int] = {}
         self.waits: list[float] = []  # gateway wait of every dispatched-after-queueing attempt
         self.max_len = 0
-        # session_budget: the families live at once (None: no budget)
-        self.budget = SessionBudget(cfg.session_budget, cfg.session_idle_s) if cfg.session_budget else None
+        self.session_of: dict[int, Hashable] = {}  # admitted key -> its session (the budget's unit)
+        # session_budget / session_kv_share: the sessions live at once (None: no budget)
+        self.budget = (
+            SessionBudget(cfg.session_budget, cfg.session_idle_s, cfg.session_kv_share)
+            if cfg.session_budget or cfg.session_kv_share
+            else None
+        )
 
     def late(self, key: int) -> bool:
         """``key`` is a resend after a 429 and resends wait last (``late_last``)."""

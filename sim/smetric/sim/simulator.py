@@ -275,10 +275,13 @@ class _Run:
         if gw is not None:
             budget = gw.budget
             if budget is not None:  # session_budget: a new session waits for a live one to go idle
-                if not budget.admits(fk, t):
+                kv = sum(ep.kv_capacity_tokens for ep in snaps)
+                session = rview.session_id or fk  # the agent's session (a family runs several)
+                if not budget.admits(session, t, rview.prompt_tokens, kv):
                     self.shed(key, fk, "sessions", t)
                     return
-                budget.touch(fk, t)
+                budget.touch(session, t, rview.prompt_tokens)
+                gw.session_of[key] = session
             if (gw.cfg.hopeless_last or gw.cfg.cold_last) and not retry:
                 gw.mark_hopeless(key, rview, snaps)
             admitted = gw.admits(rview, snaps, gw.late(key))
@@ -394,9 +397,11 @@ class _Run:
         clone, i = divmod(key, self.n)
         j = int(work.next[i])
         fk = clone * self.n_fam + work.family_index[i]
-        budget = self.gateway.budget if self.gateway is not None else None
-        if budget is not None and fk in budget:  # a finished turn keeps its session live
-            budget.touch(fk, t)
+        gw = self.gateway
+        if gw is not None and gw.budget is not None:  # a finished turn keeps its session live
+            session = gw.session_of.pop(key, None)
+            if session is not None and session in gw.budget:
+                gw.budget.touch(session, t)
         if j < 0:
             self.session_ended(fk, t)
             return

@@ -377,3 +377,22 @@ def test_a_session_budget_admits_live_sessions_and_new_ones_only_below_its_limit
         SessionBudget(limit=0, idle_s=10.0)
     with pytest.raises(ValueError, match="session_budget"):
         FlowControlConfig(session_budget=-1)
+
+
+def test_a_kv_sized_session_budget_counts_the_live_sessions_prompts() -> None:
+    from smetric.policy.flowcontrol import SessionBudget
+
+    b = SessionBudget(limit=0, idle_s=10.0, kv_share=1.0)
+    assert b.admits("a", 0.0, tokens=60, kv_tokens=100)
+    b.touch("a", 0.0, tokens=60)
+    assert not b.admits("b", 1.0, tokens=50, kv_tokens=100)  # 60 + 50 > 100
+    assert b.admits("b", 1.0, tokens=40, kv_tokens=100)
+    assert b.admits("b", 1.0, tokens=50, kv_tokens=0)  # the pool's KV unknown: no token bound
+    b.touch("b", 1.0, tokens=40)
+    assert b.tokens == 100
+    b.touch("a", 5.0, tokens=70)  # "a"'s next turn: its footprint is its latest prompt
+    b.touch("a", 6.0)  # a finished turn keeps it
+    assert b.tokens == 110 and b.admits("a", 6.0, tokens=500, kv_tokens=100)  # live: always admitted
+    assert b.admits("c", 11.5, tokens=30, kv_tokens=100) and b.tokens == 70  # "b" went idle
+    with pytest.raises(ValueError):
+        SessionBudget(limit=0, idle_s=10.0)  # neither bound

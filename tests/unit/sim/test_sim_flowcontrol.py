@@ -209,9 +209,10 @@ def _marked_cold(gw: SimGateway, key: int, rview: RequestView, snaps: list[Endpo
 def test_a_session_budget_refuses_new_sessions_while_the_pool_has_its_limit_live(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """session_budget: no request of a family that is not live is admitted while ``limit`` families
-    are live (a family is live from an admitted request until idle ``session_idle_s``); the refused
-    ones get a 429 (reason ``sessions``) and their clients resend. Guard off: more families at once."""
+    """session_budget: no request of a session that is not live is admitted while ``limit`` sessions
+    are live (a session is live from an admitted request until idle ``session_idle_s``); the refused
+    ones get a 429 (reason ``sessions``) and their clients resend. Counted here by family (a family
+    runs one or more sessions, so live families <= live sessions). Guard off: more at once."""
     from smetric.sim import simulator
 
     def most_live(**fc: object) -> tuple[int, dict[str, float]]:
