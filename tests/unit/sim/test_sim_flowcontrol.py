@@ -245,3 +245,16 @@ def test_a_session_budget_refuses_new_sessions_while_the_pool_has_its_limit_live
     assert peak <= 2 and int(m["fc_sheds_sessions"]) > 0
     peak_off, m_off = most_live()
     assert peak_off > 2 and "fc_sheds_sessions" not in m_off
+
+
+def test_the_fc_flag_names_every_flow_control_setting() -> None:
+    """``smetric simulate --fc KEY=VALUE``'s help lists every key the config accepts."""
+    from dataclasses import fields
+
+    from smetric.policy.flowcontrol import FlowControlConfig
+    from smetric.sim.cli import parser
+
+    (action,) = [a for a in parser()._actions if "--fc" in a.option_strings]
+    help_text = " ".join(str(action.help).split())
+    missing = [f.name for f in fields(FlowControlConfig) if f.name != "enabled" and f.name not in help_text]
+    assert missing == []
