@@ -258,3 +258,14 @@ def test_the_fc_flag_names_every_flow_control_setting() -> None:
     help_text = " ".join(str(action.help).split())
     missing = [f.name for f in fields(FlowControlConfig) if f.name != "enabled" and f.name not in help_text]
     assert missing == []
+
+
+def test_a_kv_sized_session_budget_reads_the_pools_kv_capacity() -> None:
+    """session_kv_share: a new session is refused while the live sessions' prompts exceed the share of
+    the instances' KV tokens (the snapshots' kv_capacity_tokens); a share far above the pool's
+    load refuses nothing."""
+    cfg = replace(with_fc(retry_after_s=1.0, session_kv_share=0.01), measure_s=300.0)
+    m = simulate(agent_work(), "smetric", 0.3, cfg).metrics
+    assert int(m["fc_sheds_sessions"]) > 0
+    roomy = replace(with_fc(retry_after_s=1.0, session_kv_share=100.0), measure_s=300.0)
+    assert "fc_sheds_sessions" not in simulate(agent_work(), "smetric", 0.3, roomy).metrics
