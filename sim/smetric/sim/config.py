@@ -149,7 +149,7 @@ class SimConfig:
         if not self.flow_control:
             return None
         mapping = _json_object(self.flow_control, "flow_control")
-        client_keys = {"max_retries", "jitter"}
+        client_keys = {"max_retries", "jitter", "sessions_wait"}
         fc_keys = set(FlowControlConfig.__dataclass_fields__)
         unknown = sorted(set(mapping) - client_keys - fc_keys)
         if unknown:

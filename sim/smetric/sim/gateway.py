@@ -40,6 +40,9 @@ class ClientRetry:
 
     max_retries: int = 8
     jitter: float = 0.5
+    # a 429 for the session budget (reason "sessions") is not counted against max_retries: the agent
+    # waits to start (or resume) its session rather than dropping the turn (docs/overload.md, 8g)
+    sessions_wait: bool = False
 
     def __post_init__(self) -> None:
         if self.max_retries < 0 or not (0 <= self.jitter <= 10):
@@ -122,7 +125,8 @@ class SimGateway:
     def shed(self, key: int, reason: str, now_s: float) -> float | None:
         """Count a shed; the client's resend time, or ``None`` when it gives up."""
         self.shed_by_reason[reason] = self.shed_by_reason.get(reason, 0) + 1
-        n = self.attempts.get(key, 0) + 1
+        waits = reason == "sessions" and self.client.sessions_wait
+        n = self.attempts.get(key, 0) + (0 if waits else 1)
         self.attempts[key] = n
         if n > self.client.max_retries:
             self.failed.add(key)

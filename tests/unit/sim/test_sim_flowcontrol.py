@@ -269,3 +269,21 @@ def test_a_kv_sized_session_budget_reads_the_pools_kv_capacity() -> None:
     assert int(m["fc_sheds_sessions"]) > 0
     roomy = replace(with_fc(retry_after_s=1.0, session_kv_share=100.0), measure_s=300.0)
     assert "fc_sheds_sessions" not in simulate(agent_work(), "smetric", 0.3, roomy).metrics
+
+
+def test_agents_that_wait_for_the_session_budget_give_up_no_turn_for_it() -> None:
+    """sessions_wait: a 429 for the session budget is not counted against max_retries (the agent
+    waits to start its session). Guard off: with max_retries 0 every such 429 gives the turn up."""
+
+    def failed(wait: bool) -> tuple[float, int]:
+        cfg = replace(
+            with_fc(retry_after_s=1.0, ttl_s=600.0, session_budget=1, max_retries=0, sessions_wait=wait),
+            measure_s=300.0,
+        )
+        m = simulate(agent_work(), "smetric", 0.3, cfg).metrics
+        return float(m["fc_failed_share"]), int(m["fc_sheds_sessions"])
+
+    share, sheds = failed(wait=True)
+    share_off, sheds_off = failed(wait=False)
+    assert sheds > 0 and sheds_off > 0
+    assert share_off > 0.5 and share == 0.0
