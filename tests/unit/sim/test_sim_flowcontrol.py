@@ -7,6 +7,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -74,16 +75,15 @@ def test_bad_flow_control_settings_are_refused_clearly() -> None:
         replace(BASE, flow_control="{")
 
 
-def _dispatched_while_fresh_waits(
+def _run_spying_dispatch(
     monkeypatch: pytest.MonkeyPatch,
-    counted: Callable[[SimGateway, int, RequestView, list[EndpointSnapshot]], bool],
-    **fc: object,
-) -> tuple[int, int]:
-    """Dispatches of the requests ``counted`` picks, and of those the ones made while a fresh request
-    waited in the gateway queue (SMetric, a short overloaded run)."""
+    on_dispatch: Callable[[Any, int, RequestView, list[EndpointSnapshot], float], None],
+    cfg: SimConfig,
+) -> dict[str, float]:
+    """Simulate SMetric on ``agent_work()`` under ``cfg``, calling ``on_dispatch(run, key, rview,
+    snaps, t)`` before every dispatch; the run's metrics."""
     from smetric.sim import simulator
 
-    seen = [0, 0]
     original = simulator._Run.dispatch
 
     def spy(
@@ -94,17 +94,34 @@ def _dispatched_while_fresh_waits(
         snaps: list[EndpointSnapshot],
         t: float,
     ) -> None:
-        gw = self.gateway
+        on_dispatch(self, key, rview, snaps, t)
+        original(self, key, req, rview, snaps, t)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(simulator._Run, "dispatch", spy)
+    try:
+        return simulate(agent_work(), "smetric", 0.3, cfg).metrics
+    finally:
+        monkeypatch.setattr(simulator._Run, "dispatch", original)
+
+
+def _dispatched_while_fresh_waits(
+    monkeypatch: pytest.MonkeyPatch,
+    counted: Callable[[SimGateway, int, RequestView, list[EndpointSnapshot]], bool],
+    **fc: object,
+) -> tuple[int, int]:
+    """Dispatches of the requests ``counted`` picks, and of those the ones made while a fresh request
+    waited in the gateway queue (SMetric, a short overloaded run)."""
+    seen = [0, 0]
+
+    def count(run: Any, key: int, rview: RequestView, snaps: list[EndpointSnapshot], t: float) -> None:
+        gw = run.gateway
         assert gw is not None
         if counted(gw, key, rview, snaps):
             seen[0] += 1
             seen[1] += gw.queue.waiting_at_or_above(0) > 0
-        original(self, key, req, rview, snaps, t)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(simulator._Run, "dispatch", spy)
     cfg = replace(with_fc(ttl_s=1.0, retry_after_s=0.5, max_retries=20, **fc), measure_s=150.0)
-    simulate(agent_work(), "smetric", 0.3, cfg)
-    monkeypatch.setattr(simulator._Run, "dispatch", original)
+    _run_spying_dispatch(monkeypatch, count, cfg)
     return seen[0], seen[1]
 
 
@@ -213,32 +230,19 @@ def test_a_session_budget_refuses_new_sessions_while_the_pool_has_its_limit_live
     are live (a session is live from an admitted request until idle ``session_idle_s``); the refused
     ones get a 429 (reason ``sessions``) and their clients resend. Counted here by family (a family
     runs one or more sessions, so live families <= live sessions). Guard off: more at once."""
-    from smetric.sim import simulator
 
     def most_live(**fc: object) -> tuple[int, dict[str, float]]:
-        seen: dict[int, float] = {}  # family -> last admitted or finished
+        seen: dict[int, float] = {}  # family -> last dispatched
         peak = [0]
-        original = simulator._Run.dispatch
 
-        def spy(
-            self: simulator._Run,
-            key: int,
-            req: object,
-            rview: RequestView,
-            snaps: list[EndpointSnapshot],
-            t: float,
-        ) -> None:
-            fk = (key // self.n) * self.n_fam + int(self.work.family_index[key % self.n])
-            seen[fk] = t
+        def track(run: Any, key: int, rview: RequestView, snaps: list[EndpointSnapshot], t: float) -> None:
+            seen[(key // run.n) * run.n_fam + int(run.work.family_index[key % run.n])] = t
             live = sum(1 for s in seen.values() if s > t - 25.0)  # admitted <= 2 s (TTL) before
             peak[0] = max(peak[0], live)
-            original(self, key, req, rview, snaps, t)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(simulator._Run, "dispatch", spy)
         cfg = replace(with_fc(retry_after_s=1.0, **fc), measure_s=300.0)
-        m = simulate(agent_work(), "smetric", 0.3, cfg).metrics
-        monkeypatch.setattr(simulator._Run, "dispatch", original)
-        return peak[0], m
+        metrics = _run_spying_dispatch(monkeypatch, track, cfg)
+        return peak[0], metrics
 
     peak, m = most_live(session_budget=2, session_idle_s=30.0)
     # families dispatched within 25 s: each still live (idle < 30 s), so at most the budget
