@@ -30,7 +30,8 @@ import numpy as np
 from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.engine import Instance
 from smetric.policy.base import PolicyParams
-from smetric.policy.flowcontrol import FairQueue, FlowControlConfig, FlowGate, SessionBudget
+from smetric.policy.flowcontrol import FairQueue, FlowControlConfig, FlowGate
+from smetric.policy.session_budget import SessionBudget
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,30 @@ class SimGateway:
         in time even idle, or none holds its session (:meth:`FlowGate.waits_last`)."""
         if self.gate.waits_last(request, snaps):
             self.hopeless.add(key)
+
+    def admit_session(
+        self, key: int, session: Hashable, request: RequestView, snaps: list[EndpointSnapshot], now_s: float
+    ) -> bool:
+        """``session_budget`` / ``session_kv_share``: whether ``key`` (a request of ``session``) may go
+        on to the gate; admitted, its session is live from now (no budget: always)."""
+        budget = self.budget
+        if budget is None:
+            return True
+        kv = sum(ep.kv_capacity_tokens for ep in snaps)  # the pool's KV tokens
+        if not budget.admits(session, now_s, request.prompt_tokens, kv):
+            return False
+        budget.touch(session, now_s, request.prompt_tokens)
+        self.session_of[key] = session
+        return True
+
+    def finished(self, key: int, now_s: float) -> None:
+        """Request ``key`` is done: a finished turn keeps its session live."""
+        budget = self.budget
+        if budget is None:
+            return
+        session = self.session_of.pop(key, None)
+        if session is not None and session in budget:
+            budget.touch(session, now_s)
 
     def admits(
         self, request: RequestView, snaps: list[EndpointSnapshot], late: bool = False

@@ -273,15 +273,11 @@ class _Run:
         snaps = self.snapshots(req, rview, t)
         gw = self.gateway
         if gw is not None:
-            budget = gw.budget
-            if budget is not None:  # session_budget: a new session waits for a live one to go idle
-                kv = sum(ep.kv_capacity_tokens for ep in snaps)
-                session = rview.session_id or fk  # the agent's session (a family runs several)
-                if not budget.admits(session, t, rview.prompt_tokens, kv):
-                    self.shed(key, fk, "sessions", t)
-                    return
-                budget.touch(session, t, rview.prompt_tokens)
-                gw.session_of[key] = session
+            # session_budget: a new session waits for a live one to go idle; the unit is the agent's
+            # session (a family runs several)
+            if not gw.admit_session(key, rview.session_id or fk, rview, snaps, t):
+                self.shed(key, fk, "sessions", t)
+                return
             if (gw.cfg.hopeless_last or gw.cfg.cold_last) and not retry:
                 gw.mark_hopeless(key, rview, snaps)
             admitted = gw.admits(rview, snaps, gw.late(key))
@@ -397,11 +393,8 @@ class _Run:
         clone, i = divmod(key, self.n)
         j = int(work.next[i])
         fk = clone * self.n_fam + work.family_index[i]
-        gw = self.gateway
-        if gw is not None and gw.budget is not None:  # a finished turn keeps its session live
-            session = gw.session_of.pop(key, None)
-            if session is not None and session in gw.budget:
-                gw.budget.touch(session, t)
+        if self.gateway is not None:
+            self.gateway.finished(key, t)
         if j < 0:
             self.session_ended(fk, t)
             return

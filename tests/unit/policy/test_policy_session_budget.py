@@ -1,0 +1,45 @@
+"""The session budget (smetric.policy.session_budget): live sessions always go, a new one only
+below the count and KV bounds; idle sessions free their slot."""
+
+from __future__ import annotations
+
+import pytest
+
+from smetric.policy.flowcontrol import FlowControlConfig
+from smetric.policy.session_budget import SessionBudget
+
+
+def test_a_session_budget_admits_live_sessions_and_new_ones_only_below_its_limit() -> None:
+    b = SessionBudget(limit=2, idle_s=10.0)
+    assert b.admits("a", 0.0)
+    b.touch("a", 0.0)
+    b.touch("b", 1.0)
+    assert not b.admits("c", 5.0)  # two live: a new session waits
+    assert b.admits("a", 5.0) and b.admits("b", 5.0)  # a live one always goes
+    b.touch("a", 6.0)  # a finished turn keeps "a" live
+    assert not b.admits("c", 10.5)  # "b" idle 9.5 s: still live
+    assert b.admits("c", 11.5) and "b" not in b and "a" in b  # "b" idle 10 s: its slot is free
+    b.touch("c", 11.5)
+    assert len(b) == 2 and not b.admits("d", 12.0)
+    assert b.admits("d", 40.0) and len(b) == 0  # every session idle: all slots free
+    with pytest.raises(ValueError):
+        SessionBudget(limit=0, idle_s=10.0)
+    with pytest.raises(ValueError, match="session_budget"):
+        FlowControlConfig(session_budget=-1)
+
+
+def test_a_kv_sized_session_budget_counts_the_live_sessions_prompts() -> None:
+    b = SessionBudget(limit=0, idle_s=10.0, kv_share=1.0)
+    assert b.admits("a", 0.0, tokens=60, kv_tokens=100)
+    b.touch("a", 0.0, tokens=60)
+    assert not b.admits("b", 1.0, tokens=50, kv_tokens=100)  # 60 + 50 > 100
+    assert b.admits("b", 1.0, tokens=40, kv_tokens=100)
+    assert b.admits("b", 1.0, tokens=50, kv_tokens=0)  # the pool's KV unknown: no token bound
+    b.touch("b", 1.0, tokens=40)
+    assert b.tokens == 100
+    b.touch("a", 5.0, tokens=70)  # "a"'s next turn: its footprint is its latest prompt
+    b.touch("a", 6.0)  # a finished turn keeps it
+    assert b.tokens == 110 and b.admits("a", 6.0, tokens=500, kv_tokens=100)  # live: always admitted
+    assert b.admits("c", 11.5, tokens=30, kv_tokens=100) and b.tokens == 70  # "b" went idle
+    with pytest.raises(ValueError):
+        SessionBudget(limit=0, idle_s=10.0)  # neither bound
