@@ -90,6 +90,10 @@ class FlowControlConfig:
     session_budget: int = 0
     session_idle_s: float = 60.0
     session_kv_share: float = 0.0  # and the live sessions' prompts within this share of the pool's KV
+    # an adaptive count (AIMD): the limit halves when more than this share of the last session_window
+    # returning turns found less than half their prompt held (0: off; SessionBudget)
+    session_miss_share: float = 0.0
+    session_window: int = 20
 
     def __post_init__(self) -> None:
         problems = [
@@ -119,6 +123,11 @@ class FlowControlConfig:
                     math.isfinite(self.session_kv_share) and self.session_kv_share >= 0,
                     f"session_kv_share must be >= 0, got {self.session_kv_share}",
                 ),
+                (
+                    math.isfinite(self.session_miss_share) and 0 <= self.session_miss_share < 1,
+                    f"session_miss_share must be in [0, 1), got {self.session_miss_share}",
+                ),
+                (self.session_window >= 1, f"session_window must be >= 1, got {self.session_window}"),
                 (
                     math.isfinite(self.session_idle_s) and self.session_idle_s > 0,
                     f"session_idle_s must be > 0, got {self.session_idle_s}",

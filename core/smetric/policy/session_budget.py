@@ -12,27 +12,61 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 
+# the adaptive count's multiplicative decrease (TCP's AIMD shape; Envoy's adaptive concurrency
+# filter and Netflix's concurrency-limits use the same form): 0.5 chosen over 0.8 on development
+# seeds 0-2 (docs/overload.md, 8g); the held share below which a returning turn counts as a miss,
+# not tuned
+_DECREASE = 0.5
+_HELD_SHARE = 0.5
+
 
 class SessionBudget:
     """A budget of live sessions: a session becomes live when a request of it is admitted and stays
     live until it has been idle ``idle_s`` (no request admitted or finished). A request of a live
     session is always admitted; one of a new session only while fewer than ``limit`` sessions are
     live (``limit`` 0: no count) and, with ``kv_share``, while the live sessions' prompts plus its own
-    fit ``kv_share`` x the pool's KV tokens (each session counts its latest prompt). Memory: one
-    entry per live session. Pure: callers pass ``now_s``."""
+    fit ``kv_share`` x the pool's KV tokens (each session counts its latest prompt).
 
-    __slots__ = ("_idle_s", "_kv_share", "_limit", "_live", "_tokens")
+    ``miss_share`` > 0 makes the count adaptive: it starts unbounded (or at ``limit``) and binds only
+    once the sessions outgrow the pool, read where it shows: of every ``window`` *returning* turns
+    (a live session's turn after its first dispatched one; :meth:`dispatched`), the share whose
+    chosen endpoint held (GPU or tier) less than half the prompt. Above ``miss_share`` the limit
+    falls to half the live count (multiplicative decrease, at least 1); at or below it, while the
+    limit binds, it rises by one (additive increase). A session's first turn is cold by nature and
+    does not count. Memory: one entry per live session. Pure: callers pass ``now_s``."""
 
-    def __init__(self, limit: int, idle_s: float, kv_share: float = 0.0) -> None:
+    __slots__ = (
+        "_idle_s",
+        "_kv_share",
+        "_limit",
+        "_live",
+        "_miss_share",
+        "_misses",
+        "_returning",
+        "_tokens",
+        "_window",
+    )
+
+    def __init__(
+        self, limit: int, idle_s: float, kv_share: float = 0.0, miss_share: float = 0.0, window: int = 20
+    ) -> None:
         if limit < 0 or not (math.isfinite(idle_s) and idle_s > 0):
             raise ValueError(f"invalid session budget: limit {limit}, idle_s {idle_s}")
-        if not (math.isfinite(kv_share) and kv_share >= 0) or (limit == 0 and kv_share == 0):
+        if not (math.isfinite(miss_share) and 0 <= miss_share < 1) or window < 1:
+            raise ValueError(f"invalid session budget: miss_share {miss_share}, window {window}")
+        if not (math.isfinite(kv_share) and kv_share >= 0) or (
+            limit == 0 and kv_share == 0 and miss_share == 0
+        ):
             raise ValueError(f"invalid session budget: limit {limit}, kv_share {kv_share}")
         self._limit = limit
         self._idle_s = idle_s
         self._kv_share = kv_share
-        # session -> (last seen, prompt tokens); insertion order = last-seen order
-        self._live: dict[Hashable, tuple[float, int]] = {}
+        self._miss_share = miss_share
+        self._window = window
+        self._returning = 0  # returning turns in the current window
+        self._misses = 0  # ...of which held less than half their prompt
+        # session -> [last seen, prompt tokens, turns dispatched]; insertion order = last-seen order
+        self._live: dict[Hashable, list[float]] = {}
         self._tokens = 0  # the live sessions' prompt tokens
 
     def __len__(self) -> int:
@@ -45,16 +79,21 @@ class SessionBudget:
     def tokens(self) -> int:
         return self._tokens
 
+    @property
+    def limit(self) -> int:
+        """The count in force (0: none)."""
+        return self._limit
+
     def _prune(self, now_s: float) -> None:
         live = self._live
         horizon = now_s - self._idle_s
         while live:
             first = next(iter(live))
-            seen, tokens = live[first]
-            if seen > horizon:
+            rec = live[first]
+            if rec[0] > horizon:
                 break
             del live[first]
-            self._tokens -= tokens
+            self._tokens -= int(rec[1])
 
     def admits(self, session: Hashable, now_s: float, tokens: int = 0, kv_tokens: int = 0) -> bool:
         """Whether a request of ``session`` (``tokens`` prompt tokens; the pool holds ``kv_tokens``
@@ -71,7 +110,29 @@ class SessionBudget:
         finished, ``None``: the footprint stays): live from now."""
         live = self._live
         old = live.pop(session, None)
-        kept = old[1] if old is not None else 0
+        kept = int(old[1]) if old is not None else 0
         new = kept if tokens is None else max(0, tokens)
         self._tokens += new - kept
-        live[session] = (now_s, new)
+        live[session] = [now_s, new, old[2] if old is not None else 0]
+
+    def dispatched(self, session: Hashable, held_tokens: int, prompt_tokens: int) -> None:
+        """A turn of ``session`` went to an endpoint holding ``held_tokens`` of its ``prompt_tokens``
+        (the adaptive count's signal; a session not live, or without ``miss_share``, is ignored)."""
+        rec = self._live.get(session)
+        if rec is None:
+            return
+        rec[2] += 1
+        if not self._miss_share or rec[2] == 1:
+            return
+        self._returning += 1
+        if held_tokens < _HELD_SHARE * prompt_tokens:
+            self._misses += 1
+        if self._returning < self._window:
+            return
+        live = len(self._live)
+        if self._misses > self._miss_share * self._returning:
+            base = min(self._limit, live) if self._limit else live
+            self._limit = max(1, int(base * _DECREASE))
+        elif self._limit and live >= self._limit:
+            self._limit += 1
+        self._returning = self._misses = 0

@@ -226,7 +226,7 @@ def _router_flags(p: argparse.ArgumentParser) -> None:
         help="a flow-control setting (max_queued, ttl_s, shed_on_deadline, retry_after_s, slack, "
         "idle_queued_tokens, max_engine_waiting, kv_headroom, late_last, tpot_guard, filter_candidates, "
         "hopeless_last; the ablations cold_last, cold_hit_share, session_budget, session_idle_s, "
-        "session_kv_share (docs/overload.md, 8g); clients: max_retries, jitter, sessions_wait), repeatable; implies "
+        "session_kv_share, session_miss_share, session_window (docs/overload.md, 8g); clients: max_retries, jitter, sessions_wait), repeatable; implies "
         "--flow-control",
     )
     p.add_argument(

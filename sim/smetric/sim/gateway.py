@@ -86,8 +86,14 @@ class SimGateway:
         self.session_of: dict[int, Hashable] = {}  # admitted key -> its session (the budget's unit)
         # session_budget / session_kv_share: the sessions live at once (None: no budget)
         self.budget = (
-            SessionBudget(cfg.session_budget, cfg.session_idle_s, cfg.session_kv_share)
-            if cfg.session_budget or cfg.session_kv_share
+            SessionBudget(
+                cfg.session_budget,
+                cfg.session_idle_s,
+                cfg.session_kv_share,
+                cfg.session_miss_share,
+                cfg.session_window,
+            )
+            if cfg.session_budget or cfg.session_kv_share or cfg.session_miss_share
             else None
         )
 
@@ -115,6 +121,17 @@ class SimGateway:
         budget.touch(session, now_s, request.prompt_tokens)
         self.session_of[key] = session
         return True
+
+    def dispatched(self, key: int, snap: EndpointSnapshot, prompt_tokens: int) -> None:
+        """``key`` went to ``snap``'s endpoint: what it held of the prompt (GPU or tier) is the adaptive
+        session budget's signal (``session_miss_share``)."""
+        budget = self.budget
+        if budget is None:
+            return
+        session = self.session_of.get(key)
+        if session is not None:
+            held = max(snap.local_hit_tokens, snap.global_hit_tokens)
+            budget.dispatched(session, held, prompt_tokens)
 
     def finished(self, key: int, now_s: float) -> None:
         """Request ``key`` is done: a finished turn keeps its session live."""

@@ -364,6 +364,8 @@ class _Run:
         row.instance = k
         self.reasons[decision.reason] = self.reasons.get(decision.reason, 0) + 1
         self.view.dispatched(key, k, rview, snaps[k], t)
+        if self.gateway is not None:
+            self.gateway.dispatched(key, snaps[k], rview.prompt_tokens)
         if self.probe is not None:
             self.probe.dispatched(key, t, rview, snaps, k)
         if tier_view is not None:

@@ -43,3 +43,43 @@ def test_a_kv_sized_session_budget_counts_the_live_sessions_prompts() -> None:
     assert b.admits("c", 11.5, tokens=30, kv_tokens=100) and b.tokens == 70  # "b" went idle
     with pytest.raises(ValueError):
         SessionBudget(limit=0, idle_s=10.0)  # neither bound
+
+
+def _returning_turns(b: SessionBudget, sessions: list[str], held: int, prompt: int = 100) -> None:
+    """One returning turn of each session (its first dispatched turn, if new, does not count)."""
+    for s in sessions:
+        b.dispatched(s, held, prompt)
+
+
+def test_an_adaptive_session_budget_binds_only_once_returning_turns_miss_their_prompt() -> None:
+    """session_miss_share: unbounded while the live sessions' returning turns find their prompt held;
+    once more than the share of a window miss (held < half the prompt), the count halves from the
+    live count, and climbs back by one per clean window while it binds. First turns never count."""
+    b = SessionBudget(limit=0, idle_s=100.0, miss_share=0.2, window=5)
+    live = [f"s{i}" for i in range(8)]
+    for s in live:
+        b.touch(s, 0.0, tokens=100)
+        b.dispatched(s, 0, 100)  # a first turn: cold by nature, not a miss
+    assert b.limit == 0 and b.admits("new", 1.0)
+    _returning_turns(b, live[:5], held=90)  # a clean window: no count
+    assert b.limit == 0
+    _returning_turns(b, live[:5], held=10)  # five misses of five: the sessions outgrew the pool
+    assert b.limit == 4 and not b.admits("new", 1.0) and b.admits("s0", 1.0)
+    _returning_turns(b, live[:5], held=90)  # a clean window while it binds (8 live): one more
+    assert b.limit == 5
+    _returning_turns(b, live[:5], held=10)  # misses again: half of min(limit, live)
+    assert b.limit == 2
+    with pytest.raises(ValueError, match="miss_share"):
+        SessionBudget(limit=0, idle_s=10.0, miss_share=1.0)
+    with pytest.raises(ValueError, match="session_miss_share"):
+        FlowControlConfig(session_miss_share=-0.1)
+
+
+def test_without_a_miss_share_the_count_never_adapts() -> None:
+    """Guard off (a fixed count): misses change nothing."""
+    b = SessionBudget(limit=3, idle_s=100.0, window=2)
+    for s in ("a", "b"):
+        b.touch(s, 0.0, tokens=100)
+        b.dispatched(s, 0, 100)
+    _returning_turns(b, ["a", "b"] * 5, held=0)
+    assert b.limit == 3 and b.admits("c", 1.0)

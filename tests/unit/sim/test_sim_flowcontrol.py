@@ -251,6 +251,21 @@ def test_a_session_budget_refuses_new_sessions_while_the_pool_has_its_limit_live
     assert peak_off > 2 and "fc_sheds_sessions" not in m_off
 
 
+def test_an_adaptive_session_budget_reads_what_the_chosen_instance_held() -> None:
+    """session_miss_share: the simulator reports each dispatch's held prefix (GPU or tier) to the
+    budget, which binds once returning turns miss. Without a tier these sessions' returning turns
+    miss on two instances (new sessions refused); with the full tier the tier holds them (none
+    refused); without the share no count at all. Guard off (no report): none refused."""
+
+    def session_sheds(tier: str, **fc: object) -> int:
+        cfg = replace(with_fc(retry_after_s=1.0, **fc), measure_s=300.0, global_tier=tier)
+        return int(simulate(agent_work(), "smetric", 0.3, cfg).metrics.get("fc_sheds_sessions", 0))
+
+    assert session_sheds("none", session_miss_share=0.2, session_window=4) > 0
+    assert session_sheds("full", session_miss_share=0.2, session_window=4) == 0
+    assert session_sheds("none") == 0
+
+
 def test_the_fc_flag_names_every_flow_control_setting() -> None:
     """``smetric simulate --fc KEY=VALUE``'s help lists every key the config accepts."""
     from dataclasses import fields
