@@ -30,6 +30,9 @@ DEFAULT_FLOW_CONTROL: dict[str, Any] = {
     "tpotGuard": True,
     "filterCandidates": False,
     "hopelessLast": True,
+    "sessionMissShare": 0.0,
+    "sessionWindow": 20,
+    "sessionIdleS": 60.0,
 }
 
 

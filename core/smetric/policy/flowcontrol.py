@@ -58,8 +58,8 @@ from smetric.core.views import EndpointSnapshot, RequestView
 from smetric.policy.base import PolicyParams
 from smetric.policy.estimates import prompt_tokens, request_slo, tier_times_s, tpot_guard_ok
 
-ShedReason = Literal["capacity", "ttl", "deadline"]
-SHED_REASONS: tuple[ShedReason, ...] = ("capacity", "ttl", "deadline")
+ShedReason = Literal["capacity", "ttl", "deadline", "sessions"]
+SHED_REASONS: tuple[ShedReason, ...] = ("capacity", "ttl", "deadline", "sessions")
 
 
 @dataclass(frozen=True, slots=True)

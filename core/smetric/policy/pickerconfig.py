@@ -27,6 +27,11 @@ Shape (the operator renders exactly the ``policy`` block)::
       tpotGuard: true             # an endpoint takes a request only if its decodes keep the TPOT SLO
       filterCandidates: false     # the policy chooses only among the endpoints the gate accepts
       hopelessLast: true          # a request no endpoint could serve in time even idle waits with the late ones
+      sessionMissShare: 0         # > 0: an adaptive budget of live sessions (a new session's request gets
+                                  # 429 while it binds; docs/overload.md 8g); it halves when more than this
+      sessionWindow: 20           # share of a window of returning turns found < half their prompt held
+      sessionIdleS: 60            # a session is live until idle this long (requests without a session header
+                                  # are not counted)
     sessionHeaders: [x-session-token]  # request headers naming the session, first non-empty wins:
                                   # llmd-session's session id, flow control's flow (lower case)
     prefixIndex: null             # smetric-epp only: {mode: precise | approximate, blockSize,
@@ -122,6 +127,9 @@ class FlowControlSection(_Strict):
     tpotGuard: bool = True
     filterCandidates: bool = False
     hopelessLast: bool = True
+    sessionMissShare: float = Field(default=0.0, ge=0.0, lt=1.0)
+    sessionWindow: int = Field(default=20, ge=1, le=100_000)
+    sessionIdleS: float = Field(default=60.0, gt=0, le=86_400)
 
     def config(self) -> FlowControlConfig:
         return FlowControlConfig(
@@ -137,6 +145,9 @@ class FlowControlSection(_Strict):
             tpot_guard=self.tpotGuard,
             filter_candidates=self.filterCandidates,
             hopeless_last=self.hopelessLast,
+            session_miss_share=self.sessionMissShare,
+            session_window=self.sessionWindow,
+            session_idle_s=self.sessionIdleS,
         )
 
 

@@ -17,6 +17,8 @@ from collections.abc import Hashable
 # seeds 0-2 (docs/overload.md, 8g); the held share below which a returning turn counts as a miss,
 # not tuned
 _DECREASE = 0.5
+# the live-session map's memory budget (entries; a key is the caller's, the picker passes a hash)
+MAX_SESSIONS = 65_536
 _HELD_SHARE = 0.5
 
 
@@ -33,13 +35,15 @@ class SessionBudget:
     chosen endpoint held (GPU or tier) less than half the prompt. Above ``miss_share`` the limit
     falls to half the live count (multiplicative decrease, at least 1); at or below it, while the
     limit binds, it rises by one (additive increase). A session's first turn is cold by nature and
-    does not count. Memory: one entry per live session. Pure: callers pass ``now_s``."""
+    does not count. Memory: one entry per live session, at most ``max_sessions`` (the least recently
+    seen goes first). Pure: callers pass ``now_s``."""
 
     __slots__ = (
         "_idle_s",
         "_kv_share",
         "_limit",
         "_live",
+        "_max_sessions",
         "_miss_share",
         "_misses",
         "_returning",
@@ -48,7 +52,13 @@ class SessionBudget:
     )
 
     def __init__(
-        self, limit: int, idle_s: float, kv_share: float = 0.0, miss_share: float = 0.0, window: int = 20
+        self,
+        limit: int,
+        idle_s: float,
+        kv_share: float = 0.0,
+        miss_share: float = 0.0,
+        window: int = 20,
+        max_sessions: int = MAX_SESSIONS,
     ) -> None:
         if limit < 0 or not (math.isfinite(idle_s) and idle_s > 0):
             raise ValueError(f"invalid session budget: limit {limit}, idle_s {idle_s}")
@@ -58,6 +68,9 @@ class SessionBudget:
             limit == 0 and kv_share == 0 and miss_share == 0
         ):
             raise ValueError(f"invalid session budget: limit {limit}, kv_share {kv_share}")
+        if max_sessions < 1:
+            raise ValueError(f"invalid session budget: max_sessions {max_sessions}")
+        self._max_sessions = max_sessions
         self._limit = limit
         self._idle_s = idle_s
         self._kv_share = kv_share
@@ -114,6 +127,9 @@ class SessionBudget:
         new = kept if tokens is None else max(0, tokens)
         self._tokens += new - kept
         live[session] = [now_s, new, old[2] if old is not None else 0]
+        if len(live) > self._max_sessions:  # the memory budget: the least recently seen goes
+            first = next(iter(live))
+            self._tokens -= int(live.pop(first)[1])
 
     def dispatched(self, session: Hashable, held_tokens: int, prompt_tokens: int) -> None:
         """A turn of ``session`` went to an endpoint holding ``held_tokens`` of its ``prompt_tokens``

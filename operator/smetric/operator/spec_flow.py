@@ -66,3 +66,23 @@ class FlowControlSpec(SpecModel):
         "prompt no cache holds) waits with the late ones: served when no request that can still make its "
         "SLO waits, shed after the TTL otherwise (docs/overload.md).",
     )
+    session_miss_share: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Above 0: an adaptive budget of live sessions in front of the gate. A request of a session "
+        "that is not live (named by the session headers) gets 429 + Retry-After while the budget binds; the "
+        "budget is unbounded until more than this share of a window of returning turns finds less than half "
+        "its prompt held (the sessions outgrew the pool's KV), then halves from the live count and climbs "
+        "back by one per clean window. Off by default; for pools without a full global tier past their "
+        "knee (docs/overload.md, 8g).",
+    )
+    session_window: int = Field(
+        default=20, ge=1, le=100_000, description="Returning turns per adaptive-session-budget window."
+    )
+    session_idle_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="A session is live from an admitted request until idle this long (seconds).",
+    )

@@ -205,7 +205,7 @@ def test_the_config_defaults_and_shed_reasons_are_exact() -> None:
 
     from smetric.policy.flowcontrol import SHED_REASONS, ShedReason
 
-    assert SHED_REASONS == ("capacity", "ttl", "deadline") == get_args(ShedReason)
+    assert SHED_REASONS == ("capacity", "ttl", "deadline", "sessions") == get_args(ShedReason)
     c = FlowControlConfig()
     assert (c.enabled, c.max_queued, c.ttl_s, c.shed_on_deadline, c.retry_after_s, c.slack) == (
         True, 1024, 2.0, True, 5.0, 1.0,
@@ -214,6 +214,9 @@ def test_the_config_defaults_and_shed_reasons_are_exact() -> None:
         0.0, 0, True, True, True,
     )  # fmt: skip
     assert c.filter_candidates is False
+    assert (c.session_budget, c.session_kv_share, c.session_miss_share, c.session_window, c.session_idle_s) == (
+        0, 0.0, 0.0, 20, 60.0,
+    )  # fmt: skip
 
 
 def test_config_validation_boundaries_and_message() -> None:

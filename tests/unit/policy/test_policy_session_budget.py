@@ -83,3 +83,33 @@ def test_without_a_miss_share_the_count_never_adapts() -> None:
         b.dispatched(s, 0, 100)
     _returning_turns(b, ["a", "b"] * 5, held=0)
     assert b.limit == 3 and b.admits("c", 1.0)
+
+
+def test_the_live_session_map_keeps_its_memory_budget() -> None:
+    """At most ``max_sessions`` entries: the least recently seen goes first, its tokens with it.
+    Guard off (no bound): every session stays."""
+    b = SessionBudget(limit=0, idle_s=100.0, miss_share=0.2, max_sessions=2)
+    for i, s in enumerate(("a", "b", "c")):
+        b.touch(s, float(i), tokens=10 * (i + 1))
+    assert len(b) == 2 and "a" not in b and b.tokens == 50
+    unbounded = SessionBudget(limit=0, idle_s=100.0, miss_share=0.2, max_sessions=1 << 30)
+    for i, s in enumerate(("a", "b", "c")):
+        unbounded.touch(s, float(i), tokens=10)
+    assert len(unbounded) == 3
+    with pytest.raises(ValueError, match="max_sessions"):
+        SessionBudget(limit=1, idle_s=10.0, max_sessions=0)
+
+
+def test_the_picker_config_offers_the_adaptive_budget_only() -> None:
+    """flowControl.sessionMissShare / sessionWindow / sessionIdleS map onto the flow-control config;
+    out of range is refused at the trust boundary."""
+    from pydantic import ValidationError
+
+    from smetric.policy.pickerconfig import FlowControlSection
+
+    cfg = FlowControlSection(sessionMissShare=0.2, sessionWindow=10, sessionIdleS=30).config()
+    assert (cfg.session_miss_share, cfg.session_window, cfg.session_idle_s) == (0.2, 10, 30.0)
+    assert cfg.session_budget == 0 and cfg.session_kv_share == 0  # the fixed forms stay ablations
+    for bad in ({"sessionMissShare": 1.0}, {"sessionWindow": 0}, {"sessionIdleS": 0}):
+        with pytest.raises(ValidationError):
+            FlowControlSection(**bad)

@@ -39,6 +39,7 @@ from smetric.epp.server.affinity import ResponseAffinity
 from smetric.epp.server.feedback import PickerFeedback
 from smetric.epp.server.flow import Held
 from smetric.epp.server.outlier import OutlierDetector
+from smetric.epp.server.sessions import PickerSessions
 from smetric.epp.server.tier_facts import TierFacts
 from smetric.policy.base import Decision
 from smetric.policy.flowcontrol import FlowGate
@@ -108,6 +109,12 @@ class Picker(PickerFeedback):
         self.responses = responses
         self.on_dispatch = on_dispatch
         self.flow_gate = flow_gate  # flow control on: no endpoint with capacity -> Held
+        # flowControl.sessionMissShare: admission by session in front of the gate (None: off)
+        self.sessions = (
+            PickerSessions(flow_gate.config, clock)
+            if flow_gate is not None and PickerSessions.enabled(flow_gate.config)
+            else None
+        )
         self.tier_facts = tier_facts  # g, nodes and footprint for smetric(-tiered) (None otherwise)
         self.index = index
         self.router = router
@@ -228,6 +235,8 @@ class Picker(PickerFeedback):
         if self.core.shed(request, snaps):
             raise RequestError(429, "all endpoints are saturated and the request is sheddable")
         if self.flow_gate is not None and waited_s is not None:
+            if self.sessions is not None:
+                self.sessions.admit(request)
             snaps = self._gated(self.flow_gate, request, endpoints, snaps, waited_s)
         if self.pd_router is not None:
             pick = self._pick_pd(request, endpoints, snaps)
@@ -239,6 +248,8 @@ class Picker(PickerFeedback):
             request.request_id, pick.ledger_address, pick.uncached_tokens, pick.cost_s, pick.fetch_s
         )
         self.index.on_routed(key, pick.ledger_address)
+        if self.sessions is not None and waited_s is not None:
+            self.sessions.dispatched(request, pick.uncached_tokens)
         if self.outliers is not None:  # a half-open endpoint's first request is its probe
             self.outliers.dispatched(pick.destination)
             if pick.ledger_address != pick.destination:

@@ -4,7 +4,7 @@ mixin of :class:`~smetric.epp.server.decide.Picker`.
 What a response tells the picker changes only what the picker owns: the dispatch ledger (released
 at the first byte), the online prefill-rate estimate (a 200 streaming response's TTFT, with the
 engine's reported cached share), passive outlier detection (the status of each endpoint tried) and
-the Responses follow-up map; each hook answers with the values the servicer exports as metrics.
+the Responses follow-up map and the live sessions (``flowControl.sessionMissShare``); each hook answers with the values the servicer exports as metrics.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from smetric.epp.parse.usage import Usage
 from smetric.epp.server.affinity import ResponseAffinity
 from smetric.epp.server.outlier import OutlierDetector, is_error_status
+from smetric.epp.server.sessions import PickerSessions
 from smetric.router import RouterCore
 
 if TYPE_CHECKING:
@@ -23,11 +24,17 @@ _NONE: tuple[str, ...] = ()
 
 
 class PickerFeedback:
-    """Needs the picker's ``core`` (ledger, rates, cost model), ``outliers`` and ``responses``."""
+    """Needs the picker's ``core`` (ledger, rates, cost model), ``outliers``, ``responses`` and
+    ``sessions``."""
 
     core: RouterCore
     outliers: OutlierDetector | None
     responses: ResponseAffinity | None
+    sessions: PickerSessions | None
+
+    def on_session_end(self, session_token: str | None) -> None:
+        if self.sessions is not None:
+            self.sessions.finished(session_token)
 
     def on_prefill_done(self, pick: Pick, request_id: str) -> float | None:
         ledger = self.core.ledger

@@ -84,9 +84,10 @@ class LateSet:
 class FlowShed(Exception):
     """The request is refused by flow control (429 + Retry-After)."""
 
-    def __init__(self, reason: ShedReason, message: str) -> None:
+    def __init__(self, reason: ShedReason, message: str, counted: bool = True) -> None:
         super().__init__(message)
         self.reason = reason
+        self.counted = counted  # False: the servicer counts it (raised outside the queue)
 
 
 class FlowMetrics:
@@ -105,7 +106,7 @@ class FlowMetrics:
         )
         self.shed = Counter(
             "smetric_epp_flow_control_shed",
-            "Requests refused by flow control with 429, by reason (capacity, ttl, deadline)",
+            "Requests refused by flow control with 429, by reason (capacity, ttl, deadline, sessions)",
             ["reason"],
             registry=registry,
         )

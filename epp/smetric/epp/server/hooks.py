@@ -43,6 +43,11 @@ class ResponseHooks(Protocol):
         success readmits a probed endpoint. Returns the endpoints ejected by it."""
         ...
 
+    def on_session_end(self, session_token: str | None) -> None:
+        """A routed request of ``session_token`` (``None``: none named) is over, however it ended: a
+        finished turn keeps its session live (the adaptive session budget, ``sessionMissShare``)."""
+        ...
+
     def queued_cost_s(self, address: str) -> float:
         """Prefill seconds the ledger holds for ``address`` (the queued-prefill gauge)."""
         ...

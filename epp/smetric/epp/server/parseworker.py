@@ -114,7 +114,9 @@ class WorkerDied(Exception):
 class _Worker:
     """One worker process and the loop's streams over its pipes."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self.proc = proc
         self._reader = reader
         self._writer = writer

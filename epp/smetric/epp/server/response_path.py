@@ -246,6 +246,7 @@ class ResponsePath:
         if st.first_byte_at is not None or st.resp_status:
             self._complete(st)
         self._prefill_done(st)
+        self.hooks.on_session_end(st.headers.session_token if st.headers is not None else None)
         self.metrics.upstream.finished(st.ledger_id, st.resp_status, None, 0, 0)  # no response: not running
         self.metrics.llmd.finished(st.ledger_id, self.clock(), False)
         self.observers.done(st)

@@ -217,6 +217,8 @@ class ExtProcServicer(RequestIntake, ResponsePath, ep_grpc.ExternalProcessorServ
 
     def _flow_shed(self, st: StreamState, exc: FlowShed) -> ep.ProcessingResponse:
         assert self.flow is not None
+        if not exc.counted:
+            self.flow.metrics.shed.labels(reason=exc.reason).inc()
         self.metrics.immediate_responses.labels(code="429").inc()
         self._refused(st, 429)
         log.info("flow control refused request %s: %s", st.request_id, exc)
