@@ -105,23 +105,32 @@ def test_a_finished_turn_keeps_its_session_live() -> None:
         assert p.sessions.budget.admits("probe", clock.now) and (hash("s0") in p.sessions.budget) is live
 
 
-async def test_the_servicer_answers_a_refused_session_with_429_and_counts_it(serve: object) -> None:
-    """The refusal is an immediate 429 with Retry-After, counted as reason ``sessions``."""
+def _servicer(cfg: FlowControlConfig) -> tuple[ExtProcServicer, PickerSessions]:
+    """A servicer over the harness's pool with flow control ``cfg`` and its session budget."""
     servicer0, *_ = build()
-    cfg = FlowControlConfig(enabled=True, session_miss_share=0.3, retry_after_s=3.0)
     picker = servicer0.picker
     picker.flow_gate = FlowGate(cfg, PolicyParams())
-    picker.sessions = PickerSessions(cfg, picker.clock)
-    picker.sessions.budget.touch(hash("someone-else"), picker.clock(), 1_000)
-    picker.sessions.budget._limit = 1  # the budget binds (as after a miss window)
-    servicer = ExtProcServicer(picker, servicer0.metrics, servicer0.settings)
+    sessions = picker.sessions = PickerSessions(cfg, picker.clock)
+    return ExtProcServicer(picker, servicer0.metrics, servicer0.settings), sessions
+
+
+async def _send(serve: object, servicer: ExtProcServicer, session: str) -> tuple[object, object]:
+    """A chat request of ``session``: the open call and the picker's first answer."""
     stub = await serve(servicer)  # type: ignore[operator]
     call = stub.Process()
-    await call.write(headers_msg({**BASE_HEADERS, "x-session-token": "new-session"}))
+    await call.write(headers_msg({**BASE_HEADERS, "x-session-token": session}))
     for m in body_msgs(chat()):
         await call.write(m)
-    resp = await asyncio.wait_for(call.read(), 5.0)
-    imm = resp.immediate_response
+    return call, await asyncio.wait_for(call.read(), 5.0)
+
+
+async def test_the_servicer_answers_a_refused_session_with_429_and_counts_it(serve: object) -> None:
+    """The refusal is an immediate 429 with Retry-After, counted as reason ``sessions``."""
+    servicer, sessions = _servicer(FlowControlConfig(enabled=True, session_miss_share=0.3, retry_after_s=3.0))
+    sessions.budget.touch(hash("someone-else"), sessions.clock(), 1_000)
+    sessions.budget._limit = 1  # the budget binds (as after a miss window)
+    _, resp = await _send(serve, servicer, "new-session")
+    imm = resp.immediate_response  # type: ignore[attr-defined]
     assert imm.status.code == 429
     hdrs = {h.header.key: h.header.raw_value.decode() for h in imm.headers.set_headers}
     assert hdrs.get("retry-after") == "3"
@@ -135,26 +144,17 @@ async def test_the_servicer_answers_a_refused_session_with_429_and_counts_it(ser
 async def test_the_servicer_reports_a_routed_requests_end_to_its_session(serve: object) -> None:
     """The stream's end (settled: here the client closing after the route) refreshes the session's
     last-seen time, so a long turn does not outlive its session. Guard: ResponseHooks.on_session_end."""
-    servicer0, *_ = build()
-    cfg = FlowControlConfig(enabled=True, session_miss_share=0.3)
-    picker = servicer0.picker
-    picker.flow_gate = FlowGate(cfg, PolicyParams())
-    picker.sessions = PickerSessions(cfg, picker.clock)
-    servicer = ExtProcServicer(picker, servicer0.metrics, servicer0.settings)
-    stub = await serve(servicer)  # type: ignore[operator]
-    call = stub.Process()
-    await call.write(headers_msg({**BASE_HEADERS, "x-session-token": "agent-1"}))
-    for m in body_msgs(chat()):
-        await call.write(m)
-    resp = await asyncio.wait_for(call.read(), 5.0)
-    assert resp.HasField("request_headers")  # routed: the session is live from its admission
-    admitted_s = picker.sessions.budget._live[hash("agent-1")][0]
+    servicer, sessions = _servicer(FlowControlConfig(enabled=True, session_miss_share=0.3))
+    call, resp = await _send(serve, servicer, "agent-1")
+    assert resp.HasField("request_headers")  # type: ignore[attr-defined]  # routed: live from its admission
+    live = sessions.budget._live
+    admitted_s = live[hash("agent-1")][0]
     await asyncio.sleep(0.05)
-    await call.done_writing()
+    await call.done_writing()  # type: ignore[attr-defined]
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(call.read(), 2.0)  # the end of the stream
+        await asyncio.wait_for(call.read(), 2.0)  # type: ignore[attr-defined]  # the end of the stream
     for _ in range(50):  # the server settles the stream after the client's close
-        if picker.sessions.budget._live[hash("agent-1")][0] > admitted_s:
+        if live[hash("agent-1")][0] > admitted_s:
             break
         await asyncio.sleep(0.02)
-    assert picker.sessions.budget._live[hash("agent-1")][0] > admitted_s
+    assert live[hash("agent-1")][0] > admitted_s
