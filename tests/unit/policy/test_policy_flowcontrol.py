@@ -235,7 +235,7 @@ def test_config_validation_boundaries_and_message() -> None:
         ({"max_engine_waiting": -1}, "max_engine_waiting must be >= 0"),
     ):
         with pytest.raises(ValueError, match=f"^invalid flow control: {what}"):
-            FlowControlConfig(**bad)  # type: ignore[arg-type]
+            FlowControlConfig(**bad)
     with pytest.raises(
         ValueError, match=r"^invalid flow control: max_queued must be >= 1, got 0; slack must be > 0"
     ):
