@@ -1,5 +1,6 @@
-"""A budget of live sessions: admission by session, not by request (a simulator ablation of the
-flow control, docs/overload.md, 8g; ``FlowControlConfig.session_budget`` / ``session_kv_share``).
+"""A budget of live sessions: admission by session, not by request (flow control's, docs/overload.md,
+8g: ``FlowControlConfig.session_budget`` / ``session_kv_share``, simulator ablations, and the adaptive
+``session_miss_share``, also offered in the picker, off by default).
 
 Past the knee of a pool without a full global tier the sessions in flight outgrow the GPUs' KV and
 evict each other; the request gate (:mod:`smetric.policy.flowcontrol`) sheds turns the agents
@@ -11,15 +12,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from smetric.policy.flowcontrol import FlowControlConfig
 
 # the adaptive count's multiplicative decrease (TCP's AIMD shape; Envoy's adaptive concurrency
 # filter and Netflix's concurrency-limits use the same form): 0.5 chosen over 0.8 on development
-# seeds 0-2 (docs/overload.md, 8g); the held share below which a returning turn counts as a miss,
-# not tuned
+# seeds 0-2 (docs/overload.md, 8g)
 _DECREASE = 0.5
+# the held share below which a returning turn counts as a miss: not tuned
+_HELD_SHARE = 0.5
 # the live-session map's memory budget (entries; a key is the caller's, the picker passes a hash)
 MAX_SESSIONS = 65_536
-_HELD_SHARE = 0.5
 
 
 class SessionBudget:
@@ -82,6 +87,17 @@ class SessionBudget:
         self._live: dict[Hashable, list[float]] = {}
         self._tokens = 0  # the live sessions' prompt tokens
 
+    @classmethod
+    def from_config(cls, cfg: FlowControlConfig) -> SessionBudget:
+        """The budget ``cfg``'s session settings describe (the simulator's gateway and the picker)."""
+        return cls(
+            cfg.session_budget,
+            cfg.session_idle_s,
+            cfg.session_kv_share,
+            cfg.session_miss_share,
+            cfg.session_window,
+        )
+
     def __len__(self) -> int:
         return len(self._live)
 
@@ -130,6 +146,12 @@ class SessionBudget:
         if len(live) > self._max_sessions:  # the memory budget: the least recently seen goes
             first = next(iter(live))
             self._tokens -= int(live.pop(first)[1])
+
+    def finished(self, session: Hashable, now_s: float) -> None:
+        """A request of ``session`` is over: a finished turn keeps a live session live (its footprint
+        stays); a session no longer live is not brought back."""
+        if session in self._live:
+            self.touch(session, now_s)
 
     def dispatched(self, session: Hashable, held_tokens: int, prompt_tokens: int) -> None:
         """A turn of ``session`` went to an endpoint holding ``held_tokens`` of its ``prompt_tokens``

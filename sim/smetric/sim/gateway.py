@@ -86,13 +86,7 @@ class SimGateway:
         self.session_of: dict[int, Hashable] = {}  # admitted key -> its session (the budget's unit)
         # session_budget / session_kv_share: the sessions live at once (None: no budget)
         self.budget = (
-            SessionBudget(
-                cfg.session_budget,
-                cfg.session_idle_s,
-                cfg.session_kv_share,
-                cfg.session_miss_share,
-                cfg.session_window,
-            )
+            SessionBudget.from_config(cfg)
             if cfg.session_budget or cfg.session_kv_share or cfg.session_miss_share
             else None
         )
@@ -139,8 +133,8 @@ class SimGateway:
         if budget is None:
             return
         session = self.session_of.pop(key, None)
-        if session is not None and session in budget:
-            budget.touch(session, now_s)
+        if session is not None:
+            budget.finished(session, now_s)
 
     def admits(
         self, request: RequestView, snaps: list[EndpointSnapshot], late: bool = False

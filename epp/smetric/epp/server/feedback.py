@@ -3,8 +3,9 @@ mixin of :class:`~smetric.epp.server.decide.Picker`.
 
 What a response tells the picker changes only what the picker owns: the dispatch ledger (released
 at the first byte), the online prefill-rate estimate (a 200 streaming response's TTFT, with the
-engine's reported cached share), passive outlier detection (the status of each endpoint tried) and
-the Responses follow-up map and the live sessions (``flowControl.sessionMissShare``); each hook answers with the values the servicer exports as metrics.
+engine's reported cached share), passive outlier detection (the status of each endpoint tried), the
+Responses follow-up map and the live sessions (``flowControl.sessionMissShare``); each hook answers
+with the values the servicer exports as metrics.
 """
 
 from __future__ import annotations

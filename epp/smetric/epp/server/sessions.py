@@ -26,13 +26,7 @@ class PickerSessions:
     __slots__ = ("budget", "clock")
 
     def __init__(self, cfg: FlowControlConfig, clock: Callable[[], float]) -> None:
-        self.budget = SessionBudget(
-            cfg.session_budget,
-            cfg.session_idle_s,
-            cfg.session_kv_share,
-            cfg.session_miss_share,
-            cfg.session_window,
-        )
+        self.budget = SessionBudget.from_config(cfg)
         self.clock = clock
 
     @staticmethod
@@ -62,6 +56,4 @@ class PickerSessions:
     def finished(self, session_token: str | None) -> None:
         """A request of ``session_token`` is over: a finished turn keeps its session live."""
         if session_token:
-            key = hash(session_token)
-            if key in self.budget:
-                self.budget.touch(key, self.clock())
+            self.budget.finished(hash(session_token), self.clock())
