@@ -4,7 +4,7 @@ Every list of policy names (the picker's config check, the operator's spec check
 ``smetric simulate --policies``, the bench) and every policy parameter key (the config parser
 :func:`smetric.policy.params_mapping.params_from_mapping`, the generated CRD schema
 ``router.parameters``) is derived from :data:`REGISTRY`. Adding a policy = its module (class
-+ ``Params`` model) and one line in :data:`BUILTIN` (docs/architecture.md, "Add a policy").
++ ``Params`` model) and one line in :data:`SHIPPED` (docs/architecture.md, "Add a policy").
 
 ``make_policy(name, params)`` builds a fresh policy instance (each instance owns its own
 tie-break counter / session table / RNG); an unknown name raises ``ValueError`` listing the

@@ -51,7 +51,11 @@ def test_flow_control_in_the_picker_config() -> None:
     spec = ClusterSpec(4, PRESET, TS, 0, 16, "0", "m")
     ttl, retry = FlowControlConfig().ttl_s, FlowControlConfig().retry_after_s
     off = PickerFrontend("smetric", flow_control=False).picker_config(spec)
-    assert off["flowControl"] == {"enabled": False, "ttlS": ttl * TS, "retryAfterS": retry}  # off, not left out
+    assert off["flowControl"] == {
+        "enabled": False,
+        "ttlS": ttl * TS,
+        "retryAfterS": retry,
+    }  # off, not left out
     assert validate_config(off).flowControl.enabled is False  # whatever the picker's default
     for units in ("model", "wall"):
         config = PickerFrontend("smetric", units=units).picker_config(spec)

@@ -79,4 +79,3 @@ async def test_an_answer_after_a_failed_attempt_teaches_no_endpoint(serve: objec
     assert _samples(servicer) == 0
     reg = servicer.metrics.registry  # still a TTFT the client saw
     assert reg.get_sample_value("smetric_epp_ttft_seconds_count") == 2
-

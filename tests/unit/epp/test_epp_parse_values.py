@@ -468,8 +468,11 @@ def test_parsed_body_is_a_frozen_snapshot() -> None:
 def test_a_previous_response_id_of_256_characters_is_kept_and_of_257_dropped() -> None:
     """A Responses follow-up's previous_response_id is read up to 256 characters (longer: not an id
     any engine made; the follow-up is routed by the policy)."""
+
     def prev(rid: str) -> str:
-        p = parse_body(orjson.dumps({"model": "m", "input": "x", "previous_response_id": rid}), "/v1/responses")
+        p = parse_body(
+            orjson.dumps({"model": "m", "input": "x", "previous_response_id": rid}), "/v1/responses"
+        )
         return p.previous_response_id
 
     assert prev("r" * 256) == "r" * 256

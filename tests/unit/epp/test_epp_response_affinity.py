@@ -281,7 +281,9 @@ async def _follow_up(serve: Any, servicer: Any) -> str:
 
 
 def _asks(metrics: PickerMetrics, outcome: str) -> float:
-    return metrics.registry.get_sample_value("smetric_epp_response_peer_asks_total", {"outcome": outcome}) or 0
+    return (
+        metrics.registry.get_sample_value("smetric_epp_response_peer_asks_total", {"outcome": outcome}) or 0
+    )
 
 
 @pytest.mark.parametrize("peers", [True, False], ids=["peers", "no-peers"])
