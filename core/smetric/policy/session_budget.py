@@ -88,8 +88,11 @@ class SessionBudget:
         self._tokens = 0  # the live sessions' prompt tokens
 
     @classmethod
-    def from_config(cls, cfg: FlowControlConfig) -> SessionBudget:
-        """The budget ``cfg``'s session settings describe (the simulator's gateway and the picker)."""
+    def from_config(cls, cfg: FlowControlConfig) -> SessionBudget | None:
+        """The budget ``cfg``'s session settings describe (the simulator's gateway and the picker);
+        ``None`` when none of ``session_budget``, ``session_kv_share``, ``session_miss_share`` is set."""
+        if not (cfg.session_budget or cfg.session_kv_share or cfg.session_miss_share):
+            return None
         return cls(
             cfg.session_budget,
             cfg.session_idle_s,

@@ -84,12 +84,8 @@ class SimGateway:
         self.waits: list[float] = []  # gateway wait of every dispatched-after-queueing attempt
         self.max_len = 0
         self.session_of: dict[int, Hashable] = {}  # admitted key -> its session (the budget's unit)
-        # session_budget / session_kv_share: the sessions live at once (None: no budget)
-        self.budget = (
-            SessionBudget.from_config(cfg)
-            if cfg.session_budget or cfg.session_kv_share or cfg.session_miss_share
-            else None
-        )
+        # session_budget / session_kv_share / session_miss_share: the sessions live at once (None: no budget)
+        self.budget = SessionBudget.from_config(cfg)
 
     def late(self, key: int) -> bool:
         """``key`` is a resend after a 429 and resends wait last (``late_last``)."""

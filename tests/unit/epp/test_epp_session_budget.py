@@ -110,7 +110,9 @@ def _servicer(cfg: FlowControlConfig) -> tuple[ExtProcServicer, PickerSessions]:
     servicer0, *_ = build()
     picker = servicer0.picker
     picker.flow_gate = FlowGate(cfg, PolicyParams())
-    sessions = picker.sessions = PickerSessions(cfg, picker.clock)
+    sessions = PickerSessions.from_config(cfg, picker.clock)
+    assert sessions is not None
+    picker.sessions = sessions
     return ExtProcServicer(picker, servicer0.metrics, servicer0.settings), sessions
 
 
@@ -158,3 +160,11 @@ async def test_the_servicer_reports_a_routed_requests_end_to_its_session(serve: 
             break
         await asyncio.sleep(0.02)
     assert live[hash("agent-1")][0] > admitted_s
+
+
+def test_the_picker_counts_sessions_only_when_asked() -> None:
+    """Flow control on without ``sessionMissShare``, or off with it: no session budget."""
+    assert _picker(0.0)[0].sessions is None
+    assert _picker(0.3)[0].sessions is not None
+    off = FlowControlConfig(enabled=False, session_miss_share=0.3)
+    assert PickerSessions.from_config(off, Clock()) is None

@@ -110,11 +110,7 @@ class Picker(PickerFeedback):
         self.on_dispatch = on_dispatch
         self.flow_gate = flow_gate  # flow control on: no endpoint with capacity -> Held
         # flowControl.sessionMissShare: admission by session in front of the gate (None: off)
-        self.sessions = (
-            PickerSessions(flow_gate.config, clock)
-            if flow_gate is not None and PickerSessions.enabled(flow_gate.config)
-            else None
-        )
+        self.sessions = PickerSessions.from_config(flow_gate.config, clock) if flow_gate is not None else None
         self.tier_facts = tier_facts  # g, nodes and footprint for smetric(-tiered) (None otherwise)
         self.index = index
         self.router = router

@@ -25,13 +25,16 @@ class PickerSessions:
 
     __slots__ = ("budget", "clock")
 
-    def __init__(self, cfg: FlowControlConfig, clock: Callable[[], float]) -> None:
-        self.budget = SessionBudget.from_config(cfg)
+    def __init__(self, budget: SessionBudget, clock: Callable[[], float]) -> None:
+        self.budget = budget
         self.clock = clock
 
-    @staticmethod
-    def enabled(cfg: FlowControlConfig) -> bool:
-        return cfg.enabled and cfg.session_miss_share > 0
+    @classmethod
+    def from_config(cls, cfg: FlowControlConfig, clock: Callable[[], float]) -> PickerSessions | None:
+        """The sessions ``cfg`` asks for (``None``: flow control off or no session setting; the
+        picker's config sets only ``sessionMissShare`` of them)."""
+        budget = SessionBudget.from_config(cfg) if cfg.enabled else None
+        return cls(budget, clock) if budget is not None else None
 
     def admit(self, request: RequestView) -> None:
         """Raise :class:`FlowShed` (``sessions``) for a request of a new session while the budget
