@@ -31,7 +31,7 @@ from smetric.sim.report import (
     summary_table,
 )
 from smetric.sim.stats import summary
-from smetric.sim.stream import Sidecar, code_digest, fingerprint, read_done, sidecar_path, write_atomic
+from smetric.sim.stream import Sidecar, code_digest, fingerprint, sidecar_path, write_atomic
 from smetric.sim.sweep import RunCost, RunKey, RunTask, Setting, SweepSpec, json_ready, prepared, run_sweep
 from smetric.sim.workload import PreparedWorkload, max_request_tokens
 
@@ -131,10 +131,10 @@ def run_with_progress(
     if json_path is not None:  # only a sidecar needs the fingerprint (and reads the sources for it)
         fp = fingerprint({"config": config, "code": code_digest()})
         side = sidecar_path(json_path)
+        sidecar = Sidecar(side, fp, resume)  # locks the file first: one sweep writes a sidecar
+        done = sidecar.done
         if resume:
-            done = read_done(side, fp)
             console.print(f"resume: {len(done)} runs found in {side}")
-        sidecar = Sidecar(side, fp, resume)
     executor = make_executor(
         workers, cluster, max(1, len(spec.grid()) - len(done)), [s.workload.trace_path for s in spec.settings]
     )

@@ -12,6 +12,7 @@ rename), so a reader never sees half a file.
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import importlib.util
@@ -58,9 +59,13 @@ def fingerprint(config: object) -> str:
 
 
 def read_rows(path: Path) -> tuple[dict[str, Any], dict[RunKey, dict[str, Any]]]:
-    """A sidecar's header and the rows of its finished runs (a torn line is skipped); empty for an
-    empty file. A name ending in ``.gz`` is read gzipped (the committed results are). Raises
-    ``ValueError`` for a file that is not a sidecar."""
+    """A sidecar's header and the rows of its finished runs; empty for an empty file. A name ending
+    in ``.gz`` is read gzipped (the committed results are). Only the last line may be torn (an
+    interrupted sweep's): it is skipped. A header line further down is skipped too (sidecars of one
+    regime's sweeps concatenated). Any other line that is not a finished run -- two writers
+    interleaved, a bad concatenation -- raises ``ValueError`` naming the line: skipping it would
+    drop a run and silently change every figure read from the file. Raises ``ValueError`` for a
+    file that is not a sidecar."""
     if path.name.endswith(".gz"):
         try:
             text = gzip.decompress(path.read_bytes()).decode("utf-8")
@@ -79,16 +84,25 @@ def read_rows(path: Path) -> tuple[dict[str, Any], dict[RunKey, dict[str, Any]]]
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise ValueError(f"{path}: not a sweep sidecar ({FORMAT})")
     done: dict[RunKey, dict[str, Any]] = {}
-    for line in lines[1:]:
+    last = len(lines) - 1
+    for n, line in enumerate(lines[1:], start=1):
         try:
             rec = json.loads(line)
+            if isinstance(rec, dict) and rec.get("format") == FORMAT:
+                continue  # the header of a concatenated sidecar
             regime, policy, seed, rate = rec["key"]
             key = RunKey(str(regime), str(policy), int(seed), float(rate))
             row = rec["row"]
+            if not isinstance(row, dict):
+                raise TypeError("row")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            continue  # a line torn by an interruption
-        if isinstance(row, dict):
-            done[key] = row
+            if n == last:
+                continue  # the last line, torn by an interruption
+            raise ValueError(
+                f"{path}: line {n + 1} is not a finished run (only the last line may be torn; "
+                "two sweeps writing one sidecar interleave their lines)"
+            ) from None
+        done[key] = row
     return head, done
 
 
@@ -105,17 +119,35 @@ def read_done(path: Path, fp: str) -> dict[RunKey, dict[str, Any]]:
 
 
 class Sidecar:
-    """Append-only writer; every line is flushed as soon as its run finishes."""
+    """Append-only writer; every line is flushed as soon as its run finishes. While open it holds
+    an exclusive lock on the file (``flock``), so a second sweep given the same ``--json`` is
+    refused instead of interleaving its lines with this one's. With ``resume`` the rows already
+    there are kept (:attr:`done`; a sidecar of a different sweep is refused) and a torn last line
+    dropped; without, the file starts over with the header."""
 
     def __init__(self, path: Path, fp: str, resume: bool) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        keep = resume and path.exists() and path.stat().st_size > 0
-        if keep:
-            _drop_torn_tail(path)
-        self._fh: IO[str] = path.open("a" if keep else "w", encoding="utf-8")
-        if not keep:
-            self._write({"format": FORMAT, "fingerprint": fp})
+        fh: IO[str] = path.open("a", encoding="utf-8")  # "a": nothing is truncated before the lock
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.close()
+            raise ValueError(
+                f"{path}: another sweep is writing it; wait for that one to end or give this one another --json"
+            ) from None
+        self._fh = fh
+        self.done: dict[RunKey, dict[str, Any]] = {}
+        try:
+            if resume and path.stat().st_size > 0:
+                self.done = read_done(path, fp)
+                _drop_torn_tail(path)
+            else:
+                fh.truncate(0)
+                self._write({"format": FORMAT, "fingerprint": fp})
+        except BaseException:
+            fh.close()
+            raise
 
     def _write(self, obj: object) -> None:
         self._fh.write(json.dumps(obj, allow_nan=False) + "\n")
