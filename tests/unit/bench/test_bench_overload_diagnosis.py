@@ -57,6 +57,8 @@ def test_the_outcome_shares_partition_the_dispatches(
         "dispatched_missed_tpot_only"
     ] == pytest.approx(1.0)
     assert s["ttft_over_estimate_p50"] > 0
+    assert 0.0 <= s["missed_ttft_with_hit_share"] <= 1.0
+    assert s["dispatched_missed_ttft"] == 0 or s["missed_ttft_waited_s_p50"] >= 0.0
 
 
 def test_the_previous_turn_credits_what_the_engines_do_not_reuse(

@@ -15,7 +15,10 @@ how its TTFT compares with the gate's estimate at the chosen endpoint (``ttft_ov
 the TTFT since the first send over the estimate plus the time already waited), how much hit the
 snapshot credited beyond what the engine really reused (``credited_minus_reused_tokens_*``:
 ``max(c, g)`` at dispatch minus the engine's local + global hit), and what it missed
-(``dispatched_ok`` / ``dispatched_missed_ttft`` / ``dispatched_missed_tpot_only``).
+(``dispatched_ok`` / ``dispatched_missed_ttft`` / ``dispatched_missed_tpot_only``), and of its TTFT
+misses the share whose engine reused at least half the prompt (``missed_ttft_with_hit_share``: a
+cache hit that still came too late) and how long they had waited before their dispatch
+(``missed_ttft_waited_s_*``: the gate's queue, a 429 and the resend).
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def gate_summary(run: _Run, probe: GateProbe, colocated: bool) -> dict[str, floa
     slo = run.preset.slo
     ratio: list[float] = []
     gap: list[float] = []
-    ok = ttft_miss = tpot_only = 0
+    missed_waited: list[float] = []
+    ok = ttft_miss = tpot_only = missed_with_hit = 0
     for key, (est, waited, credited) in probe.at_dispatch.items():
         row = run.table.by_key[key]
         e = run.work.engine[key % run.n]
@@ -101,6 +105,9 @@ def gate_summary(run: _Run, probe: GateProbe, colocated: bool) -> dict[str, floa
         ok += ttft_ok and tpot_ok
         ttft_miss += not ttft_ok
         tpot_only += ttft_ok and not tpot_ok
+        if not ttft_ok:
+            missed_waited.append(waited)
+            missed_with_hit += 2 * (row.local_hit_tokens + row.global_hit_tokens) >= e.prompt_tokens
         if math.isfinite(ttft):
             ratio.append(ttft / max(est + waited, 1e-9))
         gap.append(credited - (row.local_hit_tokens + row.global_hit_tokens))
@@ -109,6 +116,10 @@ def gate_summary(run: _Run, probe: GateProbe, colocated: bool) -> dict[str, floa
         "dispatched_ok": ok / n,
         "dispatched_missed_ttft": ttft_miss / n,
         "dispatched_missed_tpot_only": tpot_only / n,
+        # of the TTFT misses: the share whose engine reused at least half the prompt (local or tier),
+        # and how long they had waited before their dispatch (the gate's queue, 429s and resends)
+        "missed_ttft_with_hit_share": missed_with_hit / max(1, ttft_miss),
+        **_pcts("missed_ttft_waited_s", missed_waited),
         **_pcts("ttft_over_estimate", ratio),
         **_pcts("credited_minus_reused_tokens", gap),
     }
