@@ -131,11 +131,13 @@ class Sidecar:
         fh: IO[str] = path.open("a", encoding="utf-8")  # "a": nothing is truncated before the lock
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:  # held: another sweep writes this file
             fh.close()
             raise ValueError(
                 f"{path}: another sweep is writing it; wait for that one to end or give this one another --json"
             ) from None
+        except OSError:
+            pass  # a filesystem without locks (ENOLCK, EOPNOTSUPP): the sweep runs unguarded, as before
         self._fh = fh
         self.done: dict[RunKey, dict[str, Any]] = {}
         try:

@@ -4,11 +4,13 @@ runs vanished and a published peak moved by two points without a word."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
 import pytest
 
+from smetric.sim import stream
 from smetric.sim.cli import main
 from smetric.sim.stream import FORMAT, Sidecar, read_rows, sidecar_path
 from smetric.sim.sweep import RunCost, RunKey
@@ -71,3 +73,17 @@ def test_the_cli_refuses_a_json_another_sweep_is_writing(tmp_path: Path) -> None
     finally:
         holder.close()
     assert main([*args, "--json", str(out)]) == 0
+
+
+def test_a_filesystem_without_locks_still_takes_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(stream.fcntl, "flock", no_locks)
+    side = tmp_path / "x.runs.jsonl"
+    writer = Sidecar(side, "f", resume=False)  # not "another sweep is writing it"
+    writer.add(RunKey("", "a", 0, 3.0), {"policy": "a"}, COST)
+    writer.close()
+    assert [k.seed for k in read_rows(side)[1]] == [0]
