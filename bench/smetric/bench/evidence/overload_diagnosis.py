@@ -105,12 +105,13 @@ def gate_summary(run: _Run, probe: GateProbe, colocated: bool) -> dict[str, floa
         ok += ttft_ok and tpot_ok
         ttft_miss += not ttft_ok
         tpot_only += ttft_ok and not tpot_ok
+        reused = row.local_hit_tokens + row.global_hit_tokens
         if not ttft_ok:
             missed_waited.append(waited)
-            missed_with_hit += 2 * (row.local_hit_tokens + row.global_hit_tokens) >= e.prompt_tokens
+            missed_with_hit += 2 * reused >= e.prompt_tokens
         if math.isfinite(ttft):
             ratio.append(ttft / max(est + waited, 1e-9))
-        gap.append(credited - (row.local_hit_tokens + row.global_hit_tokens))
+        gap.append(credited - reused)
     n = max(1, len(probe.at_dispatch))
     return {
         "dispatched_ok": ok / n,
